@@ -1,0 +1,97 @@
+"""Provider metadata read by Airflow through the ``apache_airflow_provider`` entry point."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_ckpt_provider import __version__
+
+
+def get_provider_info() -> dict[str, Any]:
+    return {
+        "package-name": "airflow-ckpt-provider",
+        "name": "Checkpointed Spark",
+        "description": "Resumable, exactly-once Spark batch jobs: key-level checkpoints, "
+        "skip-on-resume and a commit that deletes orphaned output.",
+        "versions": [__version__],
+        "hooks": [
+            {
+                "integration-name": "Checkpointed Spark",
+                "python-modules": ["airflow_ckpt_provider.hooks.checkpoint"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": "Checkpointed Spark",
+                "python-modules": [
+                    "airflow_ckpt_provider.operators.spark",
+                    "airflow_ckpt_provider.operators.commit",
+                    "airflow_ckpt_provider.operators.clear",
+                ],
+            }
+        ],
+        "sensors": [
+            {
+                "integration-name": "Checkpointed Spark",
+                "python-modules": ["airflow_ckpt_provider.sensors.checkpoint"],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": "Checkpointed Spark",
+                "python-modules": ["airflow_ckpt_provider.triggers.checkpoint"],
+            }
+        ],
+        "integrations": [
+            {
+                "integration-name": "Checkpointed Spark",
+                "external-doc-url": "https://pypi.org/project/airflow-ckpt-provider/",
+                "tags": ["apache", "software"],
+            }
+        ],
+        "config": {
+            "ckpt": {
+                "description": "Checkpoint stores of checkpointed Spark jobs.",
+                "options": {
+                    "base_uri": {
+                        "description": "Where stores live. Empty: local, under $AIRFLOW_HOME/checkpoints. "
+                        "Each task gets {base_uri}/{dag_id}/{task_id}/{run_id} unless the operator "
+                        "names its own checkpoint_uri.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "s3://my-bucket/checkpoints",
+                        "default": "",
+                    },
+                    "aws_conn_id": {
+                        "description": "Airflow connection for s3:// stores (empty: boto3's default chain).",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "aws_default",
+                        "default": "",
+                    },
+                    "retention_policy": {
+                        "description": "delete_after_success (per-run resume) or retain (incremental).",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "retain",
+                        "default": "delete_after_success",
+                    },
+                    "breaker_max_failures": {
+                        "description": "Consecutive store failures after which a job stops checkpointing "
+                        "and finishes anyway (the run is marked degraded).",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": "3",
+                        "default": "3",
+                    },
+                    "store_timeout_seconds": {
+                        "description": "Timeout of each store request (connect and read).",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "10",
+                        "default": "10",
+                    },
+                },
+            }
+        },
+    }

@@ -1,0 +1,114 @@
+"""The object layer under the store: a flat key space rooted at a URI.
+
+Both backends (local filesystem, S3) implement :class:`BlobStore`. The store's
+logic (epochs, manifests, commit) is written once against this interface, so
+both backends behave the same and pass one contract suite.
+
+Keys are ``/``-separated paths relative to the root, never starting with ``/``
+and never holding ``..``.
+"""
+
+from __future__ import annotations
+
+import abc
+import posixpath
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from airflow_ckpt_provider.store.errors import CheckpointError, PathOutsideRootError
+
+
+class BlobNotFoundError(CheckpointError, KeyError):
+    """The object does not exist (internal: the store turns it into a meaningful answer)."""
+
+
+@dataclass(frozen=True)
+class BlobInfo:
+    key: str
+    size: int
+    etag: str | None = None
+
+
+@dataclass(frozen=True)
+class PendingUpload:
+    """An incomplete multipart upload (S3 only)."""
+
+    key: str
+    upload_id: str
+
+
+def check_key(key: str) -> str:
+    """Reject keys that could escape the root."""
+    if not key or key.startswith("/") or "\\" in key or "\x00" in key:
+        raise PathOutsideRootError(f"invalid object key {key!r}: keys are relative '/'-separated paths")
+    if any(part in ("", ".", "..") for part in key.split("/")):
+        raise PathOutsideRootError(f"invalid object key {key!r}: '.', '..' and empty segments are not allowed")
+    return key
+
+
+class BlobStore(abc.ABC):
+    """A flat key space under :attr:`uri`. Implementations are thread-safe."""
+
+    #: Root URI without a trailing slash (``file:///abs/dir`` or ``s3://bucket/prefix``).
+    uri: str
+
+    #: Requests sent so far (S3: HTTP requests; local: filesystem operations). For benchmarks.
+    request_count: int = 0
+
+    def child_uri(self, key: str) -> str:
+        return f"{self.uri}/{check_key(key)}"
+
+    def relative_key(self, uri: str) -> str:
+        """The key of ``uri`` under this root; :class:`PathOutsideRootError` if it is not under it."""
+        prefix = self.uri + "/"
+        if not uri.startswith(prefix):
+            raise PathOutsideRootError(f"{uri!r} is not under {self.uri!r}")
+        key = uri[len(prefix) :]
+        normalized = posixpath.normpath(key)
+        if normalized != key:
+            raise PathOutsideRootError(f"{uri!r} is not a normalized path under {self.uri!r}")
+        return check_key(key)
+
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes, *, if_absent: bool = False, if_match: str | None = None) -> str:
+        """Write ``data`` at ``key`` atomically (readers see all of it or nothing) and durably.
+
+        ``if_absent``: fail with :class:`PreconditionFailedError` if the key exists.
+        ``if_match``: fail with :class:`PreconditionFailedError` unless the current etag equals it.
+        Returns the new etag.
+        """
+
+    @abc.abstractmethod
+    def get(self, key: str) -> tuple[bytes, str]:
+        """Content and etag; :class:`BlobNotFoundError` if absent."""
+
+    @abc.abstractmethod
+    def exists(self, key: str) -> bool: ...
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> Iterator[BlobInfo]:
+        """Every object whose key starts with ``prefix`` (recursively), in key order."""
+
+    @abc.abstractmethod
+    def list_dirs(self, prefix: str) -> list[str]:
+        """Names of the immediate "sub-directories" of ``prefix`` (which ends with ``/``)."""
+
+    @abc.abstractmethod
+    def delete_many(self, keys: Iterable[str]) -> list[str]:
+        """Delete the keys (missing ones are fine); returns the keys deleted or already absent."""
+
+    def list_pending_uploads(self, prefix: str = "") -> list[PendingUpload]:
+        """Incomplete multipart uploads under ``prefix`` (none on backends without them)."""
+        return []
+
+    def abort_upload(self, upload: PendingUpload) -> None:
+        """Abort an incomplete multipart upload (no-op on backends without them)."""
+
+    def get_if_exists(self, key: str) -> tuple[bytes, str] | None:
+        try:
+            return self.get(key)
+        except BlobNotFoundError:
+            return None
+
+    def close(self) -> None:
+        """Release connections."""

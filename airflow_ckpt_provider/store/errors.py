@@ -1,0 +1,78 @@
+"""Typed errors of the checkpoint store.
+
+Every error says what happened and what to do next. Nothing is deleted when one
+is raised: callers can fix the cause and retry.
+"""
+
+from __future__ import annotations
+
+
+class CheckpointError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class InvalidStoreUriError(CheckpointError, ValueError):
+    """The URI does not name a store (supported: ``file:///path``, a plain path, ``s3://bucket/prefix``)."""
+
+
+class InvalidCheckpointIdError(CheckpointError, ValueError):
+    """A checkpoint id is not an id: empty, too long, or holding ``/``, ``..`` or other unsafe characters."""
+
+
+class PathOutsideRootError(CheckpointError, ValueError):
+    """A path names a location outside the root it must stay under."""
+
+
+class StoreUnavailableError(CheckpointError):
+    """The store cannot be reached (network, missing bucket, credentials)."""
+
+
+class StoreAccessDeniedError(StoreUnavailableError):
+    """The store refused the credentials (wrong or missing keys, no permission)."""
+
+
+class StoreNotFoundError(StoreUnavailableError):
+    """The bucket (or the local root's parent directory) does not exist."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A manifest, key part or record of the store does not parse or is truncated."""
+
+
+class KeyTypeMismatchError(CheckpointError, TypeError):
+    """Keys of a different Arrow type than the keys already in the store."""
+
+
+class CheckpointAlreadySealedError(CheckpointError):
+    """Staging into, or sealing differently, a checkpoint whose manifest already exists."""
+
+
+class UnknownCheckpointError(CheckpointError, KeyError):
+    """A checkpoint id that the store does not hold (or does not hold sealed)."""
+
+
+class EpochConflictError(CheckpointError):
+    """Another submit opened an epoch on this store at the same time, or holds it open."""
+
+
+class EpochFencedError(CheckpointError):
+    """This writer's epoch is no longer the latest: a newer submit took over the store."""
+
+
+class NoEpochError(CheckpointError):
+    """The store has no epoch yet: call ``begin_epoch()`` (the operator does) first."""
+
+
+class OverlappingKeysError(CheckpointError):
+    """Two valid checkpoints hold the same key, so the output would hold it twice."""
+
+
+class CommitRefusedError(CheckpointError):
+    """The commit cannot proceed safely (for example a key overlap); nothing was deleted."""
+
+
+class PreconditionFailedError(CheckpointError):
+    """A conditional write lost: the object exists (create-if-absent) or changed (if-match).
+
+    Raised by the blob layer; the store turns it into a meaningful error.
+    """

@@ -1,0 +1,261 @@
+"""Plain records of the checkpoint store. All are immutable and JSON-round-trippable."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class CheckpointStatus(enum.StrEnum):
+    CHECKPOINTED = "checkpointed"
+    COMMITTED = "committed"
+
+
+class RetentionPolicy(enum.StrEnum):
+    """What the commit keeps of the checkpoint data.
+
+    ``DELETE_AFTER_SUCCESS``: per-run resume. After a successful commit every
+    checkpoint of the store is deleted; the next run starts from nothing.
+    ``RETAIN``: incremental processing (job bookmarks). Committed keys stay,
+    compacted into one snapshot so that a run reads one object, not every checkpoint.
+    """
+
+    DELETE_AFTER_SUCCESS = "delete_after_success"
+    RETAIN = "retain"
+
+
+@dataclass(frozen=True)
+class FileMetadata:
+    """An output file a checkpoint produced. ``path`` is an absolute URI (``file:///…`` or ``s3://…``)."""
+
+    path: str
+    size_bytes: int
+    num_rows: int
+    format: str = "parquet"
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> FileMetadata:
+        return cls(
+            path=str(data["path"]),
+            size_bytes=int(data["size_bytes"]),
+            num_rows=int(data["num_rows"]),
+            format=str(data.get("format", "parquet")),
+        )
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A sealed checkpoint (its manifest)."""
+
+    checkpoint_id: str
+    status: CheckpointStatus
+    epoch: int
+    partition: int | None
+    created_at: str
+    sealed_at: str
+    committed_at: str | None
+    key_parts: tuple[str, ...]
+    file_parts: tuple[str, ...]
+    num_keys: int
+    key_type: str | None
+    num_files: int
+    num_bytes: int
+    num_rows: int
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["status"] = self.status.value
+        data["key_parts"] = list(self.key_parts)
+        data["file_parts"] = list(self.file_parts)
+        data["metadata"] = dict(self.metadata)
+        data["format_version"] = 1
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Checkpoint:
+        return cls(
+            checkpoint_id=str(data["checkpoint_id"]),
+            status=CheckpointStatus(data["status"]),
+            epoch=int(data["epoch"]),
+            partition=None if data.get("partition") is None else int(data["partition"]),
+            created_at=str(data["created_at"]),
+            sealed_at=str(data["sealed_at"]),
+            committed_at=data.get("committed_at"),
+            key_parts=tuple(str(p) for p in data["key_parts"]),
+            file_parts=tuple(str(p) for p in data["file_parts"]),
+            num_keys=int(data["num_keys"]),
+            key_type=data.get("key_type"),
+            num_files=int(data["num_files"]),
+            num_bytes=int(data["num_bytes"]),
+            num_rows=int(data["num_rows"]),
+            metadata=dict(data.get("metadata") or {}),
+        )
+
+
+class EpochStatus(enum.StrEnum):
+    OPEN = "open"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    COMMITTED = "committed"
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """One submit's view of the store.
+
+    ``base`` is the exact set of checkpoint ids considered done when the epoch
+    began; ``base_snapshot`` the snapshot (compacted committed keys) it builds on.
+    """
+
+    number: int
+    owner: str | None
+    created_at: str
+    base: tuple[str, ...]
+    base_snapshot: int | None
+    expected_partitions: int | None
+    metadata: Mapping[str, Any]
+    status: EpochStatus = EpochStatus.OPEN
+    degraded: bool = False
+    ended_at: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format_version": 1,
+            "epoch": self.number,
+            "owner": self.owner,
+            "created_at": self.created_at,
+            "base": list(self.base),
+            "base_snapshot": self.base_snapshot,
+            "expected_partitions": self.expected_partitions,
+            "metadata": dict(self.metadata),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Epoch:
+        return cls(
+            number=int(data["epoch"]),
+            owner=data.get("owner"),
+            created_at=str(data["created_at"]),
+            base=tuple(str(i) for i in data["base"]),
+            base_snapshot=None if data.get("base_snapshot") is None else int(data["base_snapshot"]),
+            expected_partitions=(
+                None if data.get("expected_partitions") is None else int(data["expected_partitions"])
+            ),
+            metadata=dict(data.get("metadata") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What a commit did. ``unknown_files`` were found under the output roots with no
+    record of any writer of this store: they are reported, never deleted."""
+
+    epoch: int
+    committed_checkpoints: tuple[str, ...]
+    committed_files: tuple[FileMetadata, ...]
+    deleted_files: tuple[str, ...]
+    deleted_checkpoints: tuple[str, ...]
+    aborted_uploads: tuple[str, ...]
+    unknown_files: tuple[str, ...]
+    kept_unprovable: tuple[str, ...]
+    bytes_freed: int
+    degraded: bool
+    already_committed: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "committed_checkpoints": list(self.committed_checkpoints),
+            "committed_files": [f.to_json() for f in self.committed_files],
+            "deleted_files": list(self.deleted_files),
+            "deleted_checkpoints": list(self.deleted_checkpoints),
+            "aborted_uploads": list(self.aborted_uploads),
+            "unknown_files": list(self.unknown_files),
+            "kept_unprovable": list(self.kept_unprovable),
+            "bytes_freed": self.bytes_freed,
+            "degraded": self.degraded,
+            "already_committed": self.already_committed,
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """Counts only: safe for XCom and logs."""
+        return {
+            "epoch": self.epoch,
+            "checkpoints_committed": len(self.committed_checkpoints),
+            "files_committed": len(self.committed_files),
+            "rows_committed": sum(f.num_rows for f in self.committed_files),
+            "orphans_deleted": len(self.deleted_files),
+            "checkpoints_deleted": len(self.deleted_checkpoints),
+            "uploads_aborted": len(self.aborted_uploads),
+            "unknown_files": len(self.unknown_files),
+            "kept_unprovable": len(self.kept_unprovable),
+            "bytes_freed": self.bytes_freed,
+            "degraded": self.degraded,
+            "already_committed": self.already_committed,
+        }
+
+
+@dataclass(frozen=True)
+class ClearResult:
+    """What ``clear()`` or ``discard_uncommitted()`` deleted."""
+
+    epoch: int
+    deleted_checkpoints: tuple[str, ...]
+    deleted_files: tuple[str, ...]
+    deleted_snapshots: tuple[int, ...]
+    bytes_freed: int
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) | {
+            "deleted_checkpoints": list(self.deleted_checkpoints),
+            "deleted_files": list(self.deleted_files),
+            "deleted_snapshots": list(self.deleted_snapshots),
+        }
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A store's state at a glance (what the UI, CLI, hook and sensor show)."""
+
+    store_uri: str
+    epoch: Epoch | None
+    sealed_partitions: int
+    expected_partitions: int | None
+    valid_checkpoints: int
+    keys_done: int
+    files: int
+    bytes: int
+    rows: int
+    committed: bool
+    last_commit: Mapping[str, Any] | None
+    degraded_epochs: tuple[int, ...]
+    key_type: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "store_uri": self.store_uri,
+            "epoch": None if self.epoch is None else self.epoch.to_json()
+            | {"status": self.epoch.status.value, "degraded": self.epoch.degraded},
+            "sealed_partitions": self.sealed_partitions,
+            "expected_partitions": self.expected_partitions,
+            "valid_checkpoints": self.valid_checkpoints,
+            "keys_done": self.keys_done,
+            "files": self.files,
+            "bytes": self.bytes,
+            "rows": self.rows,
+            "committed": self.committed,
+            "last_commit": None if self.last_commit is None else dict(self.last_commit),
+            "degraded_epochs": list(self.degraded_epochs),
+            "key_type": self.key_type,
+        }
+
+
+def sequence_of_files(files: Sequence[FileMetadata | Mapping[str, Any]]) -> list[FileMetadata]:
+    return [f if isinstance(f, FileMetadata) else FileMetadata.from_json(f) for f in files]
