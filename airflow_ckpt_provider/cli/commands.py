@@ -1,0 +1,265 @@
+"""The subcommands of ``airflow-ckpt``: each takes an open store and prints one result.
+
+A command returns its exit code; typed store errors propagate to ``main``, which
+turns them into one line on stderr and exit code 2 (bad input) or 3 (unreachable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from airflow_ckpt_provider.cli import render
+from airflow_ckpt_provider.cli.preview import DeletionPreview, preview_clear, preview_discard
+from airflow_ckpt_provider.store import CheckpointStore
+from airflow_ckpt_provider.store.errors import CheckpointError, UnknownCheckpointError
+
+
+@dataclass(frozen=True)
+class Io:
+    out: TextIO
+    err: TextIO
+    stdin: TextIO
+
+
+class ConfirmationRequiredError(CheckpointError):
+    """A destructive command ran without a terminal to confirm on and without ``--yes``."""
+
+
+def _json(io: Io, data: Any) -> None:
+    io.out.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def list_checkpoints(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
+    checkpoints = store.list_checkpoints()
+    valid = {c.checkpoint_id for c in store.valid_checkpoints()}
+    if args.json:
+        _json(io, [c.to_json() | {"valid": c.checkpoint_id in valid} for c in checkpoints])
+        return 0
+    io.out.write(f"store: {store.uri}\n")
+    render.table(
+        ["ID", "STATUS", "VALID", "EPOCH", "PARTITION", "KEYS", "FILES", "ROWS", "SIZE", "SEALED AT"],
+        [
+            [
+                c.checkpoint_id,
+                c.status.value,
+                c.checkpoint_id in valid,
+                c.epoch,
+                c.partition,
+                c.num_keys,
+                c.num_files,
+                c.num_rows,
+                render.human_bytes(c.num_bytes),
+                c.sealed_at,
+            ]
+            for c in sorted(checkpoints, key=lambda c: (c.epoch, c.partition or -1, c.sealed_at))
+        ],
+        io.out,
+    )
+    return 0
+
+
+def show_checkpoint(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
+    checkpoint = store.get_checkpoint(args.checkpoint_id)
+    if checkpoint is None:
+        raise UnknownCheckpointError(
+            f"no sealed checkpoint {args.checkpoint_id!r} in {store.uri}; `airflow-ckpt list` shows the ids it holds"
+        )
+    valid = any(c.checkpoint_id == checkpoint.checkpoint_id for c in store.valid_checkpoints())
+    if args.json:
+        _json(io, checkpoint.to_json() | {"valid": valid})
+        return 0
+    render.fields(
+        {
+            "checkpoint": checkpoint.checkpoint_id,
+            "status": checkpoint.status.value,
+            "valid": valid,
+            "epoch": checkpoint.epoch,
+            "partition": checkpoint.partition,
+            "created at": checkpoint.created_at,
+            "sealed at": checkpoint.sealed_at,
+            "committed at": checkpoint.committed_at,
+            "keys": checkpoint.num_keys,
+            "key type": checkpoint.key_type,
+            "key parts": len(checkpoint.key_parts),
+            "files": checkpoint.num_files,
+            "rows": checkpoint.num_rows,
+            "size": render.human_bytes(checkpoint.num_bytes),
+        },
+        io.out,
+    )
+    if checkpoint.metadata:
+        io.out.write("metadata:\n")
+        for name, value in sorted(checkpoint.metadata.items()):
+            io.out.write(f"  {name}: {json.dumps(value, default=str)}\n")
+    return 0
+
+
+def progress(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
+    state = store.progress()
+    if args.json:
+        _json(io, state.to_json())
+        return 0
+    epoch = state.epoch
+    expected = state.expected_partitions
+    partitions = f"{state.sealed_partitions}/{expected}" if expected else f"{state.sealed_partitions}/?"
+    render.fields(
+        {
+            "store": state.store_uri,
+            "epoch": None if epoch is None else f"{epoch.number} ({epoch.status.value})",
+            "epoch owner": None if epoch is None else epoch.owner,
+            "partitions sealed": partitions,
+            "valid checkpoints": state.valid_checkpoints,
+            "keys done": state.keys_done,
+            "key type": state.key_type,
+            "files": state.files,
+            "rows": state.rows,
+            "size": render.human_bytes(state.bytes),
+            "committed": state.committed,
+            "degraded epochs": ", ".join(str(n) for n in state.degraded_epochs) or "none",
+        },
+        io.out,
+    )
+    if state.last_commit:
+        io.out.write("last commit:\n")
+        for name, value in sorted(state.last_commit.items()):
+            io.out.write(f"  {name}: {render.cell(value)}\n")
+    return 0
+
+
+def epochs(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
+    all_epochs = store.list_epochs()
+    if args.json:
+        _json(
+            io,
+            [
+                e.to_json() | {"status": e.status.value, "degraded": e.degraded, "ended_at": e.ended_at}
+                for e in all_epochs
+            ],
+        )
+        return 0
+    io.out.write(f"store: {store.uri}\n")
+    render.table(
+        ["EPOCH", "STATUS", "DEGRADED", "BASE", "EXPECTED", "OWNER", "CREATED AT", "ENDED AT"],
+        [
+            [
+                e.number,
+                e.status.value,
+                e.degraded,
+                len(e.base),
+                e.expected_partitions,
+                e.owner,
+                e.created_at,
+                e.ended_at,
+            ]
+            for e in all_epochs
+        ],
+        io.out,
+    )
+    return 0
+
+
+def keys(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
+    if args.limit < 0:
+        raise CheckpointError(f"--limit must be 0 (all) or positive, not {args.limit}")
+    limit = args.limit or None
+    # Read part by part and stop at the limit: a store can hold far more keys than fit a screen.
+    shown: list[Any] = []
+    for source in store.key_sources():
+        column = store.read_key_source(source).column("key").to_pylist()
+        shown.extend(column if limit is None else column[: limit - len(shown)])
+        if limit is not None and len(shown) >= limit:
+            break
+    total = store.progress().keys_done
+    if args.json:
+        _json(io, {"keys": shown, "shown": len(shown), "total": total})
+        return 0
+    for key in shown:
+        io.out.write(f"{key}\n")
+    if len(shown) < total:
+        io.err.write(f"({len(shown)} of {total} keys shown; --limit 0 shows all)\n")
+    return 0
+
+
+def commit(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
+    result = store.commit(output_roots=args.output_root or None, degraded=args.degraded)
+    if args.json:
+        _json(io, result.to_json())
+        return 0
+    render.fields(result.summary(), io.out)
+    if result.unknown_files:
+        io.out.write("files under the output roots that no writer of this store recorded (kept; check them):\n")
+        for path in result.unknown_files:
+            io.out.write(f"  {path}\n")
+    if result.kept_unprovable:
+        io.out.write("files kept because the run was degraded and they cannot be proven orphaned:\n")
+        for path in result.kept_unprovable:
+            io.out.write(f"  {path}\n")
+    return 0
+
+
+def _confirm(preview: DeletionPreview, args: argparse.Namespace, io: Io) -> bool:
+    """Show what will be deleted; ask on a terminal unless ``--yes``."""
+    if not args.json:
+        io.out.write(preview.describe() + "\n")
+    if args.yes or preview.nothing_to_delete:
+        return True
+    if not io.stdin.isatty():
+        raise ConfirmationRequiredError(
+            f"refusing to {preview.action} without confirmation: no terminal to ask on; pass --yes to confirm"
+        )
+    io.err.write(f"Type 'yes' to {preview.action}: ")
+    io.err.flush()
+    answer = io.stdin.readline().strip().lower()
+    if answer != "yes":
+        io.err.write("nothing deleted\n")
+        return False
+    return True
+
+
+def _destroy(store: CheckpointStore, args: argparse.Namespace, io: Io, *, discard: bool) -> int:
+    preview = preview_discard(store) if discard else preview_clear(store)
+    if not _confirm(preview, args, io):
+        return 1
+    result = store.discard_uncommitted() if discard else store.clear()
+    if args.json:
+        _json(io, {"preview": preview.to_json(), "result": result.to_json()})
+        return 0
+    render.fields(
+        {
+            "checkpoints deleted": len(result.deleted_checkpoints),
+            "files deleted": len(result.deleted_files),
+            "snapshots deleted": len(result.deleted_snapshots),
+            "freed": render.human_bytes(result.bytes_freed),
+        },
+        io.out,
+    )
+    return 0
+
+
+def clear(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
+    return _destroy(store, args, io, discard=False)
+
+
+def discard(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
+    return _destroy(store, args, io, discard=True)
+
+
+def check(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
+    """Exit 1 when the report holds problems (notes alone are expected leftovers)."""
+    run_check = getattr(store, "check", None)
+    if run_check is None:
+        raise CheckpointError("this version of the store has no consistency check; upgrade airflow-ckpt-provider")
+    report = run_check()
+    if args.json:
+        _json(io, report.to_json())
+        return 0 if report.ok else 1
+    io.out.write(f"store: {report.store_uri}\n")
+    for title, items in (("problems", report.problems), ("notes", report.notes)):
+        io.out.write(f"{title}: {len(items)}\n")
+        for item in items:
+            io.out.write(f"  - {item}\n")
+    io.out.write("consistent\n" if report.ok else "PROBLEMS FOUND: the next commit may refuse; see above\n")
+    return 0 if report.ok else 1

@@ -1,0 +1,115 @@
+"""What ``clear()`` and ``discard_uncommitted()`` would delete, told before they run.
+
+Both the command line and the UI plugin show this text in their confirmation, so a
+person always reads what is about to go before saying yes. The preview reads the
+store only (it never changes it) and raises the store's typed errors, so a store
+that cannot be read is never cleared from the UI on a guess.
+
+``epoch`` is the latest epoch number when the preview was taken: the UI sends it
+back with the action and the action is refused if the store moved on meanwhile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from airflow_ckpt_provider.cli.render import human_bytes
+from airflow_ckpt_provider.store import CheckpointStore
+from airflow_ckpt_provider.store.model import CheckpointStatus
+
+
+@dataclass(frozen=True)
+class DeletionPreview:
+    action: str  # "clear" or "discard"
+    store_uri: str
+    epoch: int | None
+    checkpoints: int  # sealed checkpoints that will be deleted
+    committed_checkpoints: int  # of those, committed (clear only; discard keeps them)
+    unsealed_directories: int  # leftovers of failed attempts, deleted too
+    keys: int  # done keys that will be forgotten (the next run reprocesses them)
+    uncommitted_files: int  # output files of uncommitted sealed checkpoints, deleted
+    uncommitted_bytes: int
+    snapshots: int  # compacted key snapshots deleted (clear only)
+    kept_checkpoints: int  # committed checkpoints kept (discard only)
+
+    @property
+    def nothing_to_delete(self) -> bool:
+        return not (self.checkpoints or self.unsealed_directories or self.snapshots or self.keys)
+
+    def describe(self) -> str:
+        """One paragraph a person can confirm."""
+        if self.nothing_to_delete:
+            return f"Nothing to {self.action} in {self.store_uri}."
+        if self.action == "clear":
+            text = (
+                f"Clear {self.store_uri}: delete all {self.checkpoints} checkpoint(s) "
+                f"({self.committed_checkpoints} committed)"
+            )
+            if self.snapshots:
+                text += f" and {self.snapshots} key snapshot(s)"
+            text += f"; the next run reprocesses all {self.keys} key(s)."
+        else:
+            text = (
+                f"Discard uncommitted work in {self.store_uri}: delete {self.checkpoints} uncommitted "
+                f"checkpoint(s); their {self.keys} key(s) will be reprocessed by the next run. "
+                f"{self.kept_checkpoints} committed checkpoint(s) are kept."
+            )
+        if self.unsealed_directories:
+            text += f" Also {self.unsealed_directories} unsealed leftover(s) of failed attempts."
+        if self.uncommitted_files:
+            text += (
+                f" Output files of uncommitted checkpoints are deleted: {self.uncommitted_files} file(s), "
+                f"{human_bytes(self.uncommitted_bytes)} (plus any partial files of failed attempts)."
+            )
+        text += " Committed output files are never deleted."
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self) | {"description": self.describe(), "nothing_to_delete": self.nothing_to_delete}
+
+
+def _counts(store: CheckpointStore) -> tuple[int | None, list[Any], set[str], int, int]:
+    epoch = store.current_epoch()
+    checkpoints = store.list_checkpoints()
+    valid_ids = {c.checkpoint_id for c in store.valid_checkpoints()}
+    sealed_ids = {c.checkpoint_id for c in checkpoints}
+    unsealed = len([d for d in store.blobs.list_dirs("checkpoints/") if d not in sealed_ids])
+    snapshots = len(store.blobs.list_dirs("snapshots/"))
+    return (None if epoch is None else epoch.number), checkpoints, valid_ids, unsealed, snapshots
+
+
+def preview_clear(store: CheckpointStore) -> DeletionPreview:
+    epoch, checkpoints, _valid, unsealed, snapshots = _counts(store)
+    uncommitted = [c for c in checkpoints if c.status is not CheckpointStatus.COMMITTED]
+    return DeletionPreview(
+        action="clear",
+        store_uri=store.uri,
+        epoch=epoch,
+        checkpoints=len(checkpoints),
+        committed_checkpoints=len(checkpoints) - len(uncommitted),
+        unsealed_directories=unsealed,
+        keys=store.progress().keys_done,
+        uncommitted_files=sum(c.num_files for c in uncommitted),
+        uncommitted_bytes=sum(c.num_bytes for c in uncommitted),
+        snapshots=snapshots,
+        kept_checkpoints=0,
+    )
+
+
+def preview_discard(store: CheckpointStore) -> DeletionPreview:
+    epoch, checkpoints, valid_ids, unsealed, _snapshots = _counts(store)
+    uncommitted = [c for c in checkpoints if c.status is not CheckpointStatus.COMMITTED]
+    return DeletionPreview(
+        action="discard",
+        store_uri=store.uri,
+        epoch=epoch,
+        checkpoints=len(uncommitted),
+        committed_checkpoints=0,
+        unsealed_directories=unsealed,
+        keys=sum(c.num_keys for c in uncommitted if c.checkpoint_id in valid_ids),
+        uncommitted_files=sum(c.num_files for c in uncommitted),
+        uncommitted_bytes=sum(c.num_bytes for c in uncommitted),
+        snapshots=0,
+        kept_checkpoints=len(checkpoints) - len(uncommitted),
+    )

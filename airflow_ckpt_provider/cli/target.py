@@ -1,0 +1,98 @@
+"""Which store a command works on: a URI, or an Airflow task instance's default store.
+
+A plain URI needs nothing from Airflow, so the tool runs on a laptop with only the
+store's dependencies. Airflow is imported only to turn ``--dag-id/--task-id/--run-id``
+into the store URI the operator would use, or ``--aws-conn-id`` into credentials.
+Credentials never come from flags (they would show in ``ps``): boto3 reads them from
+the environment (``AWS_ACCESS_KEY_ID``, ``AWS_PROFILE``, …) or an Airflow connection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_ckpt_provider.store import CheckpointStore, open_store
+from airflow_ckpt_provider.store.errors import CheckpointError
+
+
+class TargetError(CheckpointError):
+    """The command line does not name exactly one store."""
+
+
+@dataclass(frozen=True)
+class StoreTarget:
+    uri: str | None
+    dag_id: str | None = None
+    task_id: str | None = None
+    run_id: str | None = None
+    aws_conn_id: str | None = None
+    endpoint_url: str | None = None
+    region: str | None = None
+    timeout_seconds: float | None = None
+
+    @property
+    def names_task_instance(self) -> bool:
+        return any(v is not None for v in (self.dag_id, self.task_id, self.run_id))
+
+    def validate(self) -> None:
+        if self.names_task_instance:
+            missing = [
+                flag
+                for flag, value in (
+                    ("--dag-id", self.dag_id),
+                    ("--task-id", self.task_id),
+                    ("--run-id", self.run_id),
+                )
+                if not value
+            ]
+            if missing:
+                raise TargetError(
+                    f"missing {', '.join(missing)}: a task instance's store needs all of "
+                    "--dag-id, --task-id and --run-id"
+                )
+            if self.uri is not None:
+                raise TargetError("give either a store URI or --dag-id/--task-id/--run-id, not both")
+        elif not self.uri:
+            raise TargetError(
+                "no store given: pass a store URI (file:///path, /path or s3://bucket/prefix) "
+                "or --dag-id, --task-id and --run-id"
+            )
+
+    def store_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        if self.endpoint_url:
+            options["endpoint_url"] = self.endpoint_url
+        if self.region:
+            options["region_name"] = self.region
+        if self.timeout_seconds is not None:
+            options["timeout_seconds"] = self.timeout_seconds
+        return options
+
+
+def resolve_uri(target: StoreTarget) -> str:
+    """The store URI of ``target`` (importing Airflow only for a task instance)."""
+    target.validate()
+    if not target.names_task_instance:
+        assert target.uri is not None
+        return target.uri
+    from airflow_ckpt_provider.hooks.config import default_checkpoint_uri
+
+    assert target.dag_id and target.task_id and target.run_id
+    return default_checkpoint_uri(target.dag_id, target.task_id, target.run_id)
+
+
+def open_target(target: StoreTarget) -> CheckpointStore:
+    """Open the store ``target`` names. Raises typed store errors for bad URIs."""
+    uri = resolve_uri(target)
+    options = target.store_options()
+    if target.aws_conn_id:
+        options = _connection_options(target.aws_conn_id) | options
+    return open_store(uri, **options)
+
+
+def _connection_options(aws_conn_id: str) -> dict[str, Any]:
+    """Store options (credentials included) of an Airflow AWS connection, via the provider's hook."""
+    from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
+
+    return dict(CheckpointHook(aws_conn_id=aws_conn_id).store_options())
