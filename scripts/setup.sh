@@ -15,7 +15,7 @@ if ! "$PY" -m uv --version >/dev/null 2>&1; then
   "$PY" -m pip install --quiet --disable-pip-version-check uv
 fi
 [ -x .venv/bin/python ] || "$PY" -m uv venv --quiet --python "$PY" .venv
-VIRTUAL_ENV="$PWD/.venv" "$PY" -m uv pip install --quiet -e ".[test]"
+"$PY" -m uv pip install --quiet --python .venv/bin/python -e ".[test]"
 
 # Headless Chromium + driver for the UI browser test (Debian packages).
 if [ "${CKPT_SKIP_BROWSER:-0}" != "1" ] && ! command -v chromedriver >/dev/null 2>&1; then
