@@ -76,3 +76,7 @@ class PreconditionFailedError(CheckpointError):
 
     Raised by the blob layer; the store turns it into a meaningful error.
     """
+
+
+class InvalidKeysError(CheckpointError, ValueError):
+    """Keys that cannot identify input: nulls, mixed types, unsupported nested types."""

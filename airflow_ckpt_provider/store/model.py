@@ -104,6 +104,7 @@ class EpochStatus(enum.StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     COMMITTED = "committed"
+    CLEARED = "cleared"
 
 
 @dataclass(frozen=True)
@@ -145,9 +146,7 @@ class Epoch:
             created_at=str(data["created_at"]),
             base=tuple(str(i) for i in data["base"]),
             base_snapshot=None if data.get("base_snapshot") is None else int(data["base_snapshot"]),
-            expected_partitions=(
-                None if data.get("expected_partitions") is None else int(data["expected_partitions"])
-            ),
+            expected_partitions=(None if data.get("expected_partitions") is None else int(data["expected_partitions"])),
             metadata=dict(data.get("metadata") or {}),
         )
 
@@ -241,8 +240,9 @@ class Progress:
     def to_json(self) -> dict[str, Any]:
         return {
             "store_uri": self.store_uri,
-            "epoch": None if self.epoch is None else self.epoch.to_json()
-            | {"status": self.epoch.status.value, "degraded": self.epoch.degraded},
+            "epoch": None
+            if self.epoch is None
+            else self.epoch.to_json() | {"status": self.epoch.status.value, "degraded": self.epoch.degraded},
             "sealed_partitions": self.sealed_partitions,
             "expected_partitions": self.expected_partitions,
             "valid_checkpoints": self.valid_checkpoints,
@@ -254,6 +254,36 @@ class Progress:
             "last_commit": None if self.last_commit is None else dict(self.last_commit),
             "degraded_epochs": list(self.degraded_epochs),
             "key_type": self.key_type,
+        }
+
+
+@dataclass(frozen=True)
+class KeySource:
+    """One object holding done keys (a checkpoint's key part or the snapshot). Picklable."""
+
+    key: str
+    format: str = "arrow"  # "arrow" (IPC stream) or "parquet"
+
+
+@dataclass(frozen=True)
+class ConsistencyReport:
+    """What ``check()`` found. ``problems`` break guarantees; ``notes`` are expected leftovers
+    (dangling directories of failed attempts, duplicate attempts) that the next commit removes."""
+
+    store_uri: str
+    problems: tuple[str, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "store_uri": self.store_uri,
+            "ok": self.ok,
+            "problems": list(self.problems),
+            "notes": list(self.notes),
         }
 
 

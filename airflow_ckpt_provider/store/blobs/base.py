@@ -11,6 +11,7 @@ and never holding ``..``.
 from __future__ import annotations
 
 import abc
+import builtins
 import posixpath
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -90,14 +91,14 @@ class BlobStore(abc.ABC):
         """Every object whose key starts with ``prefix`` (recursively), in key order."""
 
     @abc.abstractmethod
-    def list_dirs(self, prefix: str) -> list[str]:
+    def list_dirs(self, prefix: str) -> builtins.list[str]:
         """Names of the immediate "sub-directories" of ``prefix`` (which ends with ``/``)."""
 
     @abc.abstractmethod
-    def delete_many(self, keys: Iterable[str]) -> list[str]:
+    def delete_many(self, keys: Iterable[str]) -> builtins.list[str]:
         """Delete the keys (missing ones are fine); returns the keys deleted or already absent."""
 
-    def list_pending_uploads(self, prefix: str = "") -> list[PendingUpload]:
+    def list_pending_uploads(self, prefix: str = "") -> builtins.list[PendingUpload]:
         """Incomplete multipart uploads under ``prefix`` (none on backends without them)."""
         return []
 

@@ -1,0 +1,226 @@
+"""Local-filesystem object layer: the embedded default.
+
+Atomicity comes from the OS: every write goes to a temporary file in the target
+directory, is fsynced, then appears under its name in one step — ``os.link`` for
+create-if-absent (fails if the name exists), ``os.replace`` otherwise. Temporary
+files start with ``.`` and are never listed. ``if_match`` updates serialize on a
+lock file at the root (``fcntl``), since POSIX has no compare-and-swap on content.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import threading
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from airflow_ckpt_provider.store.blobs.base import BlobInfo, BlobNotFoundError, BlobStore, check_key
+from airflow_ckpt_provider.store.errors import (
+    InvalidStoreUriError,
+    PreconditionFailedError,
+    StoreAccessDeniedError,
+    StoreNotFoundError,
+    StoreUnavailableError,
+)
+
+_LOCK_NAME = ".ckpt.lock"
+
+
+def local_path_of(uri: str) -> Path:
+    """``file:///a/b`` or ``/a/b`` → ``Path('/a/b')`` (absolute, normalized)."""
+    if uri.startswith("file:"):
+        parsed = urlparse(uri)
+        if parsed.netloc not in ("", "localhost"):
+            raise InvalidStoreUriError(f"{uri!r}: file URIs must be local (file:///absolute/path)")
+        raw = unquote(parsed.path)
+    else:
+        raw = uri
+    if not raw or not os.path.isabs(raw):
+        raise InvalidStoreUriError(
+            f"{uri!r} is not an absolute local path: use file:///absolute/path or /absolute/path"
+        )
+    return Path(os.path.normpath(raw))
+
+
+def _etag(data: bytes) -> str:
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()
+
+
+class LocalBlobStore(BlobStore):
+    """Objects are files under a root directory (created on first write)."""
+
+    def __init__(self, uri: str) -> None:
+        self.root = local_path_of(uri)
+        self.uri = "file://" + str(self.root).rstrip("/")
+        self.request_count = 0
+        self._count_lock = threading.Lock()
+        self._thread_lock = threading.Lock()
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _count(self) -> None:
+        with self._count_lock:
+            self.request_count += 1
+
+    def _path(self, key: str) -> Path:
+        return self.root / check_key(key)
+
+    def _fail(self, exc: OSError, what: str) -> StoreUnavailableError:
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return StoreAccessDeniedError(f"{what}: permission denied under {self.root} ({exc.strerror})")
+        if exc.errno == errno.ENOSPC:
+            return StoreUnavailableError(f"{what}: no space left on the device holding {self.root}")
+        return StoreUnavailableError(f"{what} under {self.root} failed: {exc}")
+
+    def _write_temp(self, path: Path, data: bytes) -> Path:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except FileNotFoundError as exc:  # pragma: no cover - racing rmtree
+            raise StoreNotFoundError(f"cannot create {path.parent}: {exc}") from exc
+        tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return tmp
+
+    @staticmethod
+    def _fsync_dir(path: Path) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def _root_lock(self) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with self._thread_lock, open(self.root / _LOCK_NAME, "a+b") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    # -- BlobStore ---------------------------------------------------------------------------
+
+    def put(self, key: str, data: bytes, *, if_absent: bool = False, if_match: str | None = None) -> str:
+        path = self._path(key)
+        self._count()
+        try:
+            if if_match is not None:
+                with self._root_lock():
+                    try:
+                        current = path.read_bytes()
+                    except FileNotFoundError as exc:
+                        raise PreconditionFailedError(f"{key} does not exist (if-match {if_match})") from exc
+                    if _etag(current) != if_match:
+                        raise PreconditionFailedError(f"{key} changed (if-match {if_match})")
+                    tmp = self._write_temp(path, data)
+                    os.replace(tmp, path)
+            else:
+                tmp = self._write_temp(path, data)
+                if if_absent:
+                    try:
+                        os.link(tmp, path)
+                    except FileExistsError as exc:
+                        raise PreconditionFailedError(f"{key} already exists") from exc
+                    finally:
+                        os.unlink(tmp)
+                else:
+                    os.replace(tmp, path)
+            self._fsync_dir(path.parent)
+        except PreconditionFailedError:
+            raise
+        except OSError as exc:
+            raise self._fail(exc, f"writing {key}") from exc
+        return _etag(data)
+
+    def get(self, key: str) -> tuple[bytes, str]:
+        self._count()
+        try:
+            data = self._path(key).read_bytes()
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            raise BlobNotFoundError(key) from exc
+        except IsADirectoryError as exc:
+            raise BlobNotFoundError(key) from exc
+        except OSError as exc:
+            raise self._fail(exc, f"reading {key}") from exc
+        return data, _etag(data)
+
+    def exists(self, key: str) -> bool:
+        self._count()
+        return self._path(key).is_file()
+
+    def list(self, prefix: str = "") -> Iterator[BlobInfo]:
+        self._count()
+        # Walk only the directory that can hold the prefix.
+        base_dir = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root
+        if not base_dir.is_dir():
+            return iter(())
+        found: builtins.list[BlobInfo] = []
+        for dirpath, dirnames, filenames in os.walk(base_dir):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            rel_dir = os.path.relpath(dirpath, self.root)
+            for name in filenames:
+                if name.startswith("."):
+                    continue
+                key = name if rel_dir == "." else f"{rel_dir}/{name}"
+                if not key.startswith(prefix):
+                    continue
+                try:
+                    size = os.stat(os.path.join(dirpath, name)).st_size
+                except FileNotFoundError:
+                    continue
+                found.append(BlobInfo(key=key, size=size))
+        found.sort(key=lambda info: info.key)
+        return iter(found)
+
+    def list_dirs(self, prefix: str) -> builtins.list[str]:
+        self._count()
+        directory = self.root / prefix.rstrip("/") if prefix else self.root
+        try:
+            return sorted(
+                entry.name for entry in os.scandir(directory) if entry.is_dir() and not entry.name.startswith(".")
+            )
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise self._fail(exc, f"listing {prefix}") from exc
+
+    def delete_many(self, keys: Iterable[str]) -> builtins.list[str]:
+        deleted: list[str] = []
+        parents: set[Path] = set()
+        for key in keys:
+            self._count()
+            path = self._path(key)
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise self._fail(exc, f"deleting {key}") from exc
+            deleted.append(key)
+            parents.add(path.parent)
+        # Empty directories are not objects: prune them so listings stay cheap.
+        for parent in sorted(parents, key=lambda p: len(p.parts), reverse=True):
+            directory = parent
+            while directory != self.root and self.root in directory.parents:
+                try:
+                    directory.rmdir()
+                except OSError:
+                    break
+                directory = directory.parent
+        return deleted

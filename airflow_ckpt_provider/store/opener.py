@@ -1,0 +1,93 @@
+"""``open_store``: a store from a URI and options (the only place that knows the backends)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_ckpt_provider.store.blobs.base import BlobStore
+from airflow_ckpt_provider.store.errors import InvalidStoreUriError
+from airflow_ckpt_provider.store.store import CheckpointStore
+
+#: Options that configure the store itself rather than its blob backend.
+STORE_OPTIONS = ("breaker_max_failures", "max_workers")
+#: Options that hold secrets: never log them, never put them on a command line.
+SECRET_OPTIONS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
+_S3_OPTIONS = (
+    "endpoint_url",
+    "region_name",
+    "timeout_seconds",
+    "max_attempts",
+    "max_pool_connections",
+    "page_size",
+    *SECRET_OPTIONS,
+)
+
+
+def open_blobs(uri: str, **options: Any) -> BlobStore:
+    """The object layer rooted at ``uri`` (a store root or an output directory)."""
+    if not isinstance(uri, str) or not uri.strip():
+        raise InvalidStoreUriError(
+            "a store URI is required: file:///absolute/path, /absolute/path or s3://bucket/prefix"
+        )
+    uri = uri.strip()
+    if uri.startswith("s3://") or uri.startswith("s3a://"):
+        from airflow_ckpt_provider.store.blobs.s3 import S3BlobStore
+
+        if uri.startswith("s3a://"):
+            uri = "s3://" + uri[len("s3a://") :]
+        bucket = uri[len("s3://") :].split("/", 1)[0]
+        if not bucket:
+            raise InvalidStoreUriError(f"{uri!r} names no bucket: use s3://bucket/prefix")
+        s3_kwargs = {k: v for k, v in options.items() if k in _S3_OPTIONS and v is not None}
+        if options.get("boto3_session") is not None:
+            s3_kwargs["boto3_session"] = options["boto3_session"]
+        return S3BlobStore(uri, **s3_kwargs)
+    if uri.startswith("file:") or os.path.isabs(uri):
+        from airflow_ckpt_provider.store.blobs.local import LocalBlobStore
+
+        return LocalBlobStore(uri)
+    scheme = uri.split("://", 1)[0] if "://" in uri else None
+    raise InvalidStoreUriError(
+        f"{uri!r} is not a store URI"
+        + (f" (scheme {scheme!r} is not supported)" if scheme else " (relative paths are ambiguous)")
+        + ": use file:///absolute/path, /absolute/path or s3://bucket/prefix"
+    )
+
+
+def open_store(uri: str, **options: Any) -> CheckpointStore:
+    """Open the checkpoint store at ``uri``. Nothing is created until the first write.
+
+    ``uri``: ``file:///abs/dir``, ``/abs/dir`` or ``s3://bucket/prefix``. Options:
+    ``endpoint_url``, ``region_name``, ``aws_access_key_id``, ``aws_secret_access_key``,
+    ``aws_session_token`` or ``boto3_session`` (S3); ``timeout_seconds`` (per request,
+    default 10), ``max_attempts`` (retries, default 3), ``breaker_max_failures``
+    (default 3), ``max_workers`` (parallel reads, default 16). Raises
+    :class:`InvalidStoreUriError`; reachability errors surface on first use.
+    """
+    unknown = set(options) - set(STORE_OPTIONS) - set(_S3_OPTIONS) - {"boto3_session"}
+    if unknown:
+        raise InvalidStoreUriError(f"unknown store options {sorted(unknown)}")
+    blobs = open_blobs(uri, **options)
+    serialisable = {k: v for k, v in options.items() if k != "boto3_session" and v is not None}
+
+    def opener(output_uri: str) -> BlobStore:
+        return open_blobs(output_uri, **options)
+
+    return CheckpointStore(
+        blobs,
+        options=serialisable,
+        breaker_max_failures=int(options.get("breaker_max_failures") or 3),
+        max_workers=int(options.get("max_workers") or 16),
+        blob_opener=opener,
+    )
+
+
+def public_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` without secrets: safe for logs, XCom and Spark confs."""
+    return {k: v for k, v in options.items() if k not in SECRET_OPTIONS and k != "boto3_session"}
+
+
+def secret_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in options.items() if k in SECRET_OPTIONS and v is not None}
