@@ -381,23 +381,23 @@ class CheckpointStore:
         def seal() -> None:
             with self._lock:
                 pending = self._pending.setdefault(checkpoint_id, _Pending())
+            if not (pending.key_parts or pending.file_parts):
+                # Nothing staged by this process: a re-seal (idempotent), or an empty checkpoint.
+                existing = self._get_manifest(checkpoint_id)
+                if existing is not None:
+                    result.append(existing)
+                    return
+                foreign = self.blobs.list(f"checkpoints/{checkpoint_id}/")
+                if any("/keys/" in b.key or "/files/" in b.key for b in foreign):
+                    raise CheckpointAlreadySealedError(
+                        f"checkpoint {checkpoint_id} has parts staged by another process; "
+                        "each attempt must seal its own new_checkpoint_id()"
+                    )
             if not self.is_current_epoch(epoch):
                 raise EpochFencedError(
                     f"epoch {epoch} of {self.uri} was superseded by a newer submit; checkpoint "
                     f"{checkpoint_id} is not sealed (its work will be redone by the newer run)"
                 )
-            if checkpoint_id not in self._sealed_here and not (pending.key_parts or pending.file_parts):
-                # Nothing staged here: refuse to seal over parts another process staged.
-                foreign = list(self.blobs.list(f"checkpoints/{checkpoint_id}/"))
-                if any("/keys/" in b.key or "/files/" in b.key for b in foreign):
-                    existing = self._get_manifest(checkpoint_id)
-                    if existing is not None:
-                        result.append(existing)
-                        return
-                    raise CheckpointAlreadySealedError(
-                        f"checkpoint {checkpoint_id} has parts staged by another process; "
-                        "each attempt must seal its own new_checkpoint_id()"
-                    )
             failpoint("store.checkpoint.before_manifest")
             manifest = Checkpoint(
                 checkpoint_id=checkpoint_id,

@@ -1,0 +1,43 @@
+"""Test helpers that play the part of a Spark task writing through the store."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from airflow_ckpt_provider.store import Checkpoint, CheckpointStore, FileMetadata, new_checkpoint_id
+from tests.store.conftest import Backend
+
+
+def write_task(
+    store: CheckpointStore,
+    backend: Backend,
+    *,
+    epoch: int,
+    partition: int | None,
+    keys: Sequence[object],
+    seal: bool = True,
+    files: int = 1,
+) -> tuple[str, list[str], Checkpoint | None]:
+    """Record intents, write output files, stage keys and files, seal (like one Spark task)."""
+    checkpoint_id = new_checkpoint_id()
+    paths: list[str] = []
+    metas: list[FileMetadata] = []
+    for index in range(files):
+        name = f"part-{partition}-{index}-e{epoch}-{checkpoint_id}.parquet"
+        path = f"{backend.output_uri}/{name}"
+        store.record_intent(checkpoint_id, [path], epoch=epoch)
+        backend.write_output(name, b"x" * (10 + index))
+        paths.append(path)
+        metas.append(FileMetadata(path=path, size_bytes=10 + index, num_rows=len(keys)))
+    store.stage_keys(checkpoint_id, list(keys))
+    store.stage_files(checkpoint_id, metas)
+    sealed = store.checkpoint(checkpoint_id, epoch=epoch, partition=partition) if seal else None
+    return checkpoint_id, paths, sealed
+
+
+def done_keys(store: CheckpointStore) -> list[object]:
+    return sorted(store.get_checkpointed_keys().column("key").to_pylist())
+
+
+def names(paths: Sequence[str]) -> set[str]:
+    return {p.rsplit("/", 1)[-1] for p in paths}

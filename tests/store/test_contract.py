@@ -1,0 +1,465 @@
+"""The store contract, run against the local backend and the real S3 server."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pyarrow as pa
+import pytest
+
+from airflow_ckpt_provider import failpoints
+from airflow_ckpt_provider.store import (
+    CheckpointAlreadySealedError,
+    CheckpointStatus,
+    CommitRefusedError,
+    EpochConflictError,
+    EpochFencedError,
+    EpochStatus,
+    FileMetadata,
+    InvalidCheckpointIdError,
+    InvalidKeysError,
+    KeyTypeMismatchError,
+    NoEpochError,
+    RetentionPolicy,
+    UnknownCheckpointError,
+    new_checkpoint_id,
+    open_store,
+)
+from tests.store.conftest import Backend
+from tests.store.helpers import done_keys, names, write_task
+
+
+@pytest.fixture(autouse=True)
+def _no_failpoints() -> None:
+    failpoints.disable_all()
+
+
+# ---------------------------------------------------------------- lifecycle
+
+
+def test_staged_data_is_invisible_until_sealed(backend: Backend) -> None:
+    store = backend.store()
+    epoch = store.begin_epoch(owner="t")
+    checkpoint_id, _, _ = write_task(store, backend, epoch=epoch.number, partition=0, keys=["a", "b"], seal=False)
+    assert done_keys(store) == []
+    assert store.get_checkpointed_files() == []
+    assert store.get_checkpoint(checkpoint_id) is None
+    assert store.list_checkpoints() == []
+
+    sealed = store.checkpoint(checkpoint_id, epoch=epoch.number, partition=0)
+    assert sealed is not None and sealed.status is CheckpointStatus.CHECKPOINTED
+    assert done_keys(store) == ["a", "b"]
+    assert [f.num_rows for f in store.get_checkpointed_files()] == [2]
+    again = store.get_checkpoint(checkpoint_id)
+    assert again is not None and again.num_keys == 2 and again.key_type == "string"
+
+
+def test_every_call_is_idempotent_where_documented(backend: Backend) -> None:
+    store = backend.store()
+    epoch = store.begin_epoch(owner="t")
+    checkpoint_id, _, sealed = write_task(store, backend, epoch=epoch.number, partition=0, keys=[1, 2, 3])
+    # Sealing again with the same parts returns the manifest, from this process or another.
+    assert store.checkpoint(checkpoint_id, epoch=epoch.number, partition=0) is not None
+    other = backend.store()
+    resealed = other.checkpoint(checkpoint_id, epoch=epoch.number, partition=0)
+    assert resealed is not None and sealed is not None and resealed.key_parts == sealed.key_parts
+    with pytest.raises(CheckpointAlreadySealedError):
+        store.stage_keys(checkpoint_id, [4])
+
+    store.mark_committed([checkpoint_id])
+    store.mark_committed([checkpoint_id])
+    committed = store.get_checkpoint(checkpoint_id)
+    assert committed is not None and committed.status is CheckpointStatus.COMMITTED
+    assert store.get_checkpointed_files() == []  # committed files are no longer pending
+    assert done_keys(store) == [1, 2, 3]  # but the keys stay done
+    with pytest.raises(UnknownCheckpointError):
+        store.mark_committed([new_checkpoint_id()])
+
+    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    first = store.commit([backend.output_uri])
+    second = store.commit([backend.output_uri])
+    assert not first.already_committed and second.already_committed
+    assert second.committed_checkpoints == first.committed_checkpoints
+    assert store.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS) == [checkpoint_id]
+    assert store.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS) == []
+    assert done_keys(store) == []
+    # The output stays: cleanup never deletes output files.
+    assert len(backend.output_names()) == 1
+
+
+def test_crash_between_parts_and_manifest_leaves_nothing_visible(backend: Backend) -> None:
+    """A real process dies (os._exit) right before writing the manifest."""
+    store = backend.store()
+    epoch = store.begin_epoch(owner="t")
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        from airflow_ckpt_provider.store import open_store, new_checkpoint_id
+        store = open_store({backend.store_uri!r}, **json.loads({json.dumps(json.dumps(backend.options))}))
+        cid = new_checkpoint_id()
+        print(cid, flush=True)
+        store.stage_keys(cid, ["x", "y"])
+        store.checkpoint(cid, epoch={epoch.number}, partition=0)
+        """
+    )
+    env = {"CKPT_FAILPOINTS": "store.checkpoint.before_manifest=exit"}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=_env(env), timeout=120
+    )
+    assert proc.returncode == failpoints.EXIT_CODE, proc.stderr
+    checkpoint_id = proc.stdout.strip()
+    assert any(checkpoint_id in key for key in backend.store_keys())  # the key part is there...
+    assert store.get_checkpoint(checkpoint_id) is None  # ...but nothing is visible
+    assert done_keys(store) == []
+    report = store.check()
+    assert report.ok and any(checkpoint_id in note for note in report.notes)
+
+
+def _env(extra: dict[str, str]) -> dict[str, str]:
+    import os
+
+    return {**os.environ, **extra}
+
+
+# ---------------------------------------------------------------- epochs
+
+
+def _race(args: tuple[str, dict[str, object], str, object]) -> str:
+    uri, options, owner, barrier = args
+    from airflow_ckpt_provider.store import EpochConflictError, open_store
+
+    store = open_store(uri, **options)  # type: ignore[arg-type]
+    barrier.wait()  # type: ignore[attr-defined]
+    try:
+        return f"won:{store.begin_epoch(owner=owner).number}"
+    except EpochConflictError:
+        return "conflict"
+
+
+def test_racing_begin_epoch_exactly_one_wins(backend: Backend) -> None:
+    repetitions = 25 if backend.name == "local" else 10
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Manager() as manager, ctx.Pool(2) as pool:
+        for rep in range(repetitions):
+            uri = f"{backend.store_uri}/race-{rep}"
+            barrier = manager.Barrier(2)
+            results = pool.map(_race, [(uri, backend.options, f"run-{i}", barrier) for i in range(2)])
+            assert sorted(r.split(":")[0] for r in results) == ["conflict", "won"], (rep, results)
+            assert [e.number for e in open_store(uri, **backend.options).list_epochs()] == [1]
+
+
+def test_open_epoch_blocks_other_owners_but_not_own_retry(backend: Backend) -> None:
+    store = backend.store()
+    first = store.begin_epoch(owner="dag/task/run1")
+    with pytest.raises(EpochConflictError, match="still open"):
+        store.begin_epoch(owner="dag/task/run2")
+    retry = store.begin_epoch(owner="dag/task/run1")  # a retry of the same task takes over
+    assert retry.number == first.number + 1
+    assert store.list_epochs()[0].status is EpochStatus.FAILED  # superseded
+    forced = store.begin_epoch(owner="other", takeover=True)
+    assert forced.number == retry.number + 1
+    store.end_epoch(forced.number, status=EpochStatus.SUCCEEDED)
+    assert store.begin_epoch(owner="someone-else").number == forced.number + 1
+
+
+def test_zombie_sealed_in_old_epoch_is_never_valid(backend: Backend) -> None:
+    """A real race: the zombie passes the fencing check, then the new epoch begins, then it seals."""
+    store = backend.store()
+    old = store.begin_epoch(owner="t")
+    write_task(store, backend, epoch=old.number, partition=0, keys=["done"])
+    zombie_store = backend.store()
+    zombie_id = new_checkpoint_id()
+    zombie_store.stage_keys(zombie_id, ["zombie"])
+    failpoints.enable("store.checkpoint.before_manifest", kind="sleep", seconds=1.5)
+    sealed: list[object] = []
+    thread = threading.Thread(
+        target=lambda: sealed.append(zombie_store.checkpoint(zombie_id, epoch=old.number, partition=1))
+    )
+    thread.start()
+    time.sleep(0.5)
+    new = backend.store().begin_epoch(owner="t")
+    thread.join()
+    failpoints.disable_all()
+    assert sealed and sealed[0] is not None  # the zombie did seal...
+    assert zombie_id not in new.base
+    assert done_keys(store) == ["done"]  # ...but it never counts
+    with pytest.raises(EpochFencedError):  # and a zombie that checks in time is told to give up
+        store.checkpoint(new_checkpoint_id(), epoch=old.number, partition=2)
+
+
+def test_duplicate_attempts_of_a_partition_count_once(backend: Backend) -> None:
+    store = backend.store()
+    epoch = store.begin_epoch(owner="t")
+    first, first_paths, _ = write_task(store, backend, epoch=epoch.number, partition=3, keys=["k1", "k2"])
+    second, second_paths, _ = write_task(store, backend, epoch=epoch.number, partition=3, keys=["k1", "k2"])
+    assert done_keys(store) == ["k1", "k2"]
+    valid = [c.checkpoint_id for c in store.valid_checkpoints()]
+    assert valid == [first]
+    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    result = store.commit([backend.output_uri])
+    assert names(result.deleted_files) == names(second_paths)
+    assert backend.output_names() == names(first_paths)
+    assert second in result.deleted_checkpoints
+
+
+def test_resume_base_carries_done_checkpoints_forward(backend: Backend) -> None:
+    store = backend.store()
+    first = store.begin_epoch(owner="t")
+    done_id, _, _ = write_task(store, backend, epoch=first.number, partition=0, keys=["a"])
+    write_task(store, backend, epoch=first.number, partition=1, keys=["b"], seal=False)  # the failed task
+    store.end_epoch(first.number, status=EpochStatus.FAILED)
+    with pytest.raises(CommitRefusedError, match="failed"):
+        store.commit([backend.output_uri])
+    second = store.begin_epoch(owner="t")
+    assert second.base == (done_id,)
+    # partition numbers restart in the new epoch: partition 0 again is not a duplicate of the base
+    write_task(store, backend, epoch=second.number, partition=0, keys=["b"])
+    assert done_keys(store) == ["a", "b"]
+
+
+# ---------------------------------------------------------------- commit
+
+
+def _scenario(backend: Backend) -> tuple[set[str], set[str], str]:
+    """Epoch 1 fails halfway, epoch 2 finishes. Returns (authoritative names, orphan names, foreign)."""
+    store = backend.store()
+    first = store.begin_epoch(owner="t")
+    good: set[str] = set()
+    orphans: set[str] = set()
+    for partition in range(3):
+        _, paths, _ = write_task(store, backend, epoch=first.number, partition=partition, keys=[f"a{partition}"])
+        good |= names(paths)
+    _, paths, _ = write_task(store, backend, epoch=first.number, partition=3, keys=["a3"], seal=False)
+    orphans |= names(paths)
+    store.end_epoch(first.number, status=EpochStatus.FAILED)
+    second = store.begin_epoch(owner="t")
+    _, paths, _ = write_task(store, backend, epoch=second.number, partition=0, keys=["a3"], seal=False)
+    orphans |= names(paths)  # a Spark retry of the task inside the run
+    _, paths, _ = write_task(store, backend, epoch=second.number, partition=0, keys=["a3"])
+    good |= names(paths)
+    _, paths, _ = write_task(store, backend, epoch=second.number, partition=0, keys=["a3"])
+    orphans |= names(paths)  # a speculative duplicate that sealed second
+    foreign = backend.write_output("not-ours.parquet")
+    store.end_epoch(second.number, status=EpochStatus.SUCCEEDED)
+    return good, orphans, foreign.rsplit("/", 1)[-1]
+
+
+def test_commit_deletes_exactly_the_orphans(backend: Backend) -> None:
+    good, orphans, foreign = _scenario(backend)
+    store = backend.store()
+    result = store.commit([backend.output_uri])
+    assert names(result.deleted_files) == orphans
+    assert {f.path.rsplit("/", 1)[-1] for f in result.committed_files} == good
+    assert backend.output_names() == good | {foreign}
+    assert names(result.unknown_files) == {foreign}
+    assert result.bytes_freed > 0
+    assert store.check().ok
+    assert all(c.status is CheckpointStatus.COMMITTED for c in store.valid_checkpoints())
+    assert done_keys(store) == ["a0", "a1", "a2", "a3"]
+
+
+@pytest.mark.parametrize(
+    "failpoint", ["store.commit.between_phases", "store.commit.during_delete_orphans"]
+)
+def test_commit_killed_between_phases_then_resumed(backend: Backend, failpoint: str) -> None:
+    good, orphans, foreign = _scenario(backend)
+    # Enough orphans that deletion spans several batches would be slow; one batch is the same code path.
+    script = textwrap.dedent(
+        f"""
+        import json
+        from airflow_ckpt_provider.store import open_store
+        store = open_store({backend.store_uri!r}, **json.loads({json.dumps(json.dumps(backend.options))}))
+        store.commit([{backend.output_uri!r}])
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=_env({"CKPT_FAILPOINTS": f"{failpoint}=exit"}),
+        timeout=120,
+    )
+    assert proc.returncode == failpoints.EXIT_CODE, proc.stderr
+    assert good <= backend.output_names()  # nothing committed was lost mid-way
+    result = backend.store().commit([backend.output_uri])
+    assert not result.already_committed
+    assert backend.output_names() == good | {foreign}
+    assert backend.store().commit([backend.output_uri]).already_committed
+    assert backend.store().check().ok
+
+
+def test_commit_never_deletes_committed_files_of_earlier_runs(backend: Backend) -> None:
+    store = backend.store()
+    first = store.begin_epoch(owner="run1")
+    _, first_paths, _ = write_task(store, backend, epoch=first.number, partition=0, keys=["old"])
+    store.end_epoch(first.number, status=EpochStatus.SUCCEEDED)
+    store.commit([backend.output_uri])
+    store.cleanup(RetentionPolicy.RETAIN)
+    second = store.begin_epoch(owner="run2")
+    _, second_paths, _ = write_task(store, backend, epoch=second.number, partition=0, keys=["new"])
+    store.end_epoch(second.number, status=EpochStatus.SUCCEEDED)
+    result = store.commit([backend.output_uri])
+    assert result.deleted_files == ()
+    assert result.unknown_files == ()  # earlier committed output is known, not "unknown"
+    assert backend.output_names() == names(first_paths) | names(second_paths)
+
+
+def test_overlapping_keys_refuse_the_commit_and_delete_nothing(backend: Backend) -> None:
+    store = backend.store()
+    epoch = store.begin_epoch(owner="t")
+    write_task(store, backend, epoch=epoch.number, partition=0, keys=["a", "b"])
+    write_task(store, backend, epoch=epoch.number, partition=1, keys=["b", "c"])
+    write_task(store, backend, epoch=epoch.number, partition=2, keys=["z"], seal=False)  # an orphan
+    before = backend.output_names()
+    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    with pytest.raises(CommitRefusedError, match="overlap"):
+        store.commit([backend.output_uri])
+    assert backend.output_names() == before
+    assert not store.check().ok
+
+
+def test_discard_uncommitted_and_clear(backend: Backend) -> None:
+    store = backend.store()
+    first = store.begin_epoch(owner="t")
+    _, committed_paths, _ = write_task(store, backend, epoch=first.number, partition=0, keys=["a"])
+    store.end_epoch(first.number, status=EpochStatus.SUCCEEDED)
+    store.commit([backend.output_uri])
+    second = store.begin_epoch(owner="t")
+    _, pending_paths, _ = write_task(store, backend, epoch=second.number, partition=0, keys=["b"])
+    _, failed_paths, _ = write_task(store, backend, epoch=second.number, partition=1, keys=["c"], seal=False)
+    discarded = store.discard_uncommitted()
+    assert names(discarded.deleted_files) == names(pending_paths) | names(failed_paths)
+    assert done_keys(store) == ["a"]
+    assert backend.output_names() == names(committed_paths)
+    cleared = store.clear()
+    assert done_keys(store) == []
+    assert backend.output_names() == names(committed_paths)  # committed output is never deleted
+    assert cleared.epoch > discarded.epoch
+    assert store.begin_epoch(owner="t").base == ()
+
+
+def test_retain_compacts_into_one_snapshot(backend: Backend) -> None:
+    store = backend.store()
+    for run in range(3):
+        epoch = store.begin_epoch(owner=f"run{run}")
+        for partition in range(4):
+            write_task(store, backend, epoch=epoch.number, partition=partition, keys=[f"r{run}p{partition}"])
+        store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+        store.commit([backend.output_uri])
+        store.cleanup(RetentionPolicy.RETAIN)
+        assert store.list_checkpoints() == []
+        sources = store.key_sources()
+        assert len(sources) == 1 and sources[0].format == "parquet"
+    assert len(done_keys(store)) == 12
+    progress = store.progress()
+    assert progress.keys_done == 12 and progress.committed
+
+
+def test_degraded_commit_keeps_what_it_cannot_prove_orphaned(backend: Backend) -> None:
+    store = backend.store()
+    epoch = store.begin_epoch(owner="t")
+    _, sealed_paths, _ = write_task(store, backend, epoch=epoch.number, partition=0, keys=["a"])
+    # A task whose store writes failed after its intent: its output is real but unsealed.
+    _, unsealed_paths, _ = write_task(store, backend, epoch=epoch.number, partition=1, keys=["b"], seal=False)
+    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    result = store.commit([backend.output_uri], degraded=True)
+    assert result.degraded
+    assert result.deleted_files == ()
+    assert names(result.kept_unprovable) == names(unsealed_paths)
+    assert backend.output_names() == names(sealed_paths) | names(unsealed_paths)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_bad_ids_are_rejected(backend: Backend) -> None:
+    store = backend.store()
+    for bad in ["a/b", "../x", "..", "", "x" * 200, "a b"]:
+        with pytest.raises(InvalidCheckpointIdError):
+            store.stage_keys(bad, ["k"])
+        with pytest.raises(InvalidCheckpointIdError):
+            store.get_checkpoint(bad)
+    assert backend.store_keys() == set()
+
+
+def test_bad_keys_are_rejected(backend: Backend) -> None:
+    store = backend.store()
+    checkpoint_id = new_checkpoint_id()
+    with pytest.raises(InvalidKeysError, match="null"):
+        store.stage_keys(checkpoint_id, ["a", None])
+    with pytest.raises(InvalidKeysError):
+        store.stage_keys(checkpoint_id, ["a", 1])
+    store.stage_keys(checkpoint_id, pa.array([1, 2], pa.int64()))
+    with pytest.raises(KeyTypeMismatchError):
+        store.stage_keys(checkpoint_id, ["a"])
+
+
+def test_key_type_changed_between_checkpoints(backend: Backend) -> None:
+    store = backend.store()
+    epoch = store.begin_epoch(owner="t")
+    write_task(store, backend, epoch=epoch.number, partition=0, keys=[1, 2])
+    write_task(store, backend, epoch=epoch.number, partition=1, keys=["3"])
+    before = backend.store_keys()
+    with pytest.raises(KeyTypeMismatchError, match="changed type"):
+        store.get_checkpointed_keys()
+    with pytest.raises(KeyTypeMismatchError):
+        store.key_type()
+    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    with pytest.raises(KeyTypeMismatchError):
+        store.commit([backend.output_uri])
+    assert backend.store_keys() >= before
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "not-a-manifest"])
+def test_corrupt_manifest_is_a_typed_error_and_nothing_is_deleted(backend: Backend, damage: str) -> None:
+    from airflow_ckpt_provider.store import CorruptCheckpointError
+
+    store = backend.store()
+    epoch = store.begin_epoch(owner="t")
+    checkpoint_id, _, _ = write_task(store, backend, epoch=epoch.number, partition=0, keys=["a"])
+    blobs = backend.store_blobs()
+    key = f"checkpoints/{checkpoint_id}/manifest.json"
+    data, _ = blobs.get(key)
+    broken = {"garbage": b"\x00\xffnot json", "truncated": data[: len(data) // 2], "not-a-manifest": b'{"a": 1}'}
+    blobs.put(key, broken[damage])
+    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    store_before, output_before = backend.store_keys(), backend.output_names()
+    with pytest.raises(CorruptCheckpointError, match="airflow-ckpt check"):
+        store.get_checkpointed_keys()
+    with pytest.raises(CorruptCheckpointError):
+        store.commit([backend.output_uri])
+    report = store.check()
+    assert not report.ok and checkpoint_id in " ".join(report.problems)
+    assert backend.store_keys() == store_before and backend.output_names() == output_before
+
+
+def test_truncated_key_file_is_a_typed_error(backend: Backend) -> None:
+    from airflow_ckpt_provider.store import CorruptCheckpointError
+
+    store = backend.store()
+    epoch = store.begin_epoch(owner="t")
+    checkpoint_id, _, sealed = write_task(store, backend, epoch=epoch.number, partition=0, keys=list(range(1000)))
+    assert sealed is not None
+    blobs = backend.store_blobs()
+    key = f"checkpoints/{checkpoint_id}/{sealed.key_parts[0]}"
+    data, _ = blobs.get(key)
+    blobs.put(key, data[: len(data) // 3])
+    with pytest.raises(CorruptCheckpointError, match="truncated"):
+        store.get_checkpointed_keys()
+    assert key in backend.store_keys()
+
+
+def test_no_epoch_commit_is_a_typed_error(backend: Backend) -> None:
+    with pytest.raises(NoEpochError):
+        backend.store().commit([backend.output_uri])
+
+
+def test_file_metadata_roundtrip() -> None:
+    meta = FileMetadata(path="s3://b/k.parquet", size_bytes=3, num_rows=2, format="parquet")
+    assert FileMetadata.from_json(json.loads(json.dumps(meta.to_json()))) == meta
