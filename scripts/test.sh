@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Set up (idempotent) and run the whole test suite: store, Spark, Airflow, UI, CLI, fault injection.
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh -k contract`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export PYSPARK_PYTHON="$PWD/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
+export PATH="$PWD/.venv/bin:$PATH"
+mkdir -p test-output
+set +e
+.venv/bin/python -m pytest -p no:cacheprovider -ra --durations=15 "$@"
+status=$?
+set -e
+if [ "$status" -eq 5 ]; then
+  echo "test.sh: pytest collected no tests" >&2
+fi
+exit "$status"
