@@ -78,7 +78,7 @@ _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _EPOCH_RE = re.compile(r"^(\d{8})\.json$")
 _EPOCH_END_RE = re.compile(r"^(\d{8})\.end\.json$")
 _EPOCH_EXPECTED_RE = re.compile(r"^(\d{8})\.expected\.json$")
-_DEGRADED_RE = re.compile(r"^(\d{8})-")
+_DEGRADED_RE = re.compile(r"^(\d{8})\.degraded-[0-9a-f]+\.json$")
 _HIDDEN_PREFIXES = ("_", ".")
 
 
@@ -478,10 +478,12 @@ class CheckpointStore:
 
     # ------------------------------------------------------------------ epochs
 
-    def _list_epoch_files(self) -> tuple[dict[int, str], dict[int, str], dict[int, str]]:
+    def _list_epoch_files(self) -> tuple[dict[int, str], dict[int, str], dict[int, str], set[int]]:
+        """One listing of ``epochs/``: records, end records, expected counts, degraded epochs."""
         records: dict[int, str] = {}
         ends: dict[int, str] = {}
         expected: dict[int, str] = {}
+        degraded: set[int] = set()
         for info in self.blobs.list("epochs/"):
             name = info.key.rsplit("/", 1)[-1]
             for regex, target in (
@@ -493,15 +495,11 @@ class CheckpointStore:
                 if match:
                     target[int(match.group(1))] = info.key
                     break
-        return records, ends, expected
-
-    def _degraded_epochs(self) -> set[int]:
-        epochs: set[int] = set()
-        for info in self.blobs.list("degraded/"):
-            match = _DEGRADED_RE.match(info.key.rsplit("/", 1)[-1])
-            if match:
-                epochs.add(int(match.group(1)))
-        return epochs
+            else:
+                match = _DEGRADED_RE.match(name)
+                if match:
+                    degraded.add(int(match.group(1)))
+        return records, ends, expected, degraded
 
     def _load_epoch(
         self, number: int, ends: Mapping[int, str], expected: Mapping[int, str], degraded: set[int]
@@ -518,15 +516,14 @@ class CheckpointStore:
 
     def current_epoch(self) -> Epoch | None:
         """The latest epoch (with its status and degraded flag), or None before the first submit."""
-        records, ends, expected = self._list_epoch_files()
+        records, ends, expected, degraded = self._list_epoch_files()
         if not records:
             return None
-        return self._load_epoch(max(records), ends, expected, self._degraded_epochs())
+        return self._load_epoch(max(records), ends, expected, degraded)
 
     def list_epochs(self) -> list[Epoch]:
         """Every epoch record still in the store, oldest first."""
-        records, ends, expected = self._list_epoch_files()
-        degraded = self._degraded_epochs()
+        records, ends, expected, degraded = self._list_epoch_files()
         return self._map(lambda n: self._load_epoch(n, ends, expected, degraded), sorted(records))
 
     def is_current_epoch(self, epoch: int) -> bool:
@@ -614,7 +611,7 @@ class CheckpointStore:
             self._degraded_epochs_marked.add(epoch)
         try:
             self.blobs.put(
-                f"degraded/{epoch:08d}-{uuid.uuid4().hex}.json",
+                _epoch_key(epoch, f".degraded-{uuid.uuid4().hex}.json"),
                 _dumps({"epoch": epoch, "reason": reason, "at": _now()}),
             )
         except Exception as exc:  # the store is likely down; the job result carries the flag
@@ -636,17 +633,30 @@ class CheckpointStore:
                 "Run `airflow-ckpt check` and delete that checkpoint directory"
             ) from exc
 
-    def _read_snapshot(self) -> dict[str, Any] | None:
-        numbers = sorted(self.blobs.list_dirs("snapshots/"), reverse=True)
-        for name in numbers:
-            found = self.blobs.get_if_exists(f"snapshots/{name}/manifest.json")
+    def _read_snapshot(self, latest: Epoch | None) -> dict[str, Any] | None:
+        """The snapshot valid for ``latest``: the one its own commit compacted, else its base snapshot.
+
+        Compaction writes ``snapshots/{n}`` for the committed epoch *n* and the next
+        epoch records it as ``base_snapshot``, so no listing is needed (reads stay at
+        a handful of requests however many runs the store has seen).
+        """
+        if latest is None:
+            return None
+        for number in (latest.number, latest.base_snapshot):
+            if number is None:
+                continue
+            key = f"snapshots/{number:08d}/manifest.json"
+            found = self.blobs.get_if_exists(key)
             if found is not None:
-                return self._parse_json(f"snapshots/{name}/manifest.json", found[0])
+                return self._parse_json(key, found[0])
         return None
 
-    def _state(self, *, tolerate_corrupt: bool = False) -> _State:
-        records, ends, expected = self._list_epoch_files()
-        degraded = self._degraded_epochs()
+    def _state(self, *, tolerate_corrupt: bool = False, with_status: bool = True) -> _State:
+        """Read the store's metadata once. ``with_status=False`` skips the latest epoch's end and
+        expected-count records (validity does not depend on them): two requests fewer for readers."""
+        records, ends, expected, degraded = self._list_epoch_files()
+        if not with_status:
+            ends, expected = {}, {}
         epochs: dict[int, Epoch] = {}
         latest = self._load_epoch(max(records), ends, expected, degraded) if records else None
         if latest is not None:
@@ -671,7 +681,7 @@ class CheckpointStore:
                 unsealed.append(checkpoint_id)
             else:
                 manifests[checkpoint_id] = manifest
-        snapshot = self._read_snapshot()
+        snapshot = self._read_snapshot(latest)
         valid = _valid_checkpoints(latest, manifests, snapshot)
         return _State(epochs, latest, manifests, unsealed, corrupt, valid, snapshot, degraded)
 
@@ -681,15 +691,15 @@ class CheckpointStore:
 
     def list_checkpoints(self) -> list[Checkpoint]:
         """Every sealed checkpoint in the store (valid or not), by seal time."""
-        return sorted(self._state().manifests.values(), key=lambda c: (c.sealed_at, c.checkpoint_id))
+        return sorted(self._state(with_status=False).manifests.values(), key=lambda c: (c.sealed_at, c.checkpoint_id))
 
     def valid_checkpoints(self) -> list[Checkpoint]:
         """The checkpoints whose keys count as done: base of the latest epoch + sealed in it, one per partition."""
-        return self._state().valid
+        return self._state(with_status=False).valid
 
     def key_sources(self) -> list[KeySource]:
         """Parts holding every done key (snapshot and valid checkpoints); picklable, for parallel reads."""
-        return _key_sources(self._state())
+        return _key_sources(self._state(with_status=False))
 
     def read_key_source(self, source: KeySource) -> pa.Table:
         """Read one part (on any machine that can open this store). Raises :class:`CorruptCheckpointError`."""
@@ -732,7 +742,7 @@ class CheckpointStore:
 
     def key_type(self) -> str | None:
         """The Arrow type (as a string) of the store's done keys, or None if there are none."""
-        state = self._state()
+        state = self._state(with_status=False)
         types = {c.key_type for c in state.valid if c.key_type}
         if state.snapshot and state.snapshot.get("key_type"):
             types.add(state.snapshot["key_type"])
@@ -762,7 +772,7 @@ class CheckpointStore:
 
     def get_checkpointed_files(self) -> list[FileMetadata]:
         """Output files of valid checkpoints that are sealed but not yet committed."""
-        state = self._state()
+        state = self._state(with_status=False)
         return self._files_of([c for c in state.valid if c.status is CheckpointStatus.CHECKPOINTED])
 
     # ------------------------------------------------------------------ commit
@@ -1037,7 +1047,6 @@ class CheckpointStore:
         """Drop epoch records older than ``keep_from`` - 10 so listings stay short (commit records stay)."""
         cutoff = keep_from - 10
         old = [i.key for i in self.blobs.list("epochs/") if int(i.key[7:15]) < cutoff]
-        old += [i.key for i in self.blobs.list("degraded/") if int(i.key[9:17]) < cutoff]
         self.blobs.delete_many(old)
 
     def cleanup_older_than(self, age: dt.timedelta) -> list[str]:
@@ -1053,14 +1062,13 @@ class CheckpointStore:
         state = self._state()
         latest = state.latest.number if state.latest else 0
         deleted: list[str] = []
-        for prefix, start in (("epochs/", 7), ("degraded/", 9)):
-            for info in self.blobs.list(prefix):
-                if int(info.key[start : start + 8]) >= latest:
-                    continue
-                record = self.blobs.get_if_exists(info.key)
-                created = _record_time(record[0]) if record else None
-                if created is not None and created < cutoff:
-                    deleted.extend(self.blobs.delete_many([info.key]))
+        for info in self.blobs.list("epochs/"):
+            if int(info.key[7:15]) >= latest:
+                continue
+            record = self.blobs.get_if_exists(info.key)
+            created = _record_time(record[0]) if record else None
+            if created is not None and created < cutoff:
+                deleted.extend(self.blobs.delete_many([info.key]))
         valid_ids = {c.checkpoint_id for c in state.valid}
         intents = self._intents()
         for checkpoint_id in sorted((set(state.manifests) - valid_ids) | set(state.unsealed)):
