@@ -33,13 +33,15 @@ def open_blobs(uri: str, **options: Any) -> BlobStore:
         )
     uri = uri.strip()
     if uri.startswith("s3://") or uri.startswith("s3a://"):
-        from airflow_ckpt_provider.store.blobs.s3 import S3BlobStore
-
         if uri.startswith("s3a://"):
             uri = "s3://" + uri[len("s3a://") :]
         bucket = uri[len("s3://") :].split("/", 1)[0]
         if not bucket:
-            raise InvalidStoreUriError(f"{uri!r} names no bucket: use s3://bucket/prefix")
+            raise InvalidStoreUriError(
+                f"{uri!r} names no bucket: use s3://bucket/prefix (or file:///absolute/path for a local store)"
+            )
+        from airflow_ckpt_provider.store.blobs.s3 import S3BlobStore
+
         s3_kwargs = {k: v for k, v in options.items() if k in _S3_OPTIONS and v is not None}
         if options.get("boto3_session") is not None:
             s3_kwargs["boto3_session"] = options["boto3_session"]

@@ -1,0 +1,66 @@
+"""Opening stores: URIs, missing buckets, wrong credentials — typed errors that say what to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_ckpt_provider.store import (
+    InvalidStoreUriError,
+    PathOutsideRootError,
+    StoreAccessDeniedError,
+    StoreNotFoundError,
+    open_blobs,
+    open_store,
+)
+
+
+@pytest.mark.parametrize(
+    "uri",
+    ["", "   ", "relative/path", "hdfs://namenode/x", "gs://bucket/x", "s3://", "file://remote-host/x", "ftp://x"],
+)
+def test_uris_that_are_not_stores(uri: str) -> None:
+    with pytest.raises(InvalidStoreUriError, match="file:///absolute/path"):
+        open_store(uri)
+
+
+def test_unknown_option_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(InvalidStoreUriError, match="unknown store options"):
+        open_store(str(tmp_path), endpoint="http://x")
+
+
+def test_plain_path_and_file_uri_are_the_same_store(tmp_path: Path) -> None:
+    assert open_store(str(tmp_path)).uri == open_store(f"file://{tmp_path}").uri == f"file://{tmp_path}"
+    assert open_store(f"file://{tmp_path}/a/../b/").uri == f"file://{tmp_path}/b"
+
+
+def test_keys_cannot_escape_the_root(tmp_path: Path) -> None:
+    blobs = open_blobs(str(tmp_path / "root"))
+    for bad in ["../x", "a/../../x", "/etc/passwd", "a//b", "./a"]:
+        with pytest.raises(PathOutsideRootError):
+            blobs.put(bad, b"x")
+    with pytest.raises(PathOutsideRootError):
+        blobs.relative_key(f"file://{tmp_path}/elsewhere/x")
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.s3
+def test_missing_bucket(s3_options: dict[str, Any]) -> None:
+    store = open_store("s3://no-such-bucket-ckpt/prefix", **s3_options)
+    with pytest.raises(StoreNotFoundError, match="no-such-bucket-ckpt"):
+        store.begin_epoch(owner="t")
+    with pytest.raises(StoreNotFoundError):
+        store.get_checkpointed_keys()
+
+
+@pytest.mark.s3
+def test_wrong_credentials(s3_options: dict[str, Any], s3_bucket: str) -> None:
+    secret = "definitely-wrong-secret-value"
+    store = open_store(f"s3://{s3_bucket}/p", **(s3_options | {"aws_secret_access_key": secret}))
+    with pytest.raises(StoreAccessDeniedError) as info:
+        store.begin_epoch(owner="t")
+    assert secret not in str(info.value)
+    good = open_store(f"s3://{s3_bucket}/p", **s3_options)
+    assert good.current_epoch() is None  # nothing was written with the bad credentials
