@@ -922,7 +922,10 @@ class CheckpointStore:
         authoritative = {f.path for f in committed_files}
         valid_ids = {c.checkpoint_id for c in state.valid} | set(record["checkpoint_ids"])
         intents = self._intents()
-        roots = [r.rstrip("/") for r in (output_roots or [])] or sorted({p.rsplit("/", 1)[0] for p in intents} - {""})
+        # Normalized like the writers' paths (file:///abs, s3://bucket/key), whatever form the caller used.
+        roots = [self._output_store(r).uri for r in (output_roots or [])] or sorted(
+            {p.rsplit("/", 1)[0] for p in intents} - {""}
+        )
 
         def unprovable(checkpoint_id: str, epoch: int | None) -> bool:
             # In a degraded epoch a task may have finished its output but failed to seal.
