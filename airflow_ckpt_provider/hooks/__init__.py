@@ -1,0 +1,1 @@
+"""Airflow hooks of the checkpointed-Spark provider (never imports pyspark)."""

@@ -1,0 +1,146 @@
+"""``CheckpointHook``: a checkpoint store opened from Airflow's configuration and connections."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseHook
+from airflow.sdk.log import mask_secret
+
+from airflow_ckpt_provider.hooks.config import CheckpointConfig
+from airflow_ckpt_provider.store import (
+    CheckpointStore,
+    ClearResult,
+    InvalidStoreUriError,
+    Progress,
+    open_store,
+    public_options,
+    secret_options,
+)
+
+
+class CheckpointHook(BaseHook):
+    """Opens the checkpoint store at ``checkpoint_uri``.
+
+    ``file://`` or plain-path stores need no connection. For ``s3://`` stores the
+    credentials, endpoint (connection extra ``endpoint_url``, for S3-compatible
+    servers) and region come from the Amazon provider's ``aws`` connection
+    ``aws_conn_id`` (default: the ``[ckpt] aws_conn_id`` option; empty means boto3's
+    default chain: environment, instance profile, ...). Store timeouts and the
+    breaker threshold come from the ``[ckpt]`` section.
+
+    Secret values are registered with Airflow's log masker as soon as they are read.
+    """
+
+    hook_name = "Checkpoint store"
+
+    def __init__(
+        self,
+        checkpoint_uri: str | None = None,
+        aws_conn_id: str | None = None,
+        config: CheckpointConfig | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = config or CheckpointConfig.load()
+        self.checkpoint_uri = checkpoint_uri
+        self.aws_conn_id = aws_conn_id or self.config.aws_conn_id
+
+    @staticmethod
+    def resolve_uri(
+        checkpoint_uri: str | None,
+        *,
+        dag_id: str,
+        task_id: str,
+        run_id: str,
+        config: CheckpointConfig | None = None,
+    ) -> str:
+        """``checkpoint_uri`` if given, else the configured default for this (dag, task, run)."""
+        if checkpoint_uri and checkpoint_uri.strip():
+            return checkpoint_uri.strip()
+        return (config or CheckpointConfig.load()).default_store_uri(dag_id, task_id, run_id)
+
+    @property
+    def uri(self) -> str:
+        if not self.checkpoint_uri or not self.checkpoint_uri.strip():
+            raise InvalidStoreUriError(
+                "CheckpointHook needs a checkpoint_uri (file:///abs/dir, /abs/dir or s3://bucket/prefix); "
+                "operators derive one from [ckpt] base_uri when none is given"
+            )
+        return self.checkpoint_uri.strip()
+
+    @property
+    def is_s3(self) -> bool:
+        return self.uri.startswith(("s3://", "s3a://"))
+
+    @cached_property
+    def store_options(self) -> dict[str, Any]:
+        """Every option ``open_store`` gets, secrets included: never log or push this."""
+        options: dict[str, Any] = {"breaker_max_failures": self.config.breaker_max_failures}
+        if not self.is_s3:
+            return options
+        options["timeout_seconds"] = self.config.store_timeout_seconds
+        if self.aws_conn_id:
+            options.update(self._aws_options(self.aws_conn_id))
+        for value in secret_options(options).values():
+            mask_secret(value)
+        return options
+
+    @property
+    def public_store_options(self) -> dict[str, Any]:
+        """The options without credentials: safe for logs, XCom and ``--conf``."""
+        return public_options(self.store_options)
+
+    @property
+    def secret_store_options(self) -> dict[str, Any]:
+        """Only the credentials (empty when boto3's default chain is used)."""
+        return secret_options(self.store_options)
+
+    def _aws_options(self, aws_conn_id: str) -> dict[str, Any]:
+        # Imported here: the Amazon provider is only needed for s3:// stores.
+        from airflow.providers.amazon.aws.hooks.base_aws import AwsGenericHook
+
+        aws: AwsGenericHook[Any] = AwsGenericHook(aws_conn_id=aws_conn_id, client_type="s3")
+        options: dict[str, Any] = {}
+        endpoint = aws.conn_config.get_service_endpoint_url("s3")
+        if endpoint:
+            options["endpoint_url"] = endpoint
+        if aws.region_name:
+            options["region_name"] = aws.region_name
+        # get_credentials() also resolves role assumption into temporary keys, which is
+        # what a Spark job on other machines needs: it cannot assume the role itself.
+        credentials = aws.get_credentials()
+        if credentials.access_key:
+            options["aws_access_key_id"] = credentials.access_key
+        if credentials.secret_key:
+            options["aws_secret_access_key"] = credentials.secret_key
+        if credentials.token:
+            options["aws_session_token"] = credentials.token
+        return options
+
+    def get_conn(self) -> CheckpointStore:
+        return self.get_store()
+
+    @cached_property
+    def _store(self) -> CheckpointStore:
+        return open_store(self.uri, **self.store_options)
+
+    def get_store(self) -> CheckpointStore:
+        """The store (opened once per hook; nothing is created until the first write)."""
+        return self._store
+
+    def get_progress(self) -> Progress:
+        """Epoch, sealed/expected partitions, keys done, committed or not (see ``Progress``)."""
+        return self.get_store().progress()
+
+    def clear(self) -> ClearResult:
+        """Reset the store: the next run reprocesses every key; committed output is kept."""
+        result = self.get_store().clear()
+        self.log.info(
+            "Cleared %s: %d checkpoints and %d uncommitted files deleted, %d bytes freed",
+            self.uri,
+            len(result.deleted_checkpoints),
+            len(result.deleted_files),
+            result.bytes_freed,
+        )
+        return result

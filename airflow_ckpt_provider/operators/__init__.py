@@ -1,0 +1,1 @@
+"""Airflow operators of the checkpointed-Spark provider (never imports pyspark)."""

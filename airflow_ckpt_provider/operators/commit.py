@@ -1,0 +1,143 @@
+"""``CheckpointCommitOperator``: make a finished job's output authoritative and delete its orphans."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
+from airflow_ckpt_provider.hooks.config import CheckpointConfig
+from airflow_ckpt_provider.operators import metrics
+from airflow_ckpt_provider.operators.target import resolve_store_uri, submit_task_result
+from airflow_ckpt_provider.store import RetentionPolicy
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+def _as_bool(value: Any) -> bool:
+    # A templated flag renders to a string ("True", "false", "0", "").
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+class CheckpointCommitOperator(BaseOperator):
+    """Commit the latest epoch of a store, then apply the retention policy.
+
+    Phase 1 writes the authoritative list of output files (every file of every valid
+    checkpoint, after checking that their keys are disjoint) and marks the checkpoints
+    committed; phase 2 deletes orphans: files this store's writers recorded that no
+    valid checkpoint owns (failed, duplicate and zombie attempts) and unsealed
+    checkpoint directories. Files with no record are reported, never deleted. Then
+    ``delete_after_success`` deletes the checkpoint data, or ``retain`` compacts the
+    committed keys into a snapshot for incremental runs. Idempotent: a retry after a
+    crash finishes the job.
+
+    :param checkpoint_uri: the store (templated). Default: the store ``spark_task_id`` used.
+    :param spark_task_id: the ``CheckpointedSparkSubmitOperator`` of this DAG run whose output
+        to commit; its XCom supplies the store and the ``degraded`` flag.
+    :param aws_conn_id: ``aws`` connection for ``s3://`` stores.
+    :param output_roots: output directories to sweep for orphans (templated). Default: the
+        roots the writers recorded.
+    :param retention_policy: ``delete_after_success`` or ``retain`` (default ``[ckpt]
+        retention_policy``).
+    :param degraded: the run was degraded (checkpointing was off for a while): keep every
+        file that cannot be proven orphaned. Templated. Default: the submit task's XCom.
+        A degraded epoch recorded in the store counts as well.
+
+    Pushes the commit summary (counts only). With ``outlets=[Asset(...)]`` the asset event
+    carries that summary as its ``extra``, so downstream DAGs see what was committed.
+    """
+
+    template_fields: Sequence[str] = ("checkpoint_uri", "output_roots", "retention_policy", "degraded")
+    ui_color = "#a4d8a4"
+
+    def __init__(
+        self,
+        *,
+        checkpoint_uri: str | None = None,
+        spark_task_id: str | None = None,
+        aws_conn_id: str | None = None,
+        output_roots: Sequence[str] | str | None = None,
+        retention_policy: RetentionPolicy | str | None = None,
+        degraded: bool | str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.checkpoint_uri = checkpoint_uri
+        self.spark_task_id = spark_task_id
+        self.aws_conn_id = aws_conn_id
+        self.output_roots = output_roots
+        self.retention_policy = retention_policy
+        self.degraded = degraded
+
+    def _degraded(self, context: Context) -> bool:
+        if self.degraded is not None and self.degraded != "":
+            return _as_bool(self.degraded)
+        submitted = submit_task_result(context, self.spark_task_id)
+        return bool(submitted and submitted.get("degraded"))
+
+    def _output_roots(self) -> list[str] | None:
+        if not self.output_roots:
+            return None
+        if isinstance(self.output_roots, str):
+            return [self.output_roots]
+        return [str(root) for root in self.output_roots]
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        config = CheckpointConfig.load()
+        policy = RetentionPolicy(self.retention_policy or config.retention_policy)
+        uri = resolve_store_uri(context, self.checkpoint_uri, self.spark_task_id)
+        store = CheckpointHook(uri, aws_conn_id=self.aws_conn_id, config=config).get_store()
+        degraded = self._degraded(context)
+
+        started = time.monotonic()
+        result = store.commit(self._output_roots(), degraded=degraded)
+        removed = store.cleanup(policy)
+        elapsed = dt.timedelta(seconds=time.monotonic() - started)
+
+        summary = {
+            **result.summary(),
+            "checkpoint_uri": uri,
+            "retention_policy": policy.value,
+            "checkpoints_removed_by_retention": len(removed),
+            "duration_seconds": round(elapsed.total_seconds(), 3),
+        }
+        self.log.info(
+            "Committed epoch %d of %s%s: %d files (%d rows) authoritative, %d orphans deleted, %d bytes "
+            "freed, %d unknown files reported, %d kept (degraded); %s removed %d checkpoints",
+            result.epoch,
+            uri,
+            " (already committed)" if result.already_committed else "",
+            summary["files_committed"],
+            summary["rows_committed"],
+            summary["orphans_deleted"],
+            summary["bytes_freed"],
+            summary["unknown_files"],
+            summary["kept_unprovable"],
+            policy.value,
+            len(removed),
+        )
+        if result.unknown_files:
+            self.log.warning(
+                "Files under the output roots that no writer of this store recorded (kept; check them): %s",
+                list(result.unknown_files)[:20],
+            )
+
+        tags = metrics.task_tags(context)
+        metrics.duration(metrics.COMMIT_DURATION, elapsed, tags)
+        metrics.count(metrics.ORPHANS_DELETED, summary["orphans_deleted"], tags)
+        metrics.count(metrics.BYTES_FREED, summary["bytes_freed"], tags)
+        metrics.count(metrics.FILES_COMMITTED, summary["files_committed"], tags)
+        metrics.count(metrics.UNKNOWN_FILES, summary["unknown_files"], tags)
+
+        outlet_events = context.get("outlet_events")
+        if outlet_events is not None:
+            for outlet in self.outlets or []:
+                outlet_events[outlet].extra = dict(summary)
+        return summary

@@ -1,0 +1,1 @@
+"""Airflow sensors of the checkpointed-Spark provider (never imports pyspark)."""

@@ -1,0 +1,1 @@
+"""Airflow triggers of the checkpointed-Spark provider (never imports pyspark)."""

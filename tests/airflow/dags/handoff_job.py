@@ -1,0 +1,80 @@
+"""A PySpark job that uses the store API directly (no CheckpointedJob): it checks the
+operator's handoff contract on its own. Keys 0..N-1 in P partitions; each Spark task
+skips the keys already checkpointed, writes one Parquet file for the rest, and seals a
+checkpoint. ``--fail-partition p`` makes partition p fail (after the others sealed when
+the job runs on local[1,1])."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import uuid
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
+
+from airflow_ckpt_provider.store import FileMetadata, new_checkpoint_id, open_store
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--keys", type=int, default=40)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--fail-partition", type=int, default=-1)
+    args = parser.parse_args()
+
+    spark = SparkSession.builder.getOrCreate()
+    conf = spark.sparkContext.getConf()
+    uri = conf.get("spark.ckpt.store.uri")
+    epoch = int(conf.get("spark.ckpt.epoch"))
+    options = json.loads(conf.get("spark.ckpt.store.options", "{}"))
+    options.update(json.loads(os.environ.get("CKPT_STORE_SECRETS", "{}")))
+    result_path = conf.get("spark.ckpt.result.path")
+
+    store = open_store(uri, **options)
+    store.set_expected_partitions(epoch, args.partitions)
+    done = set(store.get_checkpointed_keys().column("key").to_pylist())
+    done_b = spark.sparkContext.broadcast(done)
+    output = "file://" + os.path.abspath(args.output.removeprefix("file://")).rstrip("/")
+    fail_partition = args.fail_partition
+
+    def run_partition(index: int, rows: object) -> list[tuple[int, int, int]]:
+        keys = [k for k in rows if k not in done_b.value]  # type: ignore[attr-defined]
+        if not keys:
+            return [(index, 0, 0)]
+        task_store = open_store(uri, **options)
+        cid = new_checkpoint_id()
+        path = f"{output}/part-{index:05d}-{uuid.uuid4().hex}.parquet"
+        task_store.record_intent(cid, [path])
+        local = path.removeprefix("file://")
+        pq.write_table(pa.table({"key": keys, "value": [k * 10 for k in keys]}), local)
+        if index == fail_partition:  # after the write, before the seal: leaves an orphan
+            raise RuntimeError(f"partition {index} fails on purpose")
+        task_store.stage_keys(cid, keys)
+        task_store.stage_files(cid, [FileMetadata(path, os.path.getsize(local), len(keys))])
+        task_store.checkpoint(cid, epoch=epoch, partition=index)
+        return [(index, len(keys), 1)]
+
+    os.makedirs(output.removeprefix("file://"), exist_ok=True)
+    counts = (
+        spark.sparkContext.parallelize(range(args.keys), args.partitions)
+        .mapPartitionsWithIndex(run_partition)
+        .collect()
+    )
+    result = {
+        "keys_processed": sum(c[1] for c in counts),
+        "keys_skipped": len(done),
+        "checkpoints_sealed": sum(c[2] for c in counts),
+        "rows_written": sum(c[1] for c in counts),
+        "degraded": store.degraded,
+    }
+    with open(result_path, "w", encoding="utf-8") as handle:
+        json.dump(result, handle)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
