@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from airflow_ckpt_provider.cli import render
-from airflow_ckpt_provider.cli.preview import DeletionPreview, preview_clear, preview_discard
+from airflow_ckpt_provider.cli.preview import DeletionPreview, preview
 from airflow_ckpt_provider.store import CheckpointStore
 from airflow_ckpt_provider.store.errors import CheckpointError, UnknownCheckpointError
 
@@ -200,17 +200,17 @@ def commit(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
     return 0
 
 
-def _confirm(preview: DeletionPreview, args: argparse.Namespace, io: Io) -> bool:
+def _confirm(what: DeletionPreview, args: argparse.Namespace, io: Io) -> bool:
     """Show what will be deleted; ask on a terminal unless ``--yes``."""
     if not args.json:
-        io.out.write(preview.describe() + "\n")
-    if args.yes or preview.nothing_to_delete:
+        io.out.write(what.describe() + "\n")
+    if args.yes or what.nothing_to_delete:
         return True
     if not io.stdin.isatty():
         raise ConfirmationRequiredError(
-            f"refusing to {preview.action} without confirmation: no terminal to ask on; pass --yes to confirm"
+            f"refusing to {what.action} without confirmation: no terminal to ask on; pass --yes to confirm"
         )
-    io.err.write(f"Type 'yes' to {preview.action}: ")
+    io.err.write(f"Type 'yes' to {what.action}: ")
     io.err.flush()
     answer = io.stdin.readline().strip().lower()
     if answer != "yes":
@@ -220,12 +220,12 @@ def _confirm(preview: DeletionPreview, args: argparse.Namespace, io: Io) -> bool
 
 
 def _destroy(store: CheckpointStore, args: argparse.Namespace, io: Io, *, discard: bool) -> int:
-    preview = preview_discard(store) if discard else preview_clear(store)
-    if not _confirm(preview, args, io):
+    what = preview(store, "discard" if discard else "clear")
+    if not _confirm(what, args, io):
         return 1
     result = store.discard_uncommitted() if discard else store.clear()
     if args.json:
-        _json(io, {"preview": preview.to_json(), "result": result.to_json()})
+        _json(io, {"preview": what.to_json(), "result": result.to_json()})
         return 0
     render.fields(
         {

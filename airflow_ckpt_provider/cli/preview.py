@@ -16,7 +16,7 @@ from typing import Any
 
 from airflow_ckpt_provider.cli.render import human_bytes
 from airflow_ckpt_provider.store import CheckpointStore
-from airflow_ckpt_provider.store.model import CheckpointStatus
+from airflow_ckpt_provider.store.model import Checkpoint, CheckpointStatus, Progress
 
 
 @dataclass(frozen=True)
@@ -69,47 +69,73 @@ class DeletionPreview:
         return asdict(self) | {"description": self.describe(), "nothing_to_delete": self.nothing_to_delete}
 
 
-def _counts(store: CheckpointStore) -> tuple[int | None, list[Any], set[str], int, int]:
-    epoch = store.current_epoch()
-    checkpoints = store.list_checkpoints()
-    valid_ids = {c.checkpoint_id for c in store.valid_checkpoints()}
-    sealed_ids = {c.checkpoint_id for c in checkpoints}
-    unsealed = len([d for d in store.blobs.list_dirs("checkpoints/") if d not in sealed_ids])
-    snapshots = len(store.blobs.list_dirs("snapshots/"))
-    return (None if epoch is None else epoch.number), checkpoints, valid_ids, unsealed, snapshots
+@dataclass(frozen=True)
+class StoreContents:
+    """One read of what a store holds, from which both previews are computed."""
+
+    uri: str
+    epoch: int | None
+    checkpoints: tuple[Checkpoint, ...]
+    valid_ids: frozenset[str]
+    unsealed: int
+    snapshots: int
+    keys_done: int
+
+    @classmethod
+    def read(cls, store: CheckpointStore, progress: Progress | None = None) -> StoreContents:
+        progress = progress or store.progress()
+        checkpoints = store.list_checkpoints()
+        sealed_ids = {c.checkpoint_id for c in checkpoints}
+        return cls(
+            uri=store.uri,
+            epoch=None if progress.epoch is None else progress.epoch.number,
+            checkpoints=tuple(checkpoints),
+            valid_ids=frozenset(c.checkpoint_id for c in store.valid_checkpoints()),
+            unsealed=len([d for d in store.blobs.list_dirs("checkpoints/") if d not in sealed_ids]),
+            snapshots=len(store.blobs.list_dirs("snapshots/")),
+            keys_done=progress.keys_done,
+        )
+
+    @property
+    def uncommitted(self) -> list[Checkpoint]:
+        return [c for c in self.checkpoints if c.status is not CheckpointStatus.COMMITTED]
 
 
-def preview_clear(store: CheckpointStore) -> DeletionPreview:
-    epoch, checkpoints, _valid, unsealed, snapshots = _counts(store)
-    uncommitted = [c for c in checkpoints if c.status is not CheckpointStatus.COMMITTED]
+def preview_clear(contents: StoreContents) -> DeletionPreview:
+    uncommitted = contents.uncommitted
     return DeletionPreview(
         action="clear",
-        store_uri=store.uri,
-        epoch=epoch,
-        checkpoints=len(checkpoints),
-        committed_checkpoints=len(checkpoints) - len(uncommitted),
-        unsealed_directories=unsealed,
-        keys=store.progress().keys_done,
+        store_uri=contents.uri,
+        epoch=contents.epoch,
+        checkpoints=len(contents.checkpoints),
+        committed_checkpoints=len(contents.checkpoints) - len(uncommitted),
+        unsealed_directories=contents.unsealed,
+        keys=contents.keys_done,
         uncommitted_files=sum(c.num_files for c in uncommitted),
         uncommitted_bytes=sum(c.num_bytes for c in uncommitted),
-        snapshots=snapshots,
+        snapshots=contents.snapshots,
         kept_checkpoints=0,
     )
 
 
-def preview_discard(store: CheckpointStore) -> DeletionPreview:
-    epoch, checkpoints, valid_ids, unsealed, _snapshots = _counts(store)
-    uncommitted = [c for c in checkpoints if c.status is not CheckpointStatus.COMMITTED]
+def preview_discard(contents: StoreContents) -> DeletionPreview:
+    uncommitted = contents.uncommitted
     return DeletionPreview(
         action="discard",
-        store_uri=store.uri,
-        epoch=epoch,
+        store_uri=contents.uri,
+        epoch=contents.epoch,
         checkpoints=len(uncommitted),
         committed_checkpoints=0,
-        unsealed_directories=unsealed,
-        keys=sum(c.num_keys for c in uncommitted if c.checkpoint_id in valid_ids),
+        unsealed_directories=contents.unsealed,
+        keys=sum(c.num_keys for c in uncommitted if c.checkpoint_id in contents.valid_ids),
         uncommitted_files=sum(c.num_files for c in uncommitted),
         uncommitted_bytes=sum(c.num_bytes for c in uncommitted),
         snapshots=0,
-        kept_checkpoints=len(checkpoints) - len(uncommitted),
+        kept_checkpoints=len(contents.checkpoints) - len(uncommitted),
     )
+
+
+def preview(store: CheckpointStore, action: str) -> DeletionPreview:
+    """The preview of ``action`` (``"clear"`` or ``"discard"``) on ``store``, read now."""
+    contents = StoreContents.read(store)
+    return preview_clear(contents) if action == "clear" else preview_discard(contents)

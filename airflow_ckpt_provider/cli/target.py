@@ -76,23 +76,23 @@ def resolve_uri(target: StoreTarget) -> str:
     if not target.names_task_instance:
         assert target.uri is not None
         return target.uri
-    from airflow_ckpt_provider.hooks.config import default_checkpoint_uri
+    from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 
     assert target.dag_id and target.task_id and target.run_id
-    return default_checkpoint_uri(target.dag_id, target.task_id, target.run_id)
+    return CheckpointHook.resolve_uri(None, dag_id=target.dag_id, task_id=target.task_id, run_id=target.run_id)
 
 
 def open_target(target: StoreTarget) -> CheckpointStore:
-    """Open the store ``target`` names. Raises typed store errors for bad URIs."""
+    """Open the store ``target`` names. Raises typed store errors for bad URIs.
+
+    With Airflow involved (a task instance or ``--aws-conn-id``) the provider's hook
+    supplies the options the operator would use ([ckpt] timeouts, the connection's
+    credentials, endpoint and region); flags given here override them.
+    """
     uri = resolve_uri(target)
-    options = target.store_options()
-    if target.aws_conn_id:
-        options = _connection_options(target.aws_conn_id) | options
-    return open_store(uri, **options)
+    options: dict[str, Any] = {}
+    if target.names_task_instance or target.aws_conn_id:
+        from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 
-
-def _connection_options(aws_conn_id: str) -> dict[str, Any]:
-    """Store options (credentials included) of an Airflow AWS connection, via the provider's hook."""
-    from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
-
-    return dict(CheckpointHook(aws_conn_id=aws_conn_id).store_options())
+        options = dict(CheckpointHook(checkpoint_uri=uri, aws_conn_id=target.aws_conn_id).store_options)
+    return open_store(uri, **(options | target.store_options()))

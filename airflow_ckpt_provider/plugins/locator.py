@@ -1,0 +1,198 @@
+"""Which store belongs to a task instance, and which stores a DAG's latest runs have.
+
+A checkpointed operator's store is its rendered ``checkpoint_uri`` (Airflow keeps
+the rendered template fields of every task instance that ran), or, when it names
+none, the configured default ``{base}/{dag_id}/{task_id}/{run_id}`` that the
+operator derives the same way (``CheckpointHook.resolve_uri``). The DAG view finds
+stores both ways: from the rendered fields of the latest runs, and by listing the
+default layout under the DAG's prefix (a store left by a run whose fields were not
+recorded still shows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from airflow_ckpt_provider.store import CheckpointError, CheckpointStore, open_blobs, open_store
+
+#: The template field that names a checkpointed operator's store.
+URI_FIELD = "checkpoint_uri"
+#: Store reads from the UI fail fast: a person is waiting and the page must say why.
+UI_TIMEOUT_SECONDS = 5.0
+UI_MAX_ATTEMPTS = 2
+#: Task-instance states in which the task may be writing to its store right now.
+ACTIVE_STATES = frozenset({"running", "queued", "scheduled", "restarting", "deferred", "up_for_reschedule"})
+
+
+class TaskInstanceNotFound(LookupError):
+    """No task instance (dag_id, task_id, run_id) in the metadata DB."""
+
+
+@dataclass(frozen=True)
+class TaskStoreRef:
+    """Where one task instance keeps its checkpoints (no credentials here)."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    uri: str
+    aws_conn_id: str | None
+    state: str | None
+    explicit: bool  # the operator named its own checkpoint_uri
+
+
+def _rendered_fields(
+    session: Session, dag_id: str, run_ids: Sequence[str], task_id: str | None = None
+) -> dict[tuple[str, str], dict[str, Any]]:
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
+
+    query = select(RTIF.task_id, RTIF.run_id, RTIF.map_index, RTIF.rendered_fields).where(
+        RTIF.dag_id == dag_id, RTIF.run_id.in_(list(run_ids))
+    )
+    if task_id is not None:
+        query = query.where(RTIF.task_id == task_id)
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    # Mapped instances share the task's store; the lowest map index speaks for them.
+    for tid, rid, _map_index, fields in session.execute(query.order_by(RTIF.map_index.desc())):
+        if isinstance(fields, dict):
+            found[(tid, rid)] = fields
+    return found
+
+
+def _ref(dag_id: str, task_id: str, run_id: str, state: str | None, fields: dict[str, Any] | None) -> TaskStoreRef:
+    from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
+
+    named = (fields or {}).get(URI_FIELD)
+    named = named.strip() if isinstance(named, str) else None
+    conn = (fields or {}).get("aws_conn_id")
+    return TaskStoreRef(
+        dag_id=dag_id,
+        task_id=task_id,
+        run_id=run_id,
+        uri=CheckpointHook.resolve_uri(named or None, dag_id=dag_id, task_id=task_id, run_id=run_id),
+        aws_conn_id=conn if isinstance(conn, str) and conn else None,
+        state=state,
+        explicit=bool(named),
+    )
+
+
+def locate_task_store(session: Session, dag_id: str, task_id: str, run_id: str) -> TaskStoreRef:
+    """The store of a task instance that exists in the DB; :class:`TaskInstanceNotFound` otherwise."""
+    from airflow.models.taskinstance import TaskInstance as TI
+
+    states = session.scalars(
+        select(TI.state).where(TI.dag_id == dag_id, TI.task_id == task_id, TI.run_id == run_id)
+    ).all()
+    if not states:
+        raise TaskInstanceNotFound(f"no task instance {task_id!r} in run {run_id!r} of DAG {dag_id!r}")
+    active = [s for s in states if s is not None and str(s) in ACTIVE_STATES]
+    state = active[0] if active else states[0]
+    fields = _rendered_fields(session, dag_id, [run_id], task_id).get((task_id, run_id))
+    return _ref(dag_id, task_id, run_id, None if state is None else str(state), fields)
+
+
+def open_ref(ref: TaskStoreRef) -> tuple[CheckpointStore, list[str]]:
+    """Open the store with the operator's connection; returns it and the secret values to scrub."""
+    from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
+    from airflow_ckpt_provider.plugins.report import secret_values
+
+    options = dict(CheckpointHook(checkpoint_uri=ref.uri, aws_conn_id=ref.aws_conn_id).store_options)
+    if ref.uri.startswith(("s3://", "s3a://")):
+        options["timeout_seconds"] = min(float(options.get("timeout_seconds") or 10), UI_TIMEOUT_SECONDS)
+        options["max_attempts"] = UI_MAX_ATTEMPTS
+    return open_store(ref.uri, **options), secret_values(options)
+
+
+@dataclass
+class DagStoreRow:
+    """One store among a DAG's latest runs (tasks sharing a store are one row)."""
+
+    ref: TaskStoreRef
+    task_ids: list[str] = field(default_factory=list)
+
+
+def latest_run_ids(session: Session, dag_id: str, limit: int) -> list[str]:
+    from airflow.models.dagrun import DagRun
+
+    return list(
+        session.scalars(
+            select(DagRun.run_id).where(DagRun.dag_id == dag_id).order_by(DagRun.run_after.desc()).limit(limit)
+        )
+    )
+
+
+def _default_layout_prefix(dag_id: str) -> str:
+    """``{base}/{dag_id}`` of the default layout (derived from the hook so both agree)."""
+    from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
+
+    probe = CheckpointHook.resolve_uri(None, dag_id=dag_id, task_id="t", run_id="r")
+    suffix = "/t/r"
+    if not probe.endswith(suffix):  # pragma: no cover - a layout this module does not know
+        raise RuntimeError(f"unexpected default store layout {probe!r}")
+    return probe[: -len(suffix)]
+
+
+def dag_store_rows(session: Session, dag_id: str, *, limit_runs: int = 10) -> tuple[list[DagStoreRow], str | None]:
+    """The stores of the DAG's latest ``limit_runs`` runs, newest run first.
+
+    Also returns why the default layout could not be listed (None when it could):
+    the stores named by rendered fields are still listed then.
+    """
+    from airflow.models.taskinstance import TaskInstance as TI
+
+    from airflow_ckpt_provider.hooks.config import path_segment
+
+    run_ids = latest_run_ids(session, dag_id, limit_runs)
+    if not run_ids:
+        return [], None
+    order = {rid: i for i, rid in enumerate(run_ids)}
+    tis: dict[tuple[str, str], str | None] = {}
+    for task_id, run_id, state in session.execute(
+        select(TI.task_id, TI.run_id, TI.state).where(TI.dag_id == dag_id, TI.run_id.in_(run_ids))
+    ):
+        tis.setdefault((task_id, run_id), None if state is None else str(state))
+    fields = _rendered_fields(session, dag_id, run_ids)
+    candidates = {key for key, f in fields.items() if URI_FIELD in f}
+    discovery_problem = None
+    try:
+        candidates |= _discover_default_layout(dag_id, tis, path_segment)
+    except CheckpointError as exc:
+        discovery_problem = str(exc)
+    rows: dict[str, DagStoreRow] = {}
+    for task_id, run_id in sorted(candidates, key=lambda k: (order.get(k[1], 1 << 30), k[0])):
+        ref = _ref(dag_id, task_id, run_id, tis.get((task_id, run_id)), fields.get((task_id, run_id)))
+        row = rows.setdefault(ref.uri, DagStoreRow(ref=ref))
+        row.task_ids.append(task_id)
+    return list(rows.values()), discovery_problem
+
+
+def _discover_default_layout(
+    dag_id: str, tis: dict[tuple[str, str], str | None], path_segment: Any
+) -> set[tuple[str, str]]:
+    """Task instances whose default-layout store directory exists (one listing per task)."""
+    by_segment: dict[tuple[str, str], tuple[str, str]] = {
+        (path_segment(task_id), path_segment(run_id)): (task_id, run_id) for task_id, run_id in tis
+    }
+    from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
+
+    prefix = _default_layout_prefix(dag_id)
+    options = dict(CheckpointHook(checkpoint_uri=prefix).store_options)
+    options.update(timeout_seconds=UI_TIMEOUT_SECONDS, max_attempts=UI_MAX_ATTEMPTS)
+    blobs = open_blobs(prefix, **options)
+    try:
+        found: set[tuple[str, str]] = set()
+        task_segments = {seg for seg, _ in by_segment}
+        for task_segment in blobs.list_dirs(""):
+            if task_segment not in task_segments:
+                continue
+            for run_segment in blobs.list_dirs(f"{task_segment}/"):
+                if (task_segment, run_segment) in by_segment:
+                    found.add(by_segment[(task_segment, run_segment)])
+        return found
+    finally:
+        blobs.close()

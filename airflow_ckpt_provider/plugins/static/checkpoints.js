@@ -1,0 +1,76 @@
+// Checkpoints task view: confirmation dialog and the Clear / Discard calls.
+// The page already shows every number; this only adds the two actions.
+(function () {
+  "use strict";
+  var dataNode = document.getElementById("ckpt-data");
+  if (!dataNode) { return; }
+  var data = JSON.parse(dataNode.textContent);
+  var dialog = document.getElementById("confirm");
+  var text = document.getElementById("confirm-text");
+  var title = document.getElementById("confirm-title");
+  var okButton = document.getElementById("confirm-button");
+  var resultBox = document.getElementById("action-result");
+  var pending = null;
+
+  function show(kind, message) {
+    resultBox.hidden = false;
+    resultBox.className = "alert " + kind;
+    resultBox.textContent = message;
+  }
+
+  function setBusy(busy) {
+    document.querySelectorAll("button[data-action]").forEach(function (b) {
+      if (busy) { b.dataset.wasDisabled = b.disabled ? "1" : ""; b.disabled = true; }
+      else { b.disabled = b.dataset.wasDisabled === "1"; }
+    });
+  }
+
+  function run(action) {
+    setBusy(true);
+    show("warn", action === "clear" ? "Clearing…" : "Discarding…");
+    fetch("../api/task/" + action, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-Requested-With": "airflow-ckpt" },
+      body: JSON.stringify({
+        dag_id: data.dag_id, task_id: data.task_id, run_id: data.run_id, expected_epoch: data.epoch
+      })
+    }).then(function (response) {
+      return response.json().catch(function () { return {}; }).then(function (body) {
+        return { status: response.status, body: body };
+      });
+    }).then(function (answer) {
+      if (answer.status === 200) {
+        var r = answer.body.result;
+        show("ok", "Done: " + r.deleted_checkpoints + " checkpoint(s) and " + r.deleted_files +
+          " file(s) deleted. Recorded in the audit log (entry " + answer.body.audit_log_id + "). Reloading…");
+        window.setTimeout(function () { window.location.reload(); }, 1500);
+      } else {
+        var detail = answer.body.detail;
+        if (typeof detail !== "string") { detail = JSON.stringify(detail); }
+        show("error", "Not done (HTTP " + answer.status + "): " + detail);
+        setBusy(false);
+      }
+    }).catch(function (err) {
+      show("error", "The request failed: " + err + ". Nothing is known to be deleted; reload to see the store.");
+      setBusy(false);
+    });
+  }
+
+  document.querySelectorAll("button[data-action]").forEach(function (button) {
+    button.addEventListener("click", function () {
+      var action = button.getAttribute("data-action");
+      var preview = data.previews[action];
+      pending = action;
+      title.textContent = action === "clear" ? "Clear checkpoints?" : "Discard uncommitted work?";
+      text.textContent = preview.description;
+      okButton.textContent = action === "clear" ? "Clear checkpoints" : "Discard uncommitted";
+      dialog.showModal();
+    });
+  });
+
+  dialog.addEventListener("close", function () {
+    if (dialog.returnValue === "confirm" && pending) { run(pending); }
+    pending = null;
+  });
+})();
