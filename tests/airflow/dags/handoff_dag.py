@@ -17,7 +17,7 @@ with DAG(
     "ckpt_handoff",
     schedule=None,
     catchup=False,
-    params={"fail_partition": Param(-1, type="integer"), "retries": Param(0, type="integer")},
+    params={"fail_partition": Param(-1, type="integer"), "fail_once_marker": Param("", type="string")},
 ) as dag:
     submit = CheckpointedSparkSubmitOperator(
         task_id="submit",
@@ -25,6 +25,7 @@ with DAG(
         application_args=[
             "--output", OUTPUT, "--keys", "40", "--partitions", "4",
             "--fail-partition", "{{ params.fail_partition }}",
+            "--fail-once-marker", "{{ params.fail_once_marker }}",
         ],
         conn_id="spark_serial",  # local[1]: partitions run in order, so a failure is deterministic
         conf={"spark.ui.enabled": "false", "spark.driver.memory": "512m"},

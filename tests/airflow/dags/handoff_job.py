@@ -24,6 +24,7 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--output", required=True)
     parser.add_argument("--fail-partition", type=int, default=-1)
+    parser.add_argument("--fail-once-marker", default="", help="fail only if this file does not exist yet")
     args = parser.parse_args()
 
     spark = SparkSession.builder.getOrCreate()
@@ -40,6 +41,11 @@ def main() -> None:
     done_b = spark.sparkContext.broadcast(done)
     output = "file://" + os.path.abspath(args.output.removeprefix("file://")).rstrip("/")
     fail_partition = args.fail_partition
+    if args.fail_once_marker:
+        if os.path.exists(args.fail_once_marker):
+            fail_partition = -1
+        else:
+            open(args.fail_once_marker, "w").close()
 
     def run_partition(index: int, rows: object) -> list[tuple[int, int, int]]:
         keys = [k for k in rows if k not in done_b.value]  # type: ignore[attr-defined]
