@@ -221,6 +221,13 @@ def _confirm(what: DeletionPreview, args: argparse.Namespace, io: Io) -> bool:
 
 def _destroy(store: CheckpointStore, args: argparse.Namespace, io: Io, *, discard: bool) -> int:
     what = preview(store, "discard" if discard else "clear")
+    if what.nothing_to_delete:
+        # No call at all: clear() would still open a fencing epoch on an untouched store.
+        if args.json:
+            _json(io, {"preview": what.to_json(), "result": None})
+        else:
+            io.out.write(what.describe() + "\n")
+        return 0
     if not _confirm(what, args, io):
         return 1
     result = store.discard_uncommitted() if discard else store.clear()

@@ -82,7 +82,7 @@ def _ref_json(ref: TaskStoreRef) -> dict[str, Any]:
         "run_id": ref.run_id,
         "task_state": ref.state,
         "store_uri": display_uri(ref.uri),
-        "store_named_by_operator": ref.explicit,
+        "store_source": ref.source,
     }
 
 

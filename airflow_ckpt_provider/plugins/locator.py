@@ -1,32 +1,42 @@
 """Which store belongs to a task instance, and which stores a DAG's latest runs have.
 
-A checkpointed operator's store is its rendered ``checkpoint_uri`` (Airflow keeps
-the rendered template fields of every task instance that ran), or, when it names
-none, the configured default ``{base}/{dag_id}/{task_id}/{run_id}`` that the
-operator derives the same way (``CheckpointHook.resolve_uri``). The DAG view finds
-stores both ways: from the rendered fields of the latest runs, and by listing the
-default layout under the DAG's prefix (a store left by a run whose fields were not
-recorded still shows).
+A task instance's store is, in this order:
+
+1. the store it reported using: the ``checkpoint_uri`` in its XCom (the submit
+   operator pushes its plan before submitting; commit and clear operators return
+   the store they worked on, which is the submit task's);
+2. the ``checkpoint_uri`` its operator named (rendered template field);
+3. the configured default ``{base}/{dag_id}/{task_id}/{run_id}``, derived exactly as
+   the operator derives it (``CheckpointHook.resolve_uri``).
+
+The DAG view finds stores from the first two sources for the latest runs, and by
+listing the default layout under the DAG's prefix, so a store whose task recorded
+nothing (it failed before pushing) still shows. Tasks sharing a store are one row.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from airflow_ckpt_provider.store import CheckpointError, CheckpointStore, open_blobs, open_store
 
-#: The template field that names a checkpointed operator's store.
+#: The template field / XCom entry that names a store.
 URI_FIELD = "checkpoint_uri"
+#: XCom keys whose value may name the store a task used (the submit operator's plan, any return value).
+XCOM_KEYS = ("checkpoint_plan", "return_value")
 #: Store reads from the UI fail fast: a person is waiting and the page must say why.
 UI_TIMEOUT_SECONDS = 5.0
 UI_MAX_ATTEMPTS = 2
 #: Task-instance states in which the task may be writing to its store right now.
 ACTIVE_STATES = frozenset({"running", "queued", "scheduled", "restarting", "deferred", "up_for_reschedule"})
+
+SOURCE_USED = "used by the task"
+SOURCE_NAMED = "named by the operator"
+SOURCE_DEFAULT = "default location"
 
 
 class TaskInstanceNotFound(LookupError):
@@ -43,12 +53,44 @@ class TaskStoreRef:
     uri: str
     aws_conn_id: str | None
     state: str | None
-    explicit: bool  # the operator named its own checkpoint_uri
+    source: str  # SOURCE_USED, SOURCE_NAMED or SOURCE_DEFAULT
 
 
-def _rendered_fields(
+@dataclass(frozen=True)
+class _Named:
+    uri: str
+    source: str
+    aws_conn_id: str | None = None
+
+
+def _named_by_xcom(
     session: Session, dag_id: str, run_ids: Sequence[str], task_id: str | None = None
-) -> dict[tuple[str, str], dict[str, Any]]:
+) -> dict[tuple[str, str], _Named]:
+    from airflow.models.xcom import XComModel
+
+    query = select(XComModel).where(
+        XComModel.dag_id == dag_id, XComModel.run_id.in_(list(run_ids)), XComModel.key.in_(XCOM_KEYS)
+    )
+    if task_id is not None:
+        query = query.where(XComModel.task_id == task_id)
+    found: dict[tuple[str, str], _Named] = {}
+    # The plan is pushed before the submit, the return value after: prefer the latter.
+    for row in sorted(session.scalars(query), key=lambda r: (XCOM_KEYS.index(r.key), -r.map_index)):
+        try:
+            value = XComModel.deserialize_value(row)
+        except Exception:  # a value this module does not understand names no store
+            continue
+        if isinstance(value, Mapping) and isinstance(value.get(URI_FIELD), str) and value[URI_FIELD].strip():
+            conn = value.get("aws_conn_id")
+            found[(row.task_id, row.run_id)] = _Named(
+                value[URI_FIELD].strip(), SOURCE_USED, conn if isinstance(conn, str) and conn else None
+            )
+    return found
+
+
+def _named_by_rendered_fields(
+    session: Session, dag_id: str, run_ids: Sequence[str], task_id: str | None = None
+) -> dict[tuple[str, str], _Named]:
     from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
 
     query = select(RTIF.task_id, RTIF.run_id, RTIF.map_index, RTIF.rendered_fields).where(
@@ -56,28 +98,36 @@ def _rendered_fields(
     )
     if task_id is not None:
         query = query.where(RTIF.task_id == task_id)
-    found: dict[tuple[str, str], dict[str, Any]] = {}
+    found: dict[tuple[str, str], _Named] = {}
     # Mapped instances share the task's store; the lowest map index speaks for them.
     for tid, rid, _map_index, fields in session.execute(query.order_by(RTIF.map_index.desc())):
-        if isinstance(fields, dict):
-            found[(tid, rid)] = fields
+        value = fields.get(URI_FIELD) if isinstance(fields, dict) else None
+        if isinstance(value, str) and value.strip() and value.strip() != "None":
+            found[(tid, rid)] = _Named(value.strip(), SOURCE_NAMED)
     return found
 
 
-def _ref(dag_id: str, task_id: str, run_id: str, state: str | None, fields: dict[str, Any] | None) -> TaskStoreRef:
+def _named(
+    session: Session, dag_id: str, run_ids: Sequence[str], task_id: str | None = None
+) -> dict[tuple[str, str], _Named]:
+    return _named_by_rendered_fields(session, dag_id, run_ids, task_id) | _named_by_xcom(
+        session, dag_id, run_ids, task_id
+    )
+
+
+def _ref(dag_id: str, task_id: str, run_id: str, state: str | None, named: _Named | None) -> TaskStoreRef:
     from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 
-    named = (fields or {}).get(URI_FIELD)
-    named = named.strip() if isinstance(named, str) else None
-    conn = (fields or {}).get("aws_conn_id")
     return TaskStoreRef(
         dag_id=dag_id,
         task_id=task_id,
         run_id=run_id,
-        uri=CheckpointHook.resolve_uri(named or None, dag_id=dag_id, task_id=task_id, run_id=run_id),
-        aws_conn_id=conn if isinstance(conn, str) and conn else None,
+        uri=CheckpointHook.resolve_uri(
+            None if named is None else named.uri, dag_id=dag_id, task_id=task_id, run_id=run_id
+        ),
+        aws_conn_id=None if named is None else named.aws_conn_id,
         state=state,
-        explicit=bool(named),
+        source=SOURCE_DEFAULT if named is None else named.source,
     )
 
 
@@ -85,15 +135,19 @@ def locate_task_store(session: Session, dag_id: str, task_id: str, run_id: str) 
     """The store of a task instance that exists in the DB; :class:`TaskInstanceNotFound` otherwise."""
     from airflow.models.taskinstance import TaskInstance as TI
 
-    states = session.scalars(
-        select(TI.state).where(TI.dag_id == dag_id, TI.task_id == task_id, TI.run_id == run_id)
-    ).all()
+    states = [
+        None if s is None else str(s)
+        for s in session.scalars(
+            select(TI.state).where(TI.dag_id == dag_id, TI.task_id == task_id, TI.run_id == run_id)
+        ).all()
+    ]
     if not states:
         raise TaskInstanceNotFound(f"no task instance {task_id!r} in run {run_id!r} of DAG {dag_id!r}")
-    active = [s for s in states if s is not None and str(s) in ACTIVE_STATES]
+    # Mapped instances share one store: if any of them is active, the store is in use.
+    active = [s for s in states if s in ACTIVE_STATES]
     state = active[0] if active else states[0]
-    fields = _rendered_fields(session, dag_id, [run_id], task_id).get((task_id, run_id))
-    return _ref(dag_id, task_id, run_id, None if state is None else str(state), fields)
+    named = _named(session, dag_id, [run_id], task_id).get((task_id, run_id))
+    return _ref(dag_id, task_id, run_id, state, named)
 
 
 def open_ref(ref: TaskStoreRef) -> tuple[CheckpointStore, list[str]]:
@@ -141,7 +195,7 @@ def dag_store_rows(session: Session, dag_id: str, *, limit_runs: int = 10) -> tu
     """The stores of the DAG's latest ``limit_runs`` runs, newest run first.
 
     Also returns why the default layout could not be listed (None when it could):
-    the stores named by rendered fields are still listed then.
+    the stores named by XCom or rendered fields are still listed then.
     """
     from airflow.models.taskinstance import TaskInstance as TI
 
@@ -156,30 +210,29 @@ def dag_store_rows(session: Session, dag_id: str, *, limit_runs: int = 10) -> tu
         select(TI.task_id, TI.run_id, TI.state).where(TI.dag_id == dag_id, TI.run_id.in_(run_ids))
     ):
         tis.setdefault((task_id, run_id), None if state is None else str(state))
-    fields = _rendered_fields(session, dag_id, run_ids)
-    candidates = {key for key, f in fields.items() if URI_FIELD in f}
+    named = _named(session, dag_id, run_ids)
+    candidates = set(named)
     discovery_problem = None
     try:
         candidates |= _discover_default_layout(dag_id, tis, path_segment)
     except CheckpointError as exc:
         discovery_problem = str(exc)
     rows: dict[str, DagStoreRow] = {}
-    for task_id, run_id in sorted(candidates, key=lambda k: (order.get(k[1], 1 << 30), k[0])):
-        ref = _ref(dag_id, task_id, run_id, tis.get((task_id, run_id)), fields.get((task_id, run_id)))
+    # Tasks that reported their store first, so a row is labelled by the store's real user.
+    for task_id, run_id in sorted(candidates, key=lambda k: (order.get(k[1], 1 << 30), k not in named, k[0])):
+        ref = _ref(dag_id, task_id, run_id, tis.get((task_id, run_id)), named.get((task_id, run_id)))
         row = rows.setdefault(ref.uri, DagStoreRow(ref=ref))
         row.task_ids.append(task_id)
     return list(rows.values()), discovery_problem
 
 
 def _discover_default_layout(
-    dag_id: str, tis: dict[tuple[str, str], str | None], path_segment: Any
+    dag_id: str, tis: Mapping[tuple[str, str], str | None], path_segment: Callable[[str], str]
 ) -> set[tuple[str, str]]:
     """Task instances whose default-layout store directory exists (one listing per task)."""
-    by_segment: dict[tuple[str, str], tuple[str, str]] = {
-        (path_segment(task_id), path_segment(run_id)): (task_id, run_id) for task_id, run_id in tis
-    }
     from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 
+    by_segment = {(path_segment(task_id), path_segment(run_id)): (task_id, run_id) for task_id, run_id in tis}
     prefix = _default_layout_prefix(dag_id)
     options = dict(CheckpointHook(checkpoint_uri=prefix).store_options)
     options.update(timeout_seconds=UI_TIMEOUT_SECONDS, max_attempts=UI_MAX_ATTEMPTS)
