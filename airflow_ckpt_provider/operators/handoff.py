@@ -21,6 +21,8 @@ STORE_OPTIONS_CONF = "spark.ckpt.store.options"
 RESULT_PATH_CONF = "spark.ckpt.result.path"
 #: JSON object of the secret store options (``aws_access_key_id``, ...).
 SECRETS_ENV = "CKPT_STORE_SECRETS"
+#: The driver also prints its result as one stdout line ``CKPT_RESULT {json}``.
+RESULT_LINE_PREFIX = "CKPT_RESULT "
 
 
 @dataclass(frozen=True)
@@ -48,15 +50,23 @@ class Handoff:
 
 
 def read_job_result(path: str) -> dict[str, Any] | None:
-    """The job's JSON result, or None if the job wrote none (it failed early, or ran on
-    another machine in cluster mode). Only scalar values are kept: the result goes to
-    XCom and logs, and a job should never put more than counts and flags in it."""
+    """The job's JSON result file, or None if the job wrote none (it failed early, or its
+    driver ran on another machine in cluster mode)."""
     if not path or not os.path.exists(path):
         return None
     try:
         with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
+            return parse_job_result(handle.read())
+    except OSError:
+        return None
+
+
+def parse_job_result(text: str) -> dict[str, Any] | None:
+    """A job result from JSON text. Only scalar values are kept: the result goes to XCom
+    and logs, and a job should never put more than counts and flags in it."""
+    try:
+        data = json.loads(text)
+    except ValueError:
         return None
     if not isinstance(data, dict):
         return None

@@ -13,7 +13,7 @@ import os
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -21,7 +21,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.operators import metrics
-from airflow_ckpt_provider.operators.handoff import Handoff, read_job_result
+from airflow_ckpt_provider.operators.handoff import RESULT_LINE_PREFIX, Handoff, parse_job_result, read_job_result
 from airflow_ckpt_provider.store import CheckpointStore, Epoch, EpochStatus
 
 if TYPE_CHECKING:
@@ -42,6 +42,18 @@ class _CheckpointedSubmitHook(SparkSubmitHook):
     """
 
     _before_submit: Callable[[], Handoff] | None = None
+    #: The driver's ``CKPT_RESULT`` line, when its stdout reaches spark-submit (client mode).
+    result_line: str | None = None
+
+    def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
+        def tap() -> Iterator[Any]:
+            for line in itr:
+                text = str(line).strip()
+                if text.startswith(RESULT_LINE_PREFIX):
+                    self.result_line = text[len(RESULT_LINE_PREFIX) :]
+                yield line
+
+        super()._process_spark_submit_log(tap())
 
     def submit(self, application: str = "", **kwargs: Any) -> str | None:
         if self._before_submit is None:  # pragma: no cover - the operator always sets it
@@ -237,7 +249,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
                     "it was taken over by another submit; run the task again"
                 )
             self.log.info("Re-attached to the driver of epoch %d: no new epoch was opened", handoff.epoch)
-        job_result = read_job_result(handoff.result_path) or {}
+        job_result = read_job_result(handoff.result_path) or self._result_from_log() or {}
         degraded = bool(job_result.get("degraded")) or self._epoch_degraded(store, handoff.epoch)
         self._end_epoch(store, handoff, EpochStatus.SUCCEEDED, job_result)
         summary: dict[str, Any] = {
@@ -260,6 +272,11 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
             )
         self.log.info("Checkpointed job finished: %s", summary)
         return summary
+
+    def _result_from_log(self) -> dict[str, Any] | None:
+        hook = self._hook
+        line = getattr(hook, "result_line", None)
+        return parse_job_result(line) if line else None
 
     def _epoch_degraded(self, store: CheckpointStore, epoch: int) -> bool:
         try:

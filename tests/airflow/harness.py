@@ -118,9 +118,13 @@ class AirflowHarness:
         conf: Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
         timeout: float = 600,
-        while_running: Callable[[subprocess.Popen[str]], None] | None = None,
+        while_running: Callable[[subprocess.Popen[str], Path], None] | None = None,
     ) -> DagRunOutcome:
-        """One ``dag.test()`` run in a fresh process. Same ``run_after`` ⇒ same run id."""
+        """One ``dag.test()`` run in a fresh process. Same ``run_after`` ⇒ same run id.
+
+        ``while_running(process, output_path)`` runs in a thread during the run (to act on,
+        or inspect, the run while it is in flight).
+        """
         run_after = run_after or logical_date
         result_path = self.home / f"result-{time.monotonic_ns()}.json"
         argv = [
@@ -146,7 +150,7 @@ class AirflowHarness:
             )
             watcher = None
             if while_running is not None:
-                watcher = threading.Thread(target=while_running, args=(proc,), daemon=True)
+                watcher = threading.Thread(target=while_running, args=(proc, output_path), daemon=True)
                 watcher.start()
             try:
                 proc.wait(timeout=timeout)
@@ -200,5 +204,5 @@ class AirflowHarness:
     def dump_tables(self, *tables: str) -> Iterator[str]:
         """Every row of ``tables`` as text (for secret scans)."""
         for table in tables:
-            for row in self._query(f"SELECT * FROM {table}"):  # noqa: S608 - test-owned table names
+            for row in self._query(f"SELECT * FROM {table}"):
                 yield f"{table}: {row!r}"
