@@ -16,6 +16,7 @@ nothing (it failed before pushing) still shows. Tasks sharing a store are one ro
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -115,6 +116,13 @@ def _named(
     )
 
 
+def _normalized(uri: str) -> str:
+    """Plain local paths as the ``file://`` URI the store reports, so one store has one name."""
+    if os.path.isabs(uri):
+        return "file://" + os.path.normpath(uri).rstrip("/")
+    return uri
+
+
 def _ref(dag_id: str, task_id: str, run_id: str, state: str | None, named: _Named | None) -> TaskStoreRef:
     from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 
@@ -122,8 +130,10 @@ def _ref(dag_id: str, task_id: str, run_id: str, state: str | None, named: _Name
         dag_id=dag_id,
         task_id=task_id,
         run_id=run_id,
-        uri=CheckpointHook.resolve_uri(
-            None if named is None else named.uri, dag_id=dag_id, task_id=task_id, run_id=run_id
+        uri=_normalized(
+            CheckpointHook.resolve_uri(
+                None if named is None else named.uri, dag_id=dag_id, task_id=task_id, run_id=run_id
+            )
         ),
         aws_conn_id=None if named is None else named.aws_conn_id,
         state=state,

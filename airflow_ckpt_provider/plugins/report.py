@@ -9,6 +9,7 @@ masker plus the store's own secret option values.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,8 +44,16 @@ def display_uri(uri: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
+# user-info of any URI in a message (scheme://user:password@host) and query strings of
+# object URIs (pre-signed URLs carry signatures there).
+_URI_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s'\"@]+@")
+_URI_QUERY = re.compile(r"(\b(?:s3a?|https?|file)://[^\s'\"?]*)\?[^\s'\"]*")
+
+
 def scrub(message: str, secrets: Iterable[str] = ()) -> str:
-    """Remove secret values from a message (store options, then Airflow's registered secrets)."""
+    """Remove secrets from a message: URI credentials and queries, the store's secret option
+    values, then whatever Airflow's masker knows (connection passwords it has seen)."""
+    message = _URI_QUERY.sub(r"\1", _URI_USERINFO.sub(r"\1", message))
     for secret in secrets:
         if secret and len(secret) >= 4:
             message = message.replace(secret, "***")
