@@ -1,0 +1,51 @@
+"""Typed errors of the Spark side. Each says what happened and what to do next.
+
+They are raised on the driver before any output is written (configuration, key
+columns, key types) or translated there from a failed Spark job (null keys).
+The store's own errors (``KeyTypeMismatchError``, ``EpochFencedError``, ...) are
+reused where they fit.
+"""
+
+from __future__ import annotations
+
+from airflow_ckpt_provider.store.errors import CheckpointError
+
+
+class MissingStoreConfigError(CheckpointError):
+    """``CheckpointedJob.from_spark`` found no ``spark.ckpt.store.uri`` conf."""
+
+
+class InvalidSparkConfError(CheckpointError, ValueError):
+    """A ``spark.ckpt.*`` conf or the ``CKPT_STORE_SECRETS`` variable does not parse, or holds a secret."""
+
+
+class KeyColumnNotFoundError(CheckpointError, ValueError):
+    """The key column(s) named for ``skip_completed``/``write_*`` are not in the DataFrame."""
+
+
+class NullKeyError(CheckpointError, ValueError):
+    """A row's key is null: a key identifies input, so it cannot be null."""
+
+
+class SourceKeyLostError(CheckpointError):
+    """The hidden source-key column was dropped between the source and the writer.
+
+    A global aggregation, a ``select`` without it, or a join that rebuilt the rows
+    loses which input key each output row came from.
+    """
+
+
+class KeyDefinitionConflictError(CheckpointError, ValueError):
+    """The writer's ``key`` differs from the one the source was read with, or file and row keys are mixed."""
+
+
+class WriterContractError(CheckpointError):
+    """A ``writer_fn`` given to ``CheckpointedJob.write`` broke its contract.
+
+    It must consume every batch, call ``ctx.record_intent(path)`` before creating
+    each file, and return the :class:`FileMetadata` of every file it created.
+    """
+
+
+class InputFilesError(CheckpointError, ValueError):
+    """``read_parquet`` cannot determine the input: no files and no ``schema``, or an unreadable file."""

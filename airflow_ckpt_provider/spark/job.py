@@ -1,0 +1,616 @@
+"""``CheckpointedJob``: resumable input and checkpointed output inside a PySpark application.
+
+Typical use (submitted by ``CheckpointedSparkSubmitOperator``)::
+
+    job = CheckpointedJob.from_spark(spark)
+    df = job.read_parquet(input_files)                  # file keys: done files are never read
+    job.write_parquet(transform(df), "s3://lake/out/")  # per task: write, stage, seal
+
+or with row keys::
+
+    df = job.skip_completed(spark.read.parquet(path), key="event_id")
+    job.write_parquet(transform(df), out, key="event_id")
+
+Without Airflow, ``CheckpointedJob(spark, store_uri=...)`` opens its own epoch;
+then call ``job.finish()`` (or use it as a context manager) and ``job.store.commit()``.
+
+**Keys per mapping.** Between the source and the writer the pipeline may map,
+filter and aggregate *by key*, never mix keys: an output row must come from one
+input key. A global aggregation, a window or a join across keys breaks resume (a
+resumed run would miss the other keys' contributions). Group by the hidden column
+too (``df.groupBy("event_id", SOURCE_KEY_COLUMN)``) so it reaches the writer; the
+writer raises :class:`SourceKeyLostError` when it is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema, to_arrow_type
+from pyspark.sql.types import IntegerType, StructField, StructType
+
+from airflow_ckpt_provider.spark.confs import DEFAULT_BROADCAST_THRESHOLD, settings_from_conf
+from airflow_ckpt_provider.spark.errors import (
+    InputFilesError,
+    KeyColumnNotFoundError,
+    KeyDefinitionConflictError,
+    NullKeyError,
+    SourceKeyLostError,
+    WriterContractError,
+)
+from airflow_ckpt_provider.spark.keys import (
+    NULL_KEY_MARKER,
+    SOURCE_FILE_COLUMN,
+    SOURCE_KEY_COLUMN,
+    key_columns,
+    normalize_key_type,
+)
+from airflow_ckpt_provider.spark.paths import arrow_filesystem, arrow_path, file_key, is_s3
+from airflow_ckpt_provider.spark.plan import READER_MARKER, PlanShape, plan_shape
+from airflow_ckpt_provider.spark.reader import FileSourceSpec, SourceFile, make_reader, plan_groups
+from airflow_ckpt_provider.spark.sink import ParquetSink
+from airflow_ckpt_provider.spark.skip import anti_join, done_keys_frame
+from airflow_ckpt_provider.spark.summary import TaskReport, WriteSummary, emit_result
+from airflow_ckpt_provider.spark.task import REPORT_DDL, TaskSpec, WriterFn, make_task_function
+from airflow_ckpt_provider.store import (
+    CheckpointStore,
+    EpochFencedError,
+    EpochStatus,
+    KeyTypeMismatchError,
+    NoEpochError,
+    StoreUnavailableError,
+    open_store,
+)
+
+log = logging.getLogger(__name__)
+
+
+def _spark_error_text(exc: BaseException) -> str:
+    parts = [str(exc)]
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        parts.append(str(java))
+    return "\n".join(parts)
+
+
+class CheckpointedJob:
+    """A Spark job whose input keys are skipped once done and whose output is checkpointed per task.
+
+    ``CheckpointedJob(spark, store_uri, epoch=None, owner=None, **store_options)``:
+    with ``epoch=None`` it opens the next epoch of the store itself (owner: ``owner``
+    or ``spark-app:<app name>``, so a rerun of the same application takes over its
+    own unfinished epoch). Raises :class:`EpochConflictError` if another owner's
+    epoch is open, :class:`EpochFencedError` if ``epoch`` is not the latest.
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        store_uri: str,
+        *,
+        epoch: int | None = None,
+        owner: str | None = None,
+        result_path: str | None = None,
+        broadcast_threshold: int = DEFAULT_BROADCAST_THRESHOLD,
+        num_partitions: int | None = None,
+        **store_options: Any,
+    ) -> None:
+        self.spark = spark
+        self.store: CheckpointStore = open_store(store_uri, **store_options)
+        self._options: dict[str, Any] = dict(self.store.options)
+        self.result_path = result_path
+        self.broadcast_threshold = broadcast_threshold
+        self.num_partitions = num_partitions
+        self._owns_epoch = epoch is None
+        if epoch is None:
+            app = spark.sparkContext.appName if hasattr(spark, "sparkContext") else "spark"
+            opened = self.store.begin_epoch(
+                owner=owner or f"spark-app:{app}", metadata={"opened_by": "CheckpointedJob"}
+            )
+            epoch = opened.number
+        else:
+            self._check_epoch(epoch)
+        self.epoch: int = epoch
+        self._file_keys: list[str] = []
+        self._file_index: dict[str, int] = {}
+        self._file_sources: dict[str, tuple[tuple[int, ...], ...]] = {}
+        self._row_key: tuple[str, ...] | None = None
+        self._source_kind: str | None = None
+        self._summaries: list[WriteSummary] = []
+        self._listed: set[str] = set()
+        self._pending: set[str] = set()
+        self._input_bytes = spark.sparkContext.accumulator(0)
+        self._input_files = spark.sparkContext.accumulator(0)
+        self._finished = False
+
+    @classmethod
+    def from_spark(cls, spark: SparkSession) -> CheckpointedJob:
+        """The job as configured by the Airflow operator (``spark.ckpt.*`` confs, see ``confs.py``).
+
+        Raises :class:`MissingStoreConfigError` (how to run without Airflow),
+        :class:`InvalidSparkConfError`, :class:`EpochFencedError` (a newer submit began).
+        """
+        settings = settings_from_conf(lambda name: spark.conf.get(name, None))
+        return cls(
+            spark,
+            settings.store_uri,
+            epoch=settings.epoch,
+            result_path=settings.result_path,
+            broadcast_threshold=settings.broadcast_threshold,
+            **settings.store_options,
+        )
+
+    # ------------------------------------------------------------------ epoch
+
+    def _check_epoch(self, epoch: int) -> None:
+        current = self.store.current_epoch()
+        if current is None or current.number < epoch:
+            raise NoEpochError(
+                f"epoch {epoch} does not exist in {self.store.uri}: the operator opens it before submitting; "
+                "without Airflow, leave epoch=None so the job opens its own"
+            )
+        if current.number != epoch:
+            raise EpochFencedError(
+                f"epoch {epoch} of {self.store.uri} was superseded by epoch {current.number}: a newer submit "
+                "owns the store, so this driver stops before reading or writing anything"
+            )
+
+    @property
+    def degraded(self) -> bool:
+        """True if checkpointing was off anywhere in this job (an executor's or the driver's breaker)."""
+        return self.store.degraded or any(s.degraded for s in self._summaries)
+
+    # ------------------------------------------------------------------ keys
+
+    def _claim_kind(self, kind: str, columns: tuple[str, ...] | None = None) -> None:
+        if self._source_kind is not None and self._source_kind != kind:
+            raise KeyDefinitionConflictError(
+                f"this job already uses {self._source_kind} keys; one store holds one kind of key. "
+                "Use either pending_files/read_parquet (file keys) or skip_completed (row keys)"
+            )
+        if columns is not None and self._row_key is not None and columns != self._row_key:
+            raise KeyDefinitionConflictError(
+                f"key {list(columns)} differs from the key {list(self._row_key)} this job already used"
+            )
+        self._source_kind = kind
+        if columns is not None:
+            self._row_key = columns
+
+    def _check_key_type(self, arrow_type: pa.DataType) -> None:
+        stored = self.store.key_type()
+        if stored is not None and stored != str(arrow_type):
+            raise KeyTypeMismatchError(
+                f"the keys in {self.store.uri} are of type {stored}, this job's keys are {arrow_type}: "
+                "the key column changed type between runs. Cast it back to the earlier type, or clear "
+                "the store (airflow-ckpt clear) to start over. Nothing was written"
+            )
+
+    @staticmethod
+    def _source_key_expression(columns: tuple[str, ...]) -> Column:
+        is_null = F.col(columns[0]).isNull()
+        for name in columns[1:]:
+            is_null = is_null | F.col(name).isNull()
+        value = F.col(columns[0]) if len(columns) == 1 else F.struct(*[F.col(c) for c in columns])
+        message = (
+            f"{NULL_KEY_MARKER}: a row has a null key {list(columns)}; keys identify input, so they cannot be "
+            "null. Filter or fill those rows before skip_completed/write"
+        )
+        return F.when(is_null, F.raise_error(F.lit(message))).otherwise(value)
+
+    def _add_source_key(self, df: DataFrame, columns: tuple[str, ...]) -> DataFrame:
+        missing = [c for c in columns if c not in df.columns]
+        if missing:
+            raise KeyColumnNotFoundError(
+                f"key column(s) {missing} are not in the DataFrame (columns: {df.columns}); name the column(s) "
+                "that identify an input record"
+            )
+        with_key = df.withColumn(SOURCE_KEY_COLUMN, self._source_key_expression(columns))
+        arrow_type = normalize_key_type(to_arrow_type(with_key.schema[SOURCE_KEY_COLUMN].dataType))
+        self._check_key_type(arrow_type)
+        return with_key
+
+    # ------------------------------------------------------------------ file-level resume
+
+    def pending_files(self, paths: Iterable[str]) -> list[str]:
+        """The paths whose file key no valid checkpoint holds, in the given order, duplicates dropped.
+
+        The key of a file is its normalized URI (``paths.file_key``). Reads the
+        store's done keys on the driver (file lists are small). Raises
+        :class:`KeyTypeMismatchError` if the store holds non-file keys.
+        """
+        paths = list(paths)
+        self._claim_kind("file")
+        self._check_key_type(pa.string())
+        done: set[str] = set()
+        if self.store.key_type() is not None:
+            done = set(self.store.get_checkpointed_keys().column(0).to_pylist())
+        pending: list[str] = []
+        seen: set[str] = set()
+        for path in paths:
+            key = file_key(path)
+            if key in done or key in seen:
+                continue
+            seen.add(key)
+            pending.append(path)
+        self._listed.update(file_key(p) for p in paths)
+        self._pending.update(file_key(p) for p in pending)
+        log.info("%d of %d input files pending (%d done)", len(pending), len(paths), len(paths) - len(pending))
+        return pending
+
+    def _register_file(self, path: str) -> int:
+        key = file_key(path)
+        index = self._file_index.get(key)
+        if index is None:
+            index = self._file_index[key] = len(self._file_keys)
+            self._file_keys.append(key)
+        return index
+
+    def _file_sizes(self, paths: Sequence[str]) -> list[int]:
+        """Sizes of the input files (one batched listing call per filesystem)."""
+        by_fs: dict[bool, list[int]] = {}
+        for position, path in enumerate(paths):
+            by_fs.setdefault(is_s3(path), []).append(position)
+        sizes = [0] * len(paths)
+        for _s3, positions in by_fs.items():
+            filesystem = arrow_filesystem(paths[positions[0]], self._options)
+            infos = filesystem.get_file_info([arrow_path(paths[p]) for p in positions])
+            for position, info in zip(positions, infos, strict=False):
+                if info.size is None:
+                    raise InputFilesError(f"input file {paths[position]} does not exist or is not a file")
+                sizes[position] = int(info.size)
+        return sizes
+
+    def _read_arrow_schema(self, path: str) -> pa.Schema:
+        filesystem = arrow_filesystem(path, self._options)
+        try:
+            with filesystem.open_input_file(arrow_path(path)) as handle:
+                return pq.read_schema(handle)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise InputFilesError(f"cannot read the Parquet schema of {path}: {exc}") from exc
+
+    def read_parquet(
+        self,
+        paths: Iterable[str],
+        *,
+        schema: StructType | None = None,
+        max_partition_bytes: int | None = None,
+        min_partitions: int | None = None,
+        batch_rows: int = 65536,
+    ) -> DataFrame:
+        """Read the *pending* Parquet files among ``paths``; rows carry their file key (hidden).
+
+        Done files are never opened, except one footer for the schema when every
+        file is done and no ``schema`` is given. Each Spark task reads whole files
+        (grouped to about ``max_partition_bytes``, default
+        ``spark.sql.files.maxPartitionBytes``, into at least ``min_partitions`` tasks,
+        default 2 x the default parallelism), so a writer right after needs no
+        shuffle. Local paths and ``s3://`` (read by pyarrow with the store's
+        endpoint and credentials). Raises :class:`InputFilesError`.
+        """
+        paths = list(paths)
+        todo = self.pending_files(paths)
+        if schema is not None:
+            arrow_schema = to_arrow_schema(schema)
+        elif todo or paths:
+            arrow_schema = self._read_arrow_schema((todo or paths)[0])
+        else:
+            raise InputFilesError("read_parquet got no input files and no schema: pass schema=StructType(...)")
+        spark_schema = from_arrow_schema(arrow_schema)
+        out_schema = StructType([*spark_schema.fields, StructField(SOURCE_FILE_COLUMN, IntegerType(), True)])
+        if not todo:
+            return self.spark.createDataFrame([], out_schema)
+        sizes = self._file_sizes(todo)
+        files = [SourceFile(self._register_file(p), p, size) for p, size in zip(todo, sizes, strict=False)]
+        conf_max = int(str(self.spark.conf.get("spark.sql.files.maxPartitionBytes", "134217728")).rstrip("b"))
+        groups = plan_groups(
+            files,
+            max_bytes=max_partition_bytes or conf_max,
+            min_groups=min_partitions or 2 * self.spark.sparkContext.defaultParallelism,
+        )
+        name = f"{READER_MARKER}_r{len(self._file_sources)}"
+        self._file_sources[name] = tuple(tuple(f.index for f in g) for g in groups)
+        spec = FileSourceSpec(
+            groups=tuple(groups),
+            schema=to_arrow_schema(spark_schema),
+            fs_options=self._options,
+            batch_rows=batch_rows,
+        )
+        input_bytes, input_files = self._input_bytes, self._input_files
+
+        def on_file(size: int) -> None:
+            input_bytes.add(size)
+            input_files.add(1)
+
+        reader = make_reader(spec, name, on_file)
+        return self.spark.range(0, len(groups), 1, len(groups)).mapInArrow(reader, out_schema)
+
+    # ------------------------------------------------------------------ row-level resume
+
+    def skip_completed(self, df: DataFrame, key: str | Sequence[str]) -> DataFrame:
+        """``df`` without the rows whose key is done; adds the hidden source-key column.
+
+        ``key``: a column, or a list of columns for a composite key (stored as a
+        struct). The hidden column keeps the key exactly as read, so rewriting the
+        key column later does not change what is checkpointed. Up to
+        ``broadcast_threshold`` done keys are broadcast; more are read by the
+        executors in parallel and joined with a shuffle. A null key fails the job
+        with :class:`NullKeyError` before any output is written. Raises
+        :class:`KeyColumnNotFoundError`, :class:`KeyTypeMismatchError`.
+        """
+        columns = key_columns(key)
+        if SOURCE_FILE_COLUMN in df.columns:
+            raise KeyDefinitionConflictError(
+                "this DataFrame comes from read_parquet (file keys); skip_completed adds row keys. "
+                "Use one kind of key per store"
+            )
+        self._claim_kind("row", columns)
+        with_key = self._add_source_key(df.drop(SOURCE_KEY_COLUMN), columns)
+        num_keys = self.store.progress().keys_done
+        done = done_keys_frame(
+            self.spark,
+            self.store,
+            with_key.schema[SOURCE_KEY_COLUMN].dataType,
+            broadcast_threshold=self.broadcast_threshold,
+            num_keys=num_keys,
+        )
+        return anti_join(with_key, done)
+
+    # ------------------------------------------------------------------ co-partitioning
+
+    def _prepare(self, df: DataFrame, key: str | Sequence[str] | None) -> tuple[DataFrame, str]:
+        """``df`` with its hidden source-key column (added from ``key`` if the source did not)."""
+        has_file, has_row = SOURCE_FILE_COLUMN in df.columns, SOURCE_KEY_COLUMN in df.columns
+        if has_file and has_row:
+            raise KeyDefinitionConflictError("the DataFrame carries both file and row keys; use one kind per store")
+        if has_file:
+            if key is not None:
+                raise KeyDefinitionConflictError(
+                    f"the DataFrame comes from read_parquet, whose key is the input file; drop key={key!r}"
+                )
+            return df, SOURCE_FILE_COLUMN
+        if has_row:
+            if key is not None and self._row_key is not None and key_columns(key) != self._row_key:
+                raise KeyDefinitionConflictError(
+                    f"write key {list(key_columns(key))} differs from the key {list(self._row_key)} given to "
+                    "skip_completed; the checkpoint records the key as read by skip_completed"
+                )
+            return df, SOURCE_KEY_COLUMN
+        if self._source_kind is not None:
+            hidden = SOURCE_FILE_COLUMN if self._source_kind == "file" else SOURCE_KEY_COLUMN
+            source = "read_parquet" if self._source_kind == "file" else "skip_completed"
+            raise SourceKeyLostError(
+                f"the hidden column {hidden} added by {source}"
+                " is not in the DataFrame given to the writer, so the writer cannot tell which input key each row "
+                "came from. A global aggregation or a select dropped it: aggregate per key and keep it, e.g. "
+                f'df.groupBy("<key>", "{hidden}").agg(...), and keep it in every select'
+            )
+        if key is None:
+            raise KeyColumnNotFoundError(
+                "no key: pass key='<column>' (or a list of columns), or read the input with "
+                "skip_completed(df, key) or read_parquet(paths)"
+            )
+        columns = key_columns(key)
+        self._claim_kind("row", columns)
+        return self._add_source_key(df, columns), SOURCE_KEY_COLUMN
+
+    def _co_partition(
+        self, df: DataFrame, column: str, num_partitions: int | None
+    ) -> tuple[DataFrame, PlanShape, bool]:
+        sources = {name: len(groups) for name, groups in self._file_sources.items()}
+        shape = plan_shape(df, column, file_sources=sources if column == SOURCE_FILE_COLUMN else None)
+        if shape.grouped:
+            log.info("no shuffle before the writer: %s", shape.reason)
+            return df, shape, False
+        count = (
+            num_partitions
+            or self.num_partitions
+            or int(self.spark.conf.get("spark.sql.shuffle.partitions", "200") or 200)
+        )
+        log.info("hash-partitioning on the source key into %d tasks (%s)", count, shape.reason)
+        shuffled = df.repartition(count, F.col(column))
+        return shuffled, PlanShape(True, False, count, None, "hash-partitioned by the writer"), True
+
+    def co_partition(
+        self, df: DataFrame, key: str | Sequence[str] | None = None, *, num_partitions: int | None = None
+    ) -> DataFrame:
+        """``df`` with all rows of each source key in one partition (a shuffle only if needed).
+
+        Use it before expensive per-key work so the writer needs no second shuffle.
+        Map-like steps that keep Spark's partitioning (``mapInArrow``, ``filter``,
+        ``select`` keeping the hidden column) may follow.
+        """
+        prepared, column = self._prepare(df, key)
+        partitioned, _, _ = self._co_partition(prepared, column, num_partitions)
+        return partitioned
+
+    # ------------------------------------------------------------------ writers
+
+    def write_parquet(
+        self,
+        df: DataFrame,
+        path: str,
+        *,
+        key: str | Sequence[str] | None = None,
+        partition_by: Sequence[str] | None = None,
+        compression: str = "snappy",
+        num_partitions: int | None = None,
+        max_records_per_file: int | None = None,
+    ) -> WriteSummary:
+        """Write ``df`` as Parquet under ``path`` (local or ``s3://``), checkpointed per task.
+
+        Each task writes its own files directly (names unique per attempt), records
+        an intent before each, stages their metadata and the distinct source keys it
+        consumed, and seals one checkpoint for its Spark partition. Files appear
+        under ``path`` at once, but only the commit makes them authoritative (it
+        deletes the files of failed, duplicate and zombie attempts).
+
+        ``key``: needed only when the source was not read with ``skip_completed`` or
+        ``read_parquet``. Not idempotent by itself: a rerun processes only keys no
+        valid checkpoint holds. Raises (before writing anything)
+        :class:`KeyColumnNotFoundError`, :class:`KeyTypeMismatchError`,
+        :class:`SourceKeyLostError`, :class:`NullKeyError`; :class:`EpochFencedError`
+        if a newer submit took over the store.
+        """
+        partition_by = tuple(partition_by or ())
+        missing = [c for c in partition_by if c not in df.columns]
+        if missing:
+            raise KeyColumnNotFoundError(f"partition_by column(s) {missing} are not in the DataFrame ({df.columns})")
+        sink = ParquetSink(
+            partition_by=partition_by, compression=compression, max_records_per_file=max_records_per_file
+        )
+        return self.write(df, sink, key=key, output=path, num_partitions=num_partitions)
+
+    def write(
+        self,
+        df: DataFrame,
+        writer_fn: WriterFn,
+        *,
+        output: str,
+        key: str | Sequence[str] | None = None,
+        num_partitions: int | None = None,
+    ) -> WriteSummary:
+        """Run ``writer_fn(batches, ctx) -> list[FileMetadata]`` once per co-partitioned task.
+
+        ``writer_fn`` gets an iterator of Arrow batches (hidden columns dropped) and
+        a :class:`WriteContext`; it must consume every batch and call
+        ``ctx.record_intent(uri)`` before creating each file under ``output`` (or use
+        ``ctx.open_output_stream``). The task then stages, seals, and cleans up on
+        failure exactly as :meth:`write_parquet`. Raises as :meth:`write_parquet` and
+        :class:`WriterContractError`.
+        """
+        output_root = file_key(output).rstrip("/")
+        prepared, column = self._prepare(df, key)
+        partitioned, shape, shuffled = self._co_partition(prepared, column, num_partitions)
+        driver_degraded = False
+        if shape.num_partitions is not None:
+            driver_degraded = not self._set_expected(shape.num_partitions)
+        spec = TaskSpec(
+            store_uri=self.store.uri,
+            store_options=self._options,
+            epoch=self.epoch,
+            output_root=output_root,
+            writer=writer_fn,
+            key_column=column,
+            file_keys=tuple(self._file_keys) if column == SOURCE_FILE_COLUMN else None,
+            file_groups=self._file_sources.get(shape.file_source or "") if shape.identity else None,
+        )
+        self.spark.sparkContext.setJobDescription(f"checkpointed write to {output_root} (epoch {self.epoch})")
+        started = time.monotonic()
+        try:
+            rows = partitioned.mapInArrow(make_task_function(spec), REPORT_DDL).collect()
+        except Exception as exc:
+            translated = self._translate(exc)
+            if translated is None:
+                raise
+            raise translated from exc
+        finally:
+            self.spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
+        reports = [TaskReport.from_row(row.asDict()) for row in rows]
+        if shape.num_partitions != len(reports):
+            driver_degraded = not self._set_expected(len(reports)) or driver_degraded
+        summary = WriteSummary.from_reports(
+            reports,
+            epoch=self.epoch,
+            output=output_root,
+            expected_partitions=len(reports),
+            seconds=time.monotonic() - started,
+            shuffled=shuffled,
+            driver_degraded=driver_degraded,
+        )
+        if summary.degraded:
+            self.store.mark_degraded(self.epoch, f"checkpointing was off in {output_root} (breaker tripped)")
+        self._summaries.append(summary)
+        self._emit()
+        return summary
+
+    def _set_expected(self, count: int) -> bool:
+        try:
+            self.store.set_expected_partitions(self.epoch, count)
+            return True
+        except (StoreUnavailableError, OSError) as exc:
+            log.warning("could not record the expected partition count (%s); progress will lack it", exc)
+            return False
+
+    def _translate(self, exc: BaseException) -> Exception | None:
+        text = _spark_error_text(exc)
+        if NULL_KEY_MARKER in text:
+            columns = list(self._row_key or ())
+            return NullKeyError(
+                f"some rows have a null key {columns}: keys identify input, so they cannot be null. Filter or "
+                "fill them before skip_completed/write. Those rows' tasks wrote nothing"
+            )
+        if "EpochFencedError" in text:
+            return EpochFencedError(
+                f"epoch {self.epoch} of {self.store.uri} was superseded while this job ran: a newer submit took "
+                "over the store; this run's remaining work is the new run's"
+            )
+        if "WriterContractError" in text:
+            start = text.find("WriterContractError")
+            return WriterContractError(text[start : start + 600])
+        return None
+
+    # ------------------------------------------------------------------ result
+
+    def result(self) -> dict[str, Any]:
+        """The job's machine-readable result: what the operator passes to the commit (``degraded``)."""
+        writes = [s.to_json() for s in self._summaries]
+        return {
+            "store_uri": self.store.uri,
+            "epoch": self.epoch,
+            "degraded": self.degraded,
+            "rows": sum(s.rows for s in self._summaries),
+            "files": sum(s.files for s in self._summaries),
+            "keys": sum(s.keys for s in self._summaries),
+            "sealed_partitions": sum(s.sealed_partitions for s in self._summaries),
+            "input": {
+                "files_listed": len(self._listed),
+                "files_skipped": len(self._listed - self._pending),
+                "files_pending": len(self._pending),
+                "bytes_read": self._accumulated(self._input_bytes),
+                "files_read": self._accumulated(self._input_files),
+            },
+            "writes": writes,
+        }
+
+    @staticmethod
+    def _accumulated(accumulator: Any) -> int:
+        try:
+            return int(accumulator.value)
+        except Exception:
+            return 0
+
+    def _emit(self) -> None:
+        try:
+            emit_result(self.result(), self.result_path, self._options)
+        except OSError as exc:
+            log.warning("could not write the job result to %s: %s", self.result_path, exc)
+
+    def finish(self, *, succeeded: bool = True) -> dict[str, Any]:
+        """Emit the result; if this job opened its own epoch, record how it ended. Idempotent."""
+        result = self.result()
+        if self._finished:
+            return result
+        self._finished = True
+        self._emit()
+        if self._owns_epoch:
+            status = EpochStatus.SUCCEEDED if succeeded else EpochStatus.FAILED
+            self.store.end_epoch(
+                self.epoch, status=status, summary={k: result[k] for k in ("rows", "keys", "degraded")}
+            )
+        return result
+
+    def __enter__(self) -> CheckpointedJob:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.finish(succeeded=exc_type is None)

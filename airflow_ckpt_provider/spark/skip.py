@@ -1,0 +1,91 @@
+"""Row-level resume: drop the rows whose key a valid checkpoint already holds.
+
+An anti-join against the store's done keys. When they are few (up to a
+threshold) the driver reads them and Spark broadcasts them; when they are many,
+executors read the store's key parts in parallel (``store.key_sources()`` /
+``store.read_key_source()``) and Spark joins with a shuffle — the keys are never
+collected on the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_type
+from pyspark.sql.types import DataType, StructField, StructType
+
+from airflow_ckpt_provider.spark.keys import SOURCE_KEY_COLUMN, normalize_keys
+from airflow_ckpt_provider.store import KEY_COLUMN, CheckpointStore, KeySource, open_store
+
+DONE_KEY_COLUMN = "__ckpt_done_key"
+
+
+@dataclass(frozen=True)
+class KeyReaderSpec:
+    """What an executor needs to read done keys (pickled into the closure: options may hold secrets)."""
+
+    store_uri: str
+    store_options: Mapping[str, Any] = field(repr=False)
+    sources: tuple[KeySource, ...]
+    arrow_type: pa.DataType
+
+
+def _conform_keys(table: pa.Table, arrow_type: pa.DataType) -> pa.Array:
+    keys = normalize_keys(table.column(KEY_COLUMN))
+    return keys if keys.type == arrow_type else keys.cast(arrow_type)
+
+
+def _make_key_reader(spec: KeyReaderSpec) -> Any:
+    schema = pa.schema([pa.field(DONE_KEY_COLUMN, spec.arrow_type)])
+
+    def _ckpt_read_done_keys(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        store = open_store(spec.store_uri, **dict(spec.store_options))
+        try:
+            for batch in ids:
+                for source_id in batch.column(0).to_pylist():
+                    table = store.read_key_source(spec.sources[source_id])
+                    keys = _conform_keys(table, spec.arrow_type)
+                    if len(keys):
+                        yield pa.RecordBatch.from_arrays([keys], schema=schema)
+        finally:
+            store.close()
+
+    return _ckpt_read_done_keys
+
+
+def done_keys_frame(
+    spark: SparkSession,
+    store: CheckpointStore,
+    spark_type: DataType,
+    *,
+    broadcast_threshold: int,
+    num_keys: int,
+) -> DataFrame | None:
+    """A one-column DataFrame (``__ckpt_done_key``) of every done key, or None when there are none."""
+    if num_keys <= 0:
+        return None
+    arrow_type = to_arrow_type(spark_type)
+    schema = StructType([StructField(DONE_KEY_COLUMN, spark_type, nullable=False)])
+    if num_keys <= broadcast_threshold:
+        keys = _conform_keys(store.get_checkpointed_keys(), arrow_type)
+        frame = spark.createDataFrame(pa.table({DONE_KEY_COLUMN: keys}), schema=schema)
+        return F.broadcast(frame)
+    sources = tuple(store.key_sources())
+    if not sources:
+        return None
+    spec = KeyReaderSpec(store.uri, dict(store.options), sources, arrow_type)
+    slices = max(1, min(len(sources), spark.sparkContext.defaultParallelism * 4))
+    ids = spark.range(0, len(sources), 1, slices)
+    return ids.mapInArrow(_make_key_reader(spec), schema)
+
+
+def anti_join(df: DataFrame, done: DataFrame | None) -> DataFrame:
+    """Rows of ``df`` whose hidden source key is not in ``done``."""
+    if done is None:
+        return df
+    return df.join(done, df[SOURCE_KEY_COLUMN] == done[DONE_KEY_COLUMN], "left_anti")

@@ -1,0 +1,139 @@
+"""What a checkpointed write did, and how the driver reports it to the operator.
+
+When the store's circuit breaker trips on an executor, the store may be down for
+the driver too, so the *degraded* flag travels through the job's own result: a
+JSON file at ``spark.ckpt.result.path`` (if set) and one stdout line
+``CKPT_RESULT {json}`` that the operator reads from the spark-submit log.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_ckpt_provider.spark.paths import arrow_filesystem, arrow_path, file_key
+
+RESULT_LINE_PREFIX = "CKPT_RESULT "
+
+
+@dataclass(frozen=True)
+class TaskReport:
+    """One write task attempt that finished (Spark keeps one per partition)."""
+
+    partition: int
+    attempt: int
+    checkpoint_id: str | None
+    rows: int
+    files: int
+    bytes: int
+    keys: int
+    sealed: bool
+    degraded: bool
+    seconds: float
+    host: str
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> TaskReport:
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class WriteSummary:
+    """Totals of one ``write``/``write_parquet`` call.
+
+    ``keys`` counts the distinct source keys this run processed (and checkpointed,
+    when ``sealed_partitions == partitions``); ``degraded`` is True if any task ran
+    with checkpointing off (the breaker tripped): pass it to the commit.
+    """
+
+    epoch: int
+    output: str
+    partitions: int
+    sealed_partitions: int
+    expected_partitions: int | None
+    rows: int
+    files: int
+    bytes: int
+    keys: int
+    degraded: bool
+    seconds: float
+    shuffled: bool
+    checkpoint_ids: tuple[str, ...] = field(default=(), repr=False)
+
+    @classmethod
+    def from_reports(
+        cls,
+        reports: Iterable[TaskReport],
+        *,
+        epoch: int,
+        output: str,
+        expected_partitions: int | None,
+        seconds: float,
+        shuffled: bool,
+        driver_degraded: bool = False,
+    ) -> WriteSummary:
+        items = sorted(reports, key=lambda r: r.partition)
+        return cls(
+            epoch=epoch,
+            output=output,
+            partitions=len(items),
+            sealed_partitions=sum(1 for r in items if r.sealed),
+            expected_partitions=expected_partitions,
+            rows=sum(r.rows for r in items),
+            files=sum(r.files for r in items),
+            bytes=sum(r.bytes for r in items),
+            keys=sum(r.keys for r in items),
+            degraded=driver_degraded or any(r.degraded for r in items),
+            seconds=seconds,
+            shuffled=shuffled,
+            checkpoint_ids=tuple(r.checkpoint_id for r in items if r.checkpoint_id),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "output": self.output,
+            "partitions": self.partitions,
+            "sealed_partitions": self.sealed_partitions,
+            "expected_partitions": self.expected_partitions,
+            "rows": self.rows,
+            "files": self.files,
+            "bytes": self.bytes,
+            "keys": self.keys,
+            "degraded": self.degraded,
+            "seconds": round(self.seconds, 3),
+            "shuffled": self.shuffled,
+        }
+
+
+def emit_result(result: Mapping[str, Any], path: str | None, options: Mapping[str, Any]) -> None:
+    """Print ``CKPT_RESULT {json}`` and, if ``path`` is set, write the JSON there (local or s3://)."""
+    text = json.dumps(dict(result), sort_keys=True, separators=(",", ":"))
+    print(RESULT_LINE_PREFIX + text, file=sys.stdout, flush=True)
+    if not path:
+        return
+    uri = file_key(path)
+    filesystem = arrow_filesystem(uri, options)
+    target = arrow_path(uri)
+    if uri.startswith("file://"):
+        filesystem.create_dir(target.rsplit("/", 1)[0], recursive=True)
+    with filesystem.open_output_stream(target) as out:
+        out.write(text.encode())
+
+
+def parse_result_line(log_text: str) -> dict[str, Any] | None:
+    """The last ``CKPT_RESULT`` line of a driver log, parsed (for the operator and tests)."""
+    found: dict[str, Any] | None = None
+    for line in log_text.splitlines():
+        index = line.find(RESULT_LINE_PREFIX)
+        if index >= 0:
+            try:
+                value = json.loads(line[index + len(RESULT_LINE_PREFIX) :])
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, dict):
+                found = value
+    return found
