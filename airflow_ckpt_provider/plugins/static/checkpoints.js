@@ -2,6 +2,25 @@
 // The page already shows every number; this only adds the two actions.
 (function () {
   "use strict";
+  // "Open" on the DAG view: show the task instance's tab in the Airflow UI itself. The UI's
+  // iframe sandbox forbids navigating the top window from here, so the link is clicked
+  // from the (same-origin) parent document; without that, the plain href opens the task
+  // view inside this frame.
+  document.querySelectorAll("a[data-ui-path]").forEach(function (link) {
+    link.addEventListener("click", function (event) {
+      try {
+        var parentDocument = window.parent.document;
+        if (window.parent === window) { return; }
+        var anchor = parentDocument.createElement("a");
+        anchor.href = link.getAttribute("data-ui-path");  // relative to the UI's <base href>
+        anchor.style.display = "none";
+        parentDocument.body.appendChild(anchor);
+        anchor.click();
+        event.preventDefault();
+      } catch (e) { /* not embedded, or not same-origin: follow the plain link */ }
+    });
+  });
+
   var dataNode = document.getElementById("ckpt-data");
   if (!dataNode) { return; }
   var data = JSON.parse(dataNode.textContent);
