@@ -9,6 +9,8 @@ the environment (``AWS_ACCESS_KEY_ID``, ``AWS_PROFILE``, …) or an Airflow conn
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,9 +91,12 @@ def open_target(target: StoreTarget) -> CheckpointStore:
     supplies the options the operator would use ([ckpt] timeouts, the connection's
     credentials, endpoint and region); flags given here override them.
     """
-    uri = resolve_uri(target)
-    options: dict[str, Any] = {}
-    if target.names_task_instance or target.aws_conn_id:
+    if not (target.names_task_instance or target.aws_conn_id):
+        return open_store(resolve_uri(target), **target.store_options())
+    # Airflow logs to stdout (e.g. "credentials retrieved"); stdout belongs to the result
+    # (``--json`` must stay parseable), so Airflow's output goes to stderr.
+    with contextlib.redirect_stdout(sys.stderr):
+        uri = resolve_uri(target)
         from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 
         options = dict(CheckpointHook(checkpoint_uri=uri, aws_conn_id=target.aws_conn_id).store_options)

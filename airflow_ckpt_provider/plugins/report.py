@@ -82,9 +82,23 @@ class StoreProblem(Exception):
         return {"error": self.kind, "detail": self.message}
 
 
+def uri_secrets(uri: str) -> list[str]:
+    """The parts of ``uri`` that may hold credentials (user-info, query), to scrub wherever they appear."""
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        return [uri]
+    found = [parts.query] if parts.query else []
+    if "@" in parts.netloc:
+        userinfo = parts.netloc.rsplit("@", 1)[0]
+        found += [userinfo, *userinfo.split(":")]
+    return sorted(found, key=len, reverse=True)
+
+
 def problem_from(exc: BaseException, store_uri: str, secrets: Iterable[str] = ()) -> StoreProblem:
     """Map an exception raised while reading or changing a store to what the view says."""
     where = display_uri(store_uri)
+    secrets = [*uri_secrets(store_uri), *secrets]
     text = scrub(" ".join(str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc).split()), secrets)
     if isinstance(exc, StoreUnavailableError):
         return StoreProblem(

@@ -26,6 +26,9 @@ DAG_ID = "ckpt_ui_demo"
 SPARK_TASK = "spark_job"
 OTHER_TASK = "report"
 PASSWORDS = {"admin": "admin-pw-1", "viewer": "viewer-pw-1", "editor": "editor-pw-1"}
+#: An ``aws`` connection whose endpoint nobody listens on (a store that cannot be reached).
+UNREACHABLE_CONN_ID = "ckpt_unreachable"
+UNREACHABLE_SECRET = "unreachable-secret-key-0123456789"
 ROLES = {"admin": "admin", "viewer": "viewer", "editor": "user"}
 
 DAG_SOURCE = f'''
@@ -175,6 +178,14 @@ def start_ui_airflow(home: Path) -> ApiServer:
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
             "AIRFLOW__API__EXPOSE_CONFIG": "False",
+            f"AIRFLOW_CONN_{UNREACHABLE_CONN_ID.upper()}": json.dumps(
+                {
+                    "conn_type": "aws",
+                    "login": "unreachable-access-key",
+                    "password": UNREACHABLE_SECRET,
+                    "extra": {"endpoint_url": f"http://127.0.0.1:{free_port()}", "region_name": "us-east-1"},
+                }
+            ),
         }
     )
     (harness.dags_folder / f"{DAG_ID}.py").write_text(DAG_SOURCE)

@@ -8,6 +8,7 @@ the server's SQLite metadata DB.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 
 from airflow_ckpt_provider.store import open_store
 from tests.cli.sample_store import FILE_BYTES, fill_store
-from tests.ui.server import DAG_ID, OTHER_TASK, SPARK_TASK, ApiServer
+from tests.ui.server import DAG_ID, OTHER_TASK, SPARK_TASK, UNREACHABLE_CONN_ID, UNREACHABLE_SECRET, ApiServer
 
 pytestmark = pytest.mark.airflow
 
@@ -266,3 +267,31 @@ def test_pages_never_show_credentials(ui_server: ApiServer) -> None:
     for text in (response.text, page.text):
         assert "hunter2secret" not in text and "X-Amz-Signature" not in text
     assert json.loads(response.text)["store_uri"] == "s3://bucket/prefix"
+
+
+def test_unreachable_store_is_503_with_a_message_and_nothing_is_deleted(ui_server: ApiServer) -> None:
+    run_id, spark_root = new_run(ui_server)
+    # The task reported an S3 store behind a connection whose endpoint nobody listens on.
+    uri = "s3://ckpt-bucket/stores/unreachable"
+    ui_server.push_xcom(run_id, OTHER_TASK, "return_value", {"checkpoint_uri": uri, "aws_conn_id": UNREACHABLE_CONN_ID})
+    with ui_server.client("admin") as admin:
+        started = time.monotonic()
+        response = admin.get("/checkpoints/api/task", params=ti_params(run_id, OTHER_TASK))
+        seconds = time.monotonic() - started
+        page = admin.get("/checkpoints/ui/task", params=ti_params(run_id, OTHER_TASK))
+        refused = admin.post(
+            "/checkpoints/api/task/clear", json=action_body(run_id, OTHER_TASK), headers=ACTION_HEADERS
+        )
+    assert response.status_code == 503, response.text
+    body = response.json()
+    assert body["error"] == "store_unavailable" and body["store_uri"] == uri
+    assert "cannot be reached" in body["detail"] and "Nothing was changed" in body["detail"]
+    assert seconds < 60
+    assert 'data-testid="store-error"' in page.text and "cannot be reached" in page.text
+    assert refused.status_code == 503
+    for text in (response.text, page.text, refused.text):
+        assert UNREACHABLE_SECRET not in text and "Traceback" not in text
+    [entry] = ui_server.audit_entries(run_id)
+    assert entry["event"] == "checkpoints.clear.failed" and entry["extra"]["error"] == "store_unavailable"
+    assert UNREACHABLE_SECRET not in json.dumps(entry)
+    assert checkpoints_left(spark_root) == 3  # another task's store is untouched

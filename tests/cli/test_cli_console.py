@@ -1,0 +1,64 @@
+"""The installed ``airflow-ckpt`` script in a subprocess: help, tables, errors, Airflow task instances."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.cli.console import airflow_ckpt
+from tests.cli.sample_store import fill_store
+
+
+def test_help_lists_every_subcommand() -> None:
+    result = airflow_ckpt("--help")
+    assert result.code == 0
+    for command in ("list", "show", "progress", "epochs", "keys", "commit", "clear", "discard", "check"):
+        assert command in result.out
+    assert "Exit codes" in result.out
+
+
+def test_progress_of_a_local_store(tmp_path: Path) -> None:
+    uri = (tmp_path / "store").as_uri()
+    fill_store(uri, (tmp_path / "out").as_uri())
+    table = airflow_ckpt("progress", uri)
+    assert table.code == 0, table.err
+    assert "keys done:         150" in table.out and "partitions sealed: 3/4" in table.out
+    as_json = airflow_ckpt("progress", str(tmp_path / "store"), "--json")  # a plain path works too
+    assert json.loads(as_json.out)["keys_done"] == 150
+
+
+def test_bad_uri_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    result = airflow_ckpt("list", "not/absolute")
+    assert result.code == 2 and result.out == ""
+    assert result.err.count("\n") == 1 and "relative paths are ambiguous" in result.err
+
+
+def test_clear_without_terminal_needs_yes(tmp_path: Path) -> None:
+    uri = (tmp_path / "store").as_uri()
+    fill_store(uri, (tmp_path / "out").as_uri())
+    refused = airflow_ckpt("clear", uri)
+    assert refused.code == 2 and "pass --yes" in refused.err
+    done = airflow_ckpt("clear", uri, "--yes")
+    assert done.code == 0 and "checkpoints deleted: 3" in done.out
+
+
+def test_task_instance_resolves_to_the_operators_default_store(tmp_path: Path) -> None:
+    home = tmp_path / "airflow_home"
+    # The operator's default: $AIRFLOW_HOME/checkpoints/{dag_id}/{task_id}/{run_id}, ':' and '+' spelled '_'.
+    root = home / "checkpoints" / "etl" / "spark_job" / "manual__2024-01-01T00_00_00_00_00"
+    fill_store(root.as_uri(), (tmp_path / "out").as_uri(), partitions=2)
+    argv = ["progress", "--dag-id", "etl", "--task-id", "spark_job", "--run-id", "manual__2024-01-01T00:00:00+00:00"]
+    result = airflow_ckpt(*argv, "--json", env={"AIRFLOW_HOME": str(home)})
+    assert result.code == 0, result.err
+    data = json.loads(result.out)
+    assert data["store_uri"] == f"file://{root}"
+    assert data["keys_done"] == 100
+
+
+def test_task_instance_under_a_configured_base_uri(tmp_path: Path) -> None:
+    base = tmp_path / "elsewhere"
+    fill_store((base / "etl" / "load" / "run_1").as_uri(), (tmp_path / "out").as_uri(), partitions=1)
+    env = {"AIRFLOW_HOME": str(tmp_path / "home"), "AIRFLOW__CKPT__BASE_URI": base.as_uri()}
+    result = airflow_ckpt("list", "--dag-id", "etl", "--task-id", "load", "--run-id", "run_1", "--json", env=env)
+    assert result.code == 0, result.err
+    assert len(json.loads(result.out)) == 1
