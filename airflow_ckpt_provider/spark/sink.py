@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.spark.context import WriteContext
 from airflow_ckpt_provider.store import FileMetadata
 
@@ -128,6 +129,7 @@ class ParquetSink:
         handle.writer.close()
         size = handle.stream.tell()
         handle.stream.close()
+        failpoint("spark.sink.after_file")  # a complete output file, not yet staged
         return FileMetadata(path=handle.uri, size_bytes=int(size), num_rows=handle.rows, format="parquet")
 
 
