@@ -133,6 +133,11 @@ def test_clear_from_the_task_instance_view(ui_server: ApiServer, browser: WebDri
     browser.switch_to.default_content()
     browser.save_screenshot(str(OUTPUT / "checkpoints-after-clear.png"))
 
+    # Airflow's own Audit Log tab of the task instance lists the clear.
+    browser.get(f"{ui_server.base_url}/dags/{DAG_ID}/runs/{run_id}/tasks/{SPARK_TASK}/events")
+    wait.until(lambda d: "checkpoints.clear" in d.find_element(By.TAG_NAME, "body").text)
+    browser.save_screenshot(str(OUTPUT / "task-audit-log.png"))
+
 
 def test_dag_view_and_viewer_cannot_clear(ui_server: ApiServer, browser: WebDriver) -> None:
     OUTPUT.mkdir(parents=True, exist_ok=True)
