@@ -147,7 +147,8 @@ class S3BlobStore(BlobStore):
 
     Options mirror ``open_store``'s: explicit credentials (or ``boto3_session``, driver
     only), ``endpoint_url`` for S3-compatible servers, ``timeout_seconds`` for connect and
-    read of each HTTP request, ``max_attempts`` for botocore's standard retries,
+    read of each HTTP request, ``max_attempts`` for botocore's standard retries (botocore's
+    meaning: retries after the first attempt, so 3 allows up to 4 requests; 0 disables them),
     ``max_pool_connections`` for parallel use from threads, and ``page_size`` (1..1000)
     for listings. Construction sends no request: a missing bucket or wrong credentials
     surface on first use as :class:`StoreNotFoundError` / :class:`StoreAccessDeniedError`.
@@ -172,8 +173,8 @@ class S3BlobStore(BlobStore):
         self.uri = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
         if not 1 <= int(page_size) <= MAX_PAGE_SIZE:
             raise ValueError(f"page_size must be between 1 and {MAX_PAGE_SIZE}, got {page_size}")
-        if float(timeout_seconds) <= 0 or int(max_attempts) < 1 or int(max_pool_connections) < 1:
-            raise ValueError("timeout_seconds must be > 0, max_attempts and max_pool_connections >= 1")
+        if float(timeout_seconds) <= 0 or int(max_attempts) < 0 or int(max_pool_connections) < 1:
+            raise ValueError("timeout_seconds must be > 0, max_attempts >= 0 and max_pool_connections >= 1")
         if (aws_access_key_id is None) != (aws_secret_access_key is None):
             raise StoreAccessDeniedError(
                 f"incomplete credentials for {self.uri}: give both aws_access_key_id and "
@@ -296,10 +297,10 @@ class S3BlobStore(BlobStore):
             ) from exc
         if isinstance(exc, _NETWORK_ERRORS):
             timeout = self._options["timeout_seconds"]
-            attempts = self._options["max_attempts"]
+            attempts = self._options["max_attempts"] + 1
             raise StoreUnavailableError(
                 f"S3 endpoint{endpoint or ' (AWS)'} unreachable during {action} {where} "
-                f"({type(exc).__name__}, {attempts} attempt(s), {timeout:g}s timeout each): "
+                f"({type(exc).__name__} after {attempts} attempts, {timeout:g}s timeout each): "
                 "check that the server runs and the endpoint URL is right, then retry"
             ) from exc
         raise exc
@@ -481,9 +482,7 @@ class S3BlobStore(BlobStore):
             server = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("server", "")
             keeps_empty_dirs = keeps_empty_dirs or server.startswith(_SERVERS_KEEPING_EMPTY_DIRS)
             for error in response.get("Errors", []):
-                failed.append(
-                    (self._relative(error.get("Key", "")), error.get("Code", "?"), error.get("Message", ""))
-                )
+                failed.append((self._relative(error.get("Key", "")), error.get("Code", "?"), error.get("Message", "")))
         if failed:
             denied = all(code in _ACCESS_DENIED_CODES for _, code, _ in failed)
             sample = ", ".join(f"{key} ({code}: {message})" for key, code, message in failed[:5])
