@@ -62,16 +62,23 @@ def read_job_result(path: str) -> dict[str, Any] | None:
 
 
 def parse_job_result(text: str) -> dict[str, Any] | None:
-    """A job result from JSON text. Only scalar values are kept: the result goes to XCom
-    and logs, and a job should never put more than counts and flags in it."""
+    """A job result from JSON text, flattened for XCom and logs: scalar values, and the
+    scalars of nested objects as ``{outer}_{inner}`` (``input.files_read`` becomes
+    ``input_files_read``). Lists are dropped: a result carries counts and flags only."""
     try:
         data = json.loads(text)
     except ValueError:
         return None
     if not isinstance(data, dict):
         return None
-    return {
-        str(k): v
-        for k, v in data.items()
-        if isinstance(v, bool | int | str) or (isinstance(v, float) and math.isfinite(v))
-    }
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update({f"{key}_{k}": v for k, v in value.items() if _is_scalar(v)})
+        elif _is_scalar(value):
+            flat[str(key)] = value
+    return flat
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, bool | int | str) or (isinstance(value, float) and math.isfinite(value))

@@ -261,8 +261,8 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
             "duration_seconds": round(time.monotonic() - started, 3),
         }
         tags = metrics.task_tags(context)
-        metrics.count(metrics.CHECKPOINTS_SEALED, int(job_result.get("checkpoints_sealed") or 0), tags)
-        metrics.count(metrics.ROWS_WRITTEN, int(job_result.get("rows_written") or 0), tags)
+        metrics.count(metrics.CHECKPOINTS_SEALED, int(job_result.get("sealed_partitions") or 0), tags)
+        metrics.count(metrics.ROWS_WRITTEN, int(job_result.get("rows") or 0), tags)
         if degraded:
             metrics.count(metrics.BREAKER_TRIPS, 1, tags)
             self.log.warning(

@@ -168,10 +168,13 @@ class AirflowHarness:
         state = str(result["state"]).rsplit(".", 1)[-1].lower()
         return DagRunOutcome(result["run_id"], state, text, seconds, proc.returncode)
 
-    def airflow(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    def airflow(
+        self, *args: str, env: Mapping[str, str] | None = None, timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
+        """The ``airflow`` CLI against this installation."""
         return subprocess.run(
             [sys.executable, "-m", "airflow", *args],
-            env=self.env,
+            env={**self.env, **(env or {})},
             cwd=self.home,
             capture_output=True,
             text=True,
@@ -206,3 +209,43 @@ class AirflowHarness:
         for table in tables:
             for row in self._query(f"SELECT * FROM {table}"):
                 yield f"{table}: {row!r}"
+
+
+class StatsdListener:
+    """A UDP socket on loopback that collects what Airflow's StatsD client sends."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._socket.bind(("127.0.0.1", 0))
+        self._socket.settimeout(0.2)
+        self.port = int(self._socket.getsockname()[1])
+        self.packets: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._receive, daemon=True)
+        self._thread.start()
+
+    def _receive(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self._socket.recv(65536)
+            except TimeoutError:
+                continue
+            self.packets.extend(data.decode("utf-8", "replace").splitlines())
+
+    def env(self) -> dict[str, str]:
+        return {
+            "AIRFLOW__METRICS__STATSD_ON": "True",
+            "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+            "AIRFLOW__METRICS__STATSD_PORT": str(self.port),
+            "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+        }
+
+    def metrics(self, prefix: str) -> list[str]:
+        return [packet for packet in self.packets if packet.startswith(prefix)]
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self._socket.close()

@@ -8,13 +8,14 @@ the commit. Keys 0..39 in 4 partitions of 10 on local[1] (partitions run in orde
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from airflow_ckpt_provider.store import EpochStatus, open_store
-from tests.airflow.harness import AirflowHarness
+from tests.airflow.harness import AirflowHarness, StatsdListener
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
@@ -33,10 +34,19 @@ def _output_keys(output: Path) -> list[int]:
     return sorted(keys)
 
 
-def test_cleared_run_resumes_and_commit_removes_orphans(airflow_harness: AirflowHarness, tmp_path: Path) -> None:
+@pytest.fixture
+def statsd() -> Iterator[StatsdListener]:
+    listener = StatsdListener()
+    yield listener
+    listener.close()
+
+
+def test_cleared_run_resumes_and_commit_removes_orphans(
+    airflow_harness: AirflowHarness, tmp_path: Path, statsd: StatsdListener
+) -> None:
     _install(airflow_harness)
     output = tmp_path / "out"
-    env = {"HANDOFF_OUTPUT": str(output)}
+    env = {"HANDOFF_OUTPUT": str(output), **statsd.env()}
     day = dt.datetime(2024, 3, 1, tzinfo=dt.UTC)
 
     first = airflow_harness.run_dag(DAG_ID, logical_date=day, conf={"fail_partition": 2}, env=env)
@@ -58,7 +68,8 @@ def test_cleared_run_resumes_and_commit_removes_orphans(airflow_harness: Airflow
     plan = airflow_harness.xcom(DAG_ID, second.run_id, "submit", "checkpoint_plan")
     assert (plan["epoch"], plan["checkpoints_skipped"], plan["keys_skipped"]) == (2, 2, 20)
     result = airflow_harness.xcom(DAG_ID, second.run_id, "submit")
-    assert (result["keys_processed"], result["checkpoints_sealed"], result["degraded"]) == (20, 2, False)
+    assert (result["keys"], result["sealed_partitions"], result["degraded"]) == (20, 2, False)
+    assert result["input_keys_skipped"] == 20
     assert "skipping 20 keys already done in 2 valid checkpoints" in second.output
 
     commit = airflow_harness.xcom(DAG_ID, second.run_id, "commit")
@@ -67,6 +78,12 @@ def test_cleared_run_resumes_and_commit_removes_orphans(airflow_harness: Airflow
     assert not any(path.exists() for path in orphans)
     assert _output_keys(output) == list(range(40))  # each key exactly once
     assert store.list_checkpoints() == []  # delete_after_success
+
+    # Metrics went out through Airflow's Stats (StatsD here), one set per submit and commit.
+    assert statsd.metrics("airflow.ckpt.submits:1|c") and statsd.metrics("airflow.ckpt.keys_skipped:20|c")
+    assert statsd.metrics("airflow.ckpt.checkpoints_sealed:2|c")
+    assert statsd.metrics("airflow.ckpt.orphans_deleted:1|c")
+    assert statsd.metrics("airflow.ckpt.commit_duration:")
 
 
 def test_airflow_retry_resumes_in_the_same_task_instance(airflow_harness: AirflowHarness, tmp_path: Path) -> None:
@@ -84,7 +101,7 @@ def test_airflow_retry_resumes_in_the_same_task_instance(airflow_harness: Airflo
     plan = airflow_harness.xcom(DAG_ID, run.run_id, "submit", "checkpoint_plan")
     assert (plan["epoch"], plan["checkpoints_skipped"], plan["keys_skipped"]) == (2, 1, 10)
     result = airflow_harness.xcom(DAG_ID, run.run_id, "submit")
-    assert result["keys_processed"] == 30
+    assert result["keys"] == 30
     commit = airflow_harness.xcom(DAG_ID, run.run_id, "commit")
     assert (commit["rows_committed"], commit["orphans_deleted"]) == (40, 1)
     assert _output_keys(output) == list(range(40))

@@ -70,12 +70,13 @@ def main() -> None:
         .mapPartitionsWithIndex(run_partition)
         .collect()
     )
+    # The same names CheckpointedJob.result() uses.
     result = {
-        "keys_processed": sum(c[1] for c in counts),
-        "keys_skipped": len(done),
-        "checkpoints_sealed": sum(c[2] for c in counts),
-        "rows_written": sum(c[1] for c in counts),
+        "keys": sum(c[1] for c in counts),
+        "rows": sum(c[1] for c in counts),
+        "sealed_partitions": sum(c[2] for c in counts),
         "degraded": store.degraded,
+        "input": {"keys_skipped": len(done)},
     }
     with open(result_path, "w", encoding="utf-8") as handle:
         json.dump(result, handle)
