@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from airflow_ckpt_provider.store import CheckpointError, CheckpointStore, open_blobs, open_store
+from airflow_ckpt_provider.store import (
+    CheckpointError,
+    CheckpointStore,
+    StoreUnavailableError,
+    open_blobs,
+    open_store,
+)
 
 #: The template field / XCom entry that names a store.
 URI_FIELD = "checkpoint_uri"
@@ -165,7 +171,16 @@ def open_ref(ref: TaskStoreRef) -> tuple[CheckpointStore, list[str]]:
     from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
     from airflow_ckpt_provider.plugins.report import secret_values
 
-    options = dict(CheckpointHook(checkpoint_uri=ref.uri, aws_conn_id=ref.aws_conn_id).store_options)
+    hook = CheckpointHook(checkpoint_uri=ref.uri, aws_conn_id=ref.aws_conn_id)
+    try:
+        options = dict(hook.store_options)
+    except CheckpointError:
+        raise
+    except Exception as exc:  # the connection or the credential chain failed: the store cannot be opened
+        raise StoreUnavailableError(
+            f"no usable credentials from connection {hook.aws_conn_id!r} ({type(exc).__name__}: {exc}); "
+            "define the connection with keys (or fix [ckpt] aws_conn_id)"
+        ) from exc
     if ref.uri.startswith(("s3://", "s3a://")):
         options["timeout_seconds"] = min(float(options.get("timeout_seconds") or 10), UI_TIMEOUT_SECONDS)
         options["max_attempts"] = UI_MAX_ATTEMPTS

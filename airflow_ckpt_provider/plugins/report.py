@@ -100,6 +100,13 @@ def problem_from(exc: BaseException, store_uri: str, secrets: Iterable[str] = ()
     where = display_uri(store_uri)
     secrets = [*uri_secrets(store_uri), *secrets]
     text = scrub(" ".join(str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc).split()), secrets)
+    if type(exc).__name__ == "AirflowNotFoundException":  # the store's connection is not defined
+        return StoreProblem(
+            503,
+            "store_unavailable",
+            f"The checkpoint store {where} cannot be opened: {text}. Nothing was changed. "
+            "Define the connection (or fix [ckpt] aws_conn_id), then reload.",
+        )
     if isinstance(exc, StoreUnavailableError):
         return StoreProblem(
             503,

@@ -295,3 +295,17 @@ def test_unreachable_store_is_503_with_a_message_and_nothing_is_deleted(ui_serve
     assert entry["event"] == "checkpoints.clear.failed" and entry["extra"]["error"] == "store_unavailable"
     assert UNREACHABLE_SECRET not in json.dumps(entry)
     assert checkpoints_left(spark_root) == 3  # another task's store is untouched
+
+
+def test_missing_connection_is_503_with_its_name(ui_server: ApiServer) -> None:
+    run_id, _ = new_run(ui_server, fill=False)
+    ui_server.push_xcom(
+        run_id,
+        OTHER_TASK,
+        "return_value",
+        {"checkpoint_uri": "s3://ckpt-bucket/p", "aws_conn_id": "no_such_connection"},
+    )
+    with ui_server.client("viewer") as viewer:
+        response = viewer.get("/checkpoints/api/task", params=ti_params(run_id, OTHER_TASK))
+    assert response.status_code == 503, response.text
+    assert "no_such_connection" in response.json()["detail"]
