@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_ckpt_provider.store import CheckpointStore, open_store
-from airflow_ckpt_provider.store.errors import CheckpointError
+from airflow_ckpt_provider.store.errors import CheckpointError, StoreUnavailableError
 
 
 class TargetError(CheckpointError):
@@ -99,5 +99,14 @@ def open_target(target: StoreTarget) -> CheckpointStore:
         uri = resolve_uri(target)
         from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 
-        options = dict(CheckpointHook(checkpoint_uri=uri, aws_conn_id=target.aws_conn_id).store_options)
+        hook = CheckpointHook(checkpoint_uri=uri, aws_conn_id=target.aws_conn_id)
+        try:
+            options = dict(hook.store_options)
+        except CheckpointError:
+            raise
+        except Exception as exc:  # the connection or the credential chain failed
+            raise StoreUnavailableError(
+                f"no usable credentials from connection {hook.aws_conn_id!r} ({type(exc).__name__}: {exc}); "
+                "define it as AIRFLOW_CONN_<ID> with keys, or use AWS_* environment variables"
+            ) from exc
     return open_store(uri, **(options | target.store_options()))

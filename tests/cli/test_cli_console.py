@@ -62,3 +62,10 @@ def test_task_instance_under_a_configured_base_uri(tmp_path: Path) -> None:
     result = airflow_ckpt("list", "--dag-id", "etl", "--task-id", "load", "--run-id", "run_1", "--json", env=env)
     assert result.code == 0, result.err
     assert len(json.loads(result.out)) == 1
+
+
+def test_undefined_connection_exit_3(tmp_path: Path) -> None:
+    result = airflow_ckpt("progress", "s3://bucket/p", "--aws-conn-id", "nope", env={"AIRFLOW_HOME": str(tmp_path)})
+    assert result.code == 3
+    last = result.err.strip().splitlines()[-1]
+    assert last.startswith("airflow-ckpt: error: no usable credentials from connection 'nope'")
