@@ -141,6 +141,7 @@ class _State:
     valid: list[Checkpoint]
     snapshot: dict[str, Any] | None
     degraded_epochs: set[int]
+    etags: dict[str, str] = field(default_factory=dict)
 
 
 class CheckpointStore:
@@ -452,18 +453,23 @@ class CheckpointStore:
         :meth:`get_checkpointed_files` but their keys stay done. Idempotent. Raises
         :class:`UnknownCheckpointError` for an id with no manifest.
         """
-        ids = [validate_checkpoint_id(i) for i in checkpoint_ids]
+        self._mark_committed([validate_checkpoint_id(i) for i in checkpoint_ids], {})
+
+    def _mark_committed(self, ids: Sequence[str], known: Mapping[str, tuple[Checkpoint, str]]) -> None:
+        """``known``: manifests and etags already read (saves one GET each; a stale etag just retries)."""
 
         def one(checkpoint_id: str) -> None:
             key = f"checkpoints/{checkpoint_id}/manifest.json"
+            cached = known.get(checkpoint_id)
             for _ in range(10):
-                try:
-                    data, etag = self.blobs.get(key)
-                except BlobNotFoundError:
-                    raise UnknownCheckpointError(
-                        f"checkpoint {checkpoint_id} is not sealed in {self.uri}: only sealed checkpoints commit"
-                    ) from None
-                manifest = Checkpoint.from_json(self._parse_json(key, data))
+                if cached is None:
+                    found = self._get_manifest_and_etag(checkpoint_id)
+                    if found is None:
+                        raise UnknownCheckpointError(
+                            f"checkpoint {checkpoint_id} is not sealed in {self.uri}: only sealed checkpoints commit"
+                        )
+                    cached = found
+                manifest, etag = cached
                 if manifest.status is CheckpointStatus.COMMITTED:
                     return
                 updated = manifest.to_json() | {"status": "committed", "committed_at": _now()}
@@ -471,7 +477,7 @@ class CheckpointStore:
                     self.blobs.put(key, _dumps(updated), if_match=etag)
                     return
                 except PreconditionFailedError:
-                    continue  # somebody else changed it: re-read and retry
+                    cached = None  # somebody else changed it: re-read and retry
             raise CheckpointError(f"could not mark {checkpoint_id} committed: the manifest keeps changing")
 
         self._map(one, ids)
@@ -620,13 +626,17 @@ class CheckpointStore:
     # ------------------------------------------------------------------ reading state
 
     def _get_manifest(self, checkpoint_id: str) -> Checkpoint | None:
+        found = self._get_manifest_and_etag(checkpoint_id)
+        return None if found is None else found[0]
+
+    def _get_manifest_and_etag(self, checkpoint_id: str) -> tuple[Checkpoint, str] | None:
         key = f"checkpoints/{checkpoint_id}/manifest.json"
         found = self.blobs.get_if_exists(key)
         if found is None:
             return None
         data = self._parse_json(key, found[0])
         try:
-            return Checkpoint.from_json(data)
+            return Checkpoint.from_json(data), found[1]
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptCheckpointError(
                 f"{self.blobs.child_uri(key)} is not a valid manifest ({exc!r}); nothing was changed. "
@@ -664,26 +674,27 @@ class CheckpointStore:
         ids = self.blobs.list_dirs("checkpoints/")
         corrupt: dict[str, str] = {}
 
-        def load(checkpoint_id: str) -> tuple[str, Checkpoint | None, str | None]:
+        def load(checkpoint_id: str) -> tuple[str, tuple[Checkpoint, str] | None, str | None]:
             try:
-                return checkpoint_id, self._get_manifest(checkpoint_id), None
+                return checkpoint_id, self._get_manifest_and_etag(checkpoint_id), None
             except CorruptCheckpointError as exc:
                 if not tolerate_corrupt:
                     raise
                 return checkpoint_id, None, str(exc)
 
         manifests: dict[str, Checkpoint] = {}
+        etags: dict[str, str] = {}
         unsealed: list[str] = []
-        for checkpoint_id, manifest, error in self._map(load, ids):
+        for checkpoint_id, found, error in self._map(load, ids):
             if error is not None:
                 corrupt[checkpoint_id] = error
-            elif manifest is None:
+            elif found is None:
                 unsealed.append(checkpoint_id)
             else:
-                manifests[checkpoint_id] = manifest
+                manifests[checkpoint_id], etags[checkpoint_id] = found
         snapshot = self._read_snapshot(latest)
         valid = _valid_checkpoints(latest, manifests, snapshot)
-        return _State(epochs, latest, manifests, unsealed, corrupt, valid, snapshot, degraded)
+        return _State(epochs, latest, manifests, unsealed, corrupt, valid, snapshot, degraded, etags)
 
     def get_checkpoint(self, checkpoint_id: str) -> Checkpoint | None:
         """The manifest of a sealed checkpoint (valid or not), or None. Raises :class:`CorruptCheckpointError`."""
@@ -845,7 +856,8 @@ class CheckpointStore:
             except PreconditionFailedError:  # a concurrent commit won; use its record
                 record = self._read_json(commit_key)
         committed_ids = [str(i) for i in record["checkpoint_ids"]]
-        self.mark_committed(committed_ids)
+        known = {i: (state.manifests[i], state.etags[i]) for i in committed_ids if i in state.etags}
+        self._mark_committed(committed_ids, known)
         failpoint("store.commit.between_phases")
         result = self._delete_orphans(
             state, record, output_roots, degraded=bool(record.get("degraded")) or degraded or epoch.degraded

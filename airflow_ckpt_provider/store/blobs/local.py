@@ -4,7 +4,7 @@ Atomicity comes from the OS: every write goes to a temporary file in the target
 directory, is fsynced, then appears under its name in one step — ``os.link`` for
 create-if-absent (fails if the name exists), ``os.replace`` otherwise. Temporary
 files start with ``.`` and are never listed. ``if_match`` updates serialize on a
-lock file at the root (``fcntl``), since POSIX has no compare-and-swap on content.
+hidden per-key lock file (``fcntl``), since POSIX has no compare-and-swap on content.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from airflow_ckpt_provider.store.errors import (
     StoreUnavailableError,
 )
 
-_LOCK_NAME = ".ckpt.lock"
+_LOCK_SUFFIX = ".lock"
 
 
 def local_path_of(uri: str) -> Path:
@@ -61,7 +61,6 @@ class LocalBlobStore(BlobStore):
         self.uri = "file://" + str(self.root).rstrip("/")
         self.request_count = 0
         self._count_lock = threading.Lock()
-        self._thread_lock = threading.Lock()
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -105,9 +104,14 @@ class LocalBlobStore(BlobStore):
             os.close(fd)
 
     @contextlib.contextmanager
-    def _root_lock(self) -> Iterator[None]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        with self._thread_lock, open(self.root / _LOCK_NAME, "a+b") as handle:
+    def _key_lock(self, path: Path) -> Iterator[None]:
+        """Serialize compare-and-swap on one key across threads and processes.
+
+        The lock is a hidden sibling file (never listed): locking the object itself
+        would not work, since ``os.replace`` gives it a new inode.
+        """
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.parent / f".{path.name}{_LOCK_SUFFIX}", "a+b") as handle:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             try:
                 yield
@@ -121,7 +125,7 @@ class LocalBlobStore(BlobStore):
         self._count()
         try:
             if if_match is not None:
-                with self._root_lock():
+                with self._key_lock(path):
                     try:
                         current = path.read_bytes()
                     except FileNotFoundError as exc:
@@ -212,6 +216,8 @@ class LocalBlobStore(BlobStore):
                 pass
             except OSError as exc:
                 raise self._fail(exc, f"deleting {key}") from exc
+            with contextlib.suppress(FileNotFoundError):
+                (path.parent / f".{path.name}{_LOCK_SUFFIX}").unlink()
             deleted.append(key)
             parents.add(path.parent)
         # Empty directories are not objects: prune them so listings stay cheap.
