@@ -20,8 +20,6 @@ import pyarrow.parquet as pq
 from airflow_ckpt_provider.spark.keys import SOURCE_FILE_COLUMN
 from airflow_ckpt_provider.spark.paths import arrow_filesystem, arrow_path
 
-_MIB = 1024 * 1024
-
 
 @dataclass(frozen=True)
 class SourceFile:
@@ -31,14 +29,14 @@ class SourceFile:
 
 
 def plan_groups(files: Sequence[SourceFile], *, max_bytes: int, min_groups: int) -> list[tuple[SourceFile, ...]]:
-    """Pack files, in order, into groups of about ``total / min_groups`` bytes (at most ``max_bytes``).
+    """Pack files, in order, into about ``min_groups`` groups of equal bytes, each at most ``max_bytes``.
 
     Deterministic (every attempt of task *p* reads the same files) and never splits a file.
     """
     if not files:
         return []
     total = sum(max(f.size, 1) for f in files)
-    target = min(max_bytes, max(_MIB, math.ceil(total / max(min_groups, 1))))
+    target = min(max_bytes, math.ceil(total / max(min_groups, 1)))
     groups: list[tuple[SourceFile, ...]] = []
     current: list[SourceFile] = []
     size = 0

@@ -1,0 +1,74 @@
+"""Fixtures of the Spark tests: one local SparkSession, one standalone cluster, local and S3 targets."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from tests.spark.helpers import Target
+from tests.support.spark_cluster import SPARK_HOME, SparkStandaloneCluster
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """A real local Spark (2 cores, small memory) shared by the in-process tests.
+
+    Local mode runs each task once (``local[2]`` = ``spark.task.maxFailures`` 1).
+    """
+    os.environ.setdefault("SPARK_HOME", SPARK_HOME)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("ckpt-spark-tests")
+        .config("spark.driver.memory", "1g")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkStandaloneCluster]:
+    """A master on 127.0.0.1 and single-core workers on 127.0.0.2 and 127.0.0.3, for the whole session."""
+    cluster = SparkStandaloneCluster(tmp_path_factory.mktemp("spark-cluster"))
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
+def _local_target(tmp_path: Path) -> Target:
+    return Target("local", f"file://{tmp_path}/store", f"file://{tmp_path}/out")
+
+
+def _s3_target(request: pytest.FixtureRequest) -> Target:
+    options = dict(request.getfixturevalue("s3_options"))
+    bucket = request.getfixturevalue("s3_bucket")
+    run = uuid.uuid4().hex[:8]
+    return Target("s3", f"s3://{bucket}/ckpt/{run}", f"s3://{bucket}/out/{run}", options)
+
+
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
+    """The store and the output on local disk, then on the S3 server."""
+    return _s3_target(request) if request.param == "s3" else _local_target(tmp_path)
+
+
+@pytest.fixture
+def local_target(tmp_path: Path) -> Target:
+    return _local_target(tmp_path)
+
+
+@pytest.fixture
+def s3_target(request: pytest.FixtureRequest) -> Target:
+    return _s3_target(request)

@@ -1,0 +1,160 @@
+"""Resume scenarios on a real Spark standalone cluster (master + two single-core workers on distinct addresses).
+
+Jobs go through ``spark-submit --master spark://127.0.0.1:P`` (client deploy mode),
+so executors are separate JVMs with their own Python workers, as in production.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from airflow_ckpt_provider.spark.paths import file_key
+from tests.spark.helpers import (
+    JOB_SCRIPT,
+    FakeOperator,
+    Submitted,
+    Target,
+    assert_exactly_once,
+    done_keys,
+    finish,
+    job_spec,
+    kill_group,
+    make_inputs,
+    run,
+    start,
+    wait_for,
+)
+from tests.support.spark_cluster import SparkStandaloneCluster
+
+pytestmark = [pytest.mark.spark, pytest.mark.cluster]
+
+ACCOUNTS = 24
+
+
+def _argv(
+    cluster: SparkStandaloneCluster,
+    operator: FakeOperator,
+    epoch: int,
+    spec: str,
+    extra: dict[str, str] | None = None,
+) -> list[str]:
+    conf = operator.confs(epoch) | {
+        "spark.pyspark.python": sys.executable,
+        "spark.sql.shuffle.partitions": "8",
+        "spark.python.worker.reuse": "true",
+    }
+    return cluster.submit_argv(JOB_SCRIPT, [spec], conf | (extra or {}))
+
+
+def _submit(
+    cluster: SparkStandaloneCluster,
+    operator: FakeOperator,
+    epoch: int,
+    spec: str,
+    *,
+    conf: dict[str, str] | None = None,
+    faults: list[dict[str, object]] | None = None,
+) -> Submitted:
+    """Submit like the operator does, and end the epoch as the submit ended."""
+    submitted = run(_argv(cluster, operator, epoch, spec, conf), operator.env(faults=faults or ()))
+    operator.end(epoch, submitted.returncode)
+    return submitted
+
+
+@pytest.mark.s3
+def test_cluster_task_failure_then_rerun_resumes(
+    spark_cluster: SparkStandaloneCluster, s3_target: Target, tmp_path: Path
+) -> None:
+    """Scenario 1 on the cluster (store and output on S3): spark.task.maxFailures=1 fails the job."""
+    target = s3_target
+    inputs = make_inputs(tmp_path / "in")
+    operator = FakeOperator(target)
+    spec = job_spec("rows", inputs, target.output_uri, 8)
+    faults = [{"partition": 5, "attempt": 0, "action": "raise", "at": "end"}]
+    epoch1 = operator.begin()
+    failed = _submit(spark_cluster, operator, epoch1, spec, conf={"spark.task.maxFailures": "1"}, faults=faults)
+    assert failed.returncode != 0 and "injected fault" in failed.stderr, failed.tail()
+    done_before = done_keys(operator.store)
+    assert 0 < len(done_before) < ACCOUNTS
+
+    rerun = _submit(spark_cluster, operator, operator.begin(), spec)
+    assert rerun.returncode == 0, rerun.tail()
+    assert rerun.result is not None and rerun.result["keys"] == ACCOUNTS - len(done_before)
+    operator.store.commit(output_roots=[target.output_uri])
+    assert_exactly_once(target, inputs)
+
+
+def test_cluster_driver_killed_then_rerun_resumes(
+    spark_cluster: SparkStandaloneCluster, local_target: Target, tmp_path: Path
+) -> None:
+    """Scenario 2 on the cluster (store and output on local disk): SIGKILL the driver mid-job."""
+    target = local_target
+    inputs = make_inputs(tmp_path / "in")
+    operator = FakeOperator(target)
+    spec = job_spec("files", inputs, target.output_uri, 8)
+    epoch1 = operator.begin()
+    slow = [{"action": "sleep", "seconds": 2, "at": "end"}]
+    proc = start(_argv(spark_cluster, operator, epoch1, spec), operator.env(faults=slow))
+
+    def sealed() -> int:
+        return sum(1 for c in operator.store.valid_checkpoints() if c.epoch == epoch1)
+
+    try:
+        wait_for(lambda: sealed() >= 2 or proc.poll() is not None, 240, "two sealed partitions")
+        assert proc.poll() is None, f"the job ended before it was killed:\n{finish(proc).tail()}"
+    finally:
+        kill_group(proc)
+        proc.communicate()
+    done_before = done_keys(operator.store)
+    everything = {file_key(p) for p in inputs}
+    assert 0 < len(done_before) < len(everything)
+
+    rerun = _submit(spark_cluster, operator, operator.begin(), spec)
+    assert rerun.returncode == 0, rerun.tail()
+    assert rerun.result is not None and rerun.result["keys"] == len(everything - done_before)
+    assert rerun.result["input"]["files_read"] == len(everything - done_before), "done files are never read"
+    operator.store.commit(output_roots=[target.output_uri])
+    assert_exactly_once(target, inputs)
+
+
+def test_speculative_duplicates_seal_and_only_one_counts(
+    spark_cluster: SparkStandaloneCluster, target: Target, tmp_path: Path
+) -> None:
+    """Scenario 4: with speculation, two attempts of one partition both seal; the commit keeps one.
+
+    Partition 1's first attempt seals, then lingers (a failpoint after the seal), so
+    the scheduler launches a speculative copy on the other worker, which writes and
+    seals again. The first seal is the valid one; the copy's files are orphans.
+    """
+    inputs = make_inputs(tmp_path / "in")
+    operator = FakeOperator(target)
+    spec = job_spec("rows", inputs, target.output_uri, 8)
+    epoch = operator.begin()
+    speculation = {
+        "spark.speculation": "true",
+        "spark.speculation.interval": "100ms",
+        "spark.speculation.multiplier": "1.5",
+        "spark.speculation.quantile": "0.5",
+        "spark.speculation.minTaskRuntime": "500ms",
+        "spark.speculation.efficiency.enabled": "false",
+        "spark.executorEnv.CKPT_FAILPOINTS": f"spark.task.after_seal.e{epoch}.p1.a0=sleep:15",
+    }
+    submitted = _submit(spark_cluster, operator, epoch, spec, conf=speculation)
+    assert submitted.returncode == 0, submitted.tail()
+    attempts = [c for c in operator.store.list_checkpoints() if c.partition == 1]
+    assert sorted(c.metadata["attempt"] for c in attempts) == [0, 1], "the speculative copy sealed too"
+    valid = [c for c in operator.store.valid_checkpoints() if c.partition == 1]
+    assert len(valid) == 1 and valid[0].metadata["attempt"] == 0, "the first seal of a partition is the valid one"
+    duplicate = next(c for c in attempts if c.metadata["attempt"] == 1)
+    duplicate_files = {
+        f["path"]
+        for blob in operator.store.blobs.list(f"checkpoints/{duplicate.checkpoint_id}/files/")
+        for f in json.loads(operator.store.blobs.get(blob.key)[0])
+    }
+    result = operator.store.commit(output_roots=[target.output_uri])
+    assert duplicate_files and duplicate_files <= set(result.deleted_files)
+    assert_exactly_once(target, inputs)

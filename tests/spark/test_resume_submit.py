@@ -1,0 +1,165 @@
+"""Resume scenarios that need their own Spark application, run with spark-submit in local mode.
+
+The test plays the operator: it opens the epoch, submits ``jobs/resumable_job.py``
+with the ``spark.ckpt.*`` confs and ``CKPT_STORE_SECRETS``, and ends the epoch.
+Reruns run in the test's SparkSession (same code, ``tests/spark/jobs/pipeline.py``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from airflow_ckpt_provider.spark import CheckpointedJob
+from airflow_ckpt_provider.spark.paths import file_key
+from tests.spark.helpers import (
+    FakeOperator,
+    Target,
+    assert_exactly_once,
+    done_keys,
+    finish,
+    job_spec,
+    kill_group,
+    local_submit_argv,
+    make_inputs,
+    run,
+    start,
+    wait_for,
+)
+from tests.spark.jobs.pipeline import run_pipeline
+
+pytestmark = pytest.mark.spark
+
+
+def _rerun(
+    spark: SparkSession, operator: FakeOperator, target: Target, mode: str, inputs: list[str], epoch: int | None = None
+):  # type: ignore[no-untyped-def]
+    epoch = epoch or operator.begin()
+    job = CheckpointedJob(spark, target.store_uri, epoch=epoch, **target.options)
+    summary = run_pipeline(spark, job, mode=mode, inputs=inputs, output=target.output_uri, num_partitions=8)
+    operator.end(epoch, 0)
+    return summary
+
+
+def _sealed(operator: FakeOperator, epoch: int) -> int:
+    return sum(1 for c in operator.store.valid_checkpoints() if c.epoch == epoch)
+
+
+@pytest.mark.parametrize("mode", ["files", "rows"])
+def test_driver_killed_mid_job_then_rerun_resumes(
+    spark: SparkSession, target: Target, tmp_path: Path, mode: str
+) -> None:
+    """Scenario 2: SIGKILL the driver while tasks are writing; the rerun processes only what was not sealed."""
+    inputs = make_inputs(tmp_path / "in", files=8)
+    operator = FakeOperator(target)
+    epoch1 = operator.begin()
+    # Every task lingers 1.5 s after handing its rows to the writer, so the kill lands mid-write.
+    slow = [{"action": "sleep", "seconds": 1.5, "at": "end"}]
+    proc = start(
+        local_submit_argv("local[2]", operator.confs(epoch1), job_spec(mode, inputs, target.output_uri, 8)),
+        operator.env(faults=slow),
+    )
+    try:
+        wait_for(lambda: _sealed(operator, epoch1) >= 2 or proc.poll() is not None, 180, "two sealed partitions")
+        assert proc.poll() is None, f"the job ended before it was killed:\n{finish(proc).tail()}"
+    finally:
+        kill_group(proc)
+        proc.communicate()
+    done_before = done_keys(operator.store)  # the killed run never ended its epoch: as after a lost driver
+    everything = {file_key(p) for p in inputs} if mode == "files" else None
+
+    summary = _rerun(spark, operator, target, mode, inputs)
+    total = len(everything) if everything is not None else 24
+    assert 0 < len(done_before) < total
+    assert summary.keys == total - len(done_before), "the rerun must process exactly the keys not yet sealed"
+    result = operator.store.commit(output_roots=[target.output_uri])
+    assert not result.unknown_files
+    assert_exactly_once(target, inputs)
+
+
+def test_flaky_tasks_are_retried_within_one_run(tmp_path: Path, target: Target) -> None:
+    """Scenario 3: local[2,4] retries failed tasks; failed attempts' files never reach the committed output."""
+    inputs = make_inputs(tmp_path / "in", files=8)
+    operator = FakeOperator(target)
+    epoch = operator.begin()
+    faults = [
+        {"partition": 1, "attempt": 0, "action": "raise", "at": "end"},
+        {"partition": 3, "attempt": 0, "action": "exit", "at": "end"},  # the Python worker dies: no cleanup
+        {"partition": 5, "attempt": 1, "action": "raise", "at": "end"},
+        {"partition": 5, "attempt": 0, "action": "raise", "at": "start"},
+    ]
+    submitted = run(
+        local_submit_argv("local[2,4]", operator.confs(epoch), job_spec("rows", inputs, target.output_uri, 8)),
+        operator.env(faults=faults),
+    )
+    assert submitted.returncode == 0, submitted.tail()
+    operator.end(epoch, 0)
+    assert submitted.result is not None
+    assert submitted.result["keys"] == 24 and submitted.result["sealed_partitions"] == 8
+    assert not submitted.result["degraded"]
+    sealed = operator.store.list_checkpoints()
+    assert sorted(c.partition for c in sealed) == list(range(8)), "failed attempts seal nothing"
+    assert {c.metadata["attempt"] for c in sealed if c.partition in (1, 3)} == {1}
+    assert next(c for c in sealed if c.partition == 5).metadata["attempt"] == 2
+    operator.store.commit(output_roots=[target.output_uri])
+    assert_exactly_once(target, inputs)
+
+
+@pytest.mark.s3
+def test_zombie_attempt_sealing_after_the_rerun_began_is_ignored(
+    spark: SparkSession, s3_target: Target, tmp_path: Path
+) -> None:
+    """Scenario 5: an attempt of the failed run seals after the rerun opened its epoch: never valid.
+
+    The failpoint holds each Python worker's second seal for 12 s *after* the
+    store's fence check and before the manifest is written, so it lands in epoch 1
+    while epoch 2 is already open.
+    """
+    target = s3_target
+    inputs = make_inputs(tmp_path / "in", files=8)
+    operator = FakeOperator(target)
+    epoch1 = operator.begin()
+    proc = start(
+        local_submit_argv("local[2]", operator.confs(epoch1), job_spec("rows", inputs, target.output_uri, 8)),
+        operator.env(failpoints="store.checkpoint.before_manifest=sleep:12@2"),
+    )
+    store = operator.store
+    try:
+        stuck: set[str] = set()
+
+        def a_zombie_is_waiting() -> bool:
+            staged = {b.key.split("/")[1] for b in store.blobs.list("checkpoints/") if "/keys/" in b.key}
+            sealed = {c.checkpoint_id for c in store.list_checkpoints()}
+            stuck.update(staged - sealed)
+            return bool(stuck) and _sealed(operator, epoch1) >= 1
+
+        wait_for(a_zombie_is_waiting, 120, "a task stuck before writing its manifest")
+        epoch2 = operator.begin()  # the rerun's submit: from here, epoch 1 is fenced
+        base = done_keys(store)
+        wait_for(lambda: bool(stuck & {c.checkpoint_id for c in store.list_checkpoints()}), 60, "the zombie seal")
+        submitted = finish(proc, timeout=120)
+    finally:
+        kill_group(proc)
+    assert submitted.returncode != 0, "the old run's later tasks are fenced, so it fails"
+    zombies = [c for c in store.list_checkpoints() if c.checkpoint_id in stuck]
+    assert zombies and all(c.epoch == epoch1 for c in zombies)
+    valid = {c.checkpoint_id for c in store.valid_checkpoints()}
+    assert not valid & stuck, "a checkpoint sealed in an old epoch after a new one began is never valid"
+
+    zombie_files = {p for c in zombies for p in _files_of(store, c.checkpoint_id)}
+    summary = _rerun(spark, operator, target, "rows", inputs, epoch=epoch2)
+    assert summary.keys == 24 - len(base)
+    result = store.commit(output_roots=[target.output_uri])
+    assert zombie_files and zombie_files <= set(result.deleted_files), "the zombies' files are orphans"
+    assert_exactly_once(target, inputs)
+
+
+def _files_of(store, checkpoint_id: str) -> list[str]:  # type: ignore[no-untyped-def]
+    import json
+
+    paths = []
+    for blob in store.blobs.list(f"checkpoints/{checkpoint_id}/files/"):
+        paths.extend(f["path"] for f in json.loads(store.blobs.get(blob.key)[0]))
+    return paths
