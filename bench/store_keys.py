@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from airflow_ckpt_provider.store import CheckpointStore, EpochStatus, RetentionPolicy, open_store  # noqa: E402
+from airflow_ckpt_provider.store import CheckpointStore, EpochStatus, RetentionPolicy, open_store
 
 
 def timed(fn: Callable[[], Any], repeat: int = 3) -> tuple[float, Any]:

@@ -270,7 +270,7 @@ def test_commit_deletes_exactly_the_orphans(backend: Backend) -> None:
     "failpoint", ["store.commit.between_phases", "store.commit.during_delete_orphans"]
 )
 def test_commit_killed_between_phases_then_resumed(backend: Backend, failpoint: str) -> None:
-    good, orphans, foreign = _scenario(backend)
+    good, _, foreign = _scenario(backend)
     # Enough orphans that deletion spans several batches would be slow; one batch is the same code path.
     script = textwrap.dedent(
         f"""
