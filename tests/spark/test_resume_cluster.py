@@ -15,6 +15,7 @@ import pytest
 from airflow_ckpt_provider.spark.paths import file_key
 from tests.spark.helpers import (
     JOB_SCRIPT,
+    REPO_ROOT,
     FakeOperator,
     Submitted,
     Target,
@@ -46,6 +47,8 @@ def _argv(
         "spark.pyspark.python": sys.executable,
         "spark.sql.shuffle.partitions": "8",
         "spark.python.worker.reuse": "true",
+        # Executors unpickle the test job's transform, which lives in this repository's tests package.
+        "spark.executorEnv.PYTHONPATH": str(REPO_ROOT),
     }
     return cluster.submit_argv(JOB_SCRIPT, [spec], conf | (extra or {}))
 
