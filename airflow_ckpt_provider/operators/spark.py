@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.operators import metrics
 from airflow_ckpt_provider.operators.handoff import RESULT_LINE_PREFIX, Handoff, parse_job_result, read_job_result
@@ -91,6 +92,10 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
     :param takeover_open_epoch: take over an epoch that another owner holds open (use when
         that submit is known to be dead). Without it such a submit fails fast with
         ``EpochConflictError`` and nothing is changed.
+    :param wait_for_completion: in cluster deploy modes, ``False`` returns as soon as the
+        driver is accepted and leaves the epoch open: a deferrable ``CheckpointSensor`` then
+        waits for the partitions without holding a worker slot, and the commit closes the
+        epoch. (In client mode spark-submit runs the driver itself, so the task always waits.)
 
     Before the submit, XCom ``checkpoint_plan`` holds what will be skipped. The return value
     (XCom ``return_value``) holds the store URI, the epoch, ``degraded`` and the job's counters.
@@ -107,16 +112,20 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         checkpoint_uri: str | None = None,
         aws_conn_id: str | None = None,
         takeover_open_epoch: bool = False,
+        wait_for_completion: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.checkpoint_uri = checkpoint_uri
         self.aws_conn_id = aws_conn_id
         self.takeover_open_epoch = takeover_open_epoch
+        self.wait_for_completion = wait_for_completion
         self._context: Context | None = None
         self._ckpt_hook: CheckpointHook | None = None
         self._submitted: Handoff | None = None
         self._reattached = False
+        self._detached = False
+        self._external_id: Any = None
 
     # ------------------------------------------------------------------ helpers
 
@@ -222,12 +231,31 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
     def poll_until_complete(self, external_id: Any, context: Context) -> None:
         # Reached after a submit, or directly when a durable retry re-attaches to a live driver.
         self._reattached = self._submitted is None
+        self._external_id = external_id
+        if not self.wait_for_completion and not self._reattached:
+            self._detached = True
+            self.log.info(
+                "Driver %s accepted; not waiting for it (wait_for_completion=False). "
+                "A CheckpointSensor can wait for its partitions; the commit closes the epoch",
+                external_id,
+            )
+            return
+        failpoint("operator.spark.before_poll")  # fault injection: an attempt dies while its driver runs
         super().poll_until_complete(external_id, context)
+
+    def _driver_may_be_running(self) -> bool:
+        """After a failed attempt: could the cluster driver it submitted still be running?"""
+        if self._external_id is None or not self.durable:
+            return False  # client mode: the driver was spark-submit's child and died with the attempt
+        status = str(getattr(self._hook, "_driver_status", None) or "").upper()
+        return status not in ("FINISHED", "FAILED", "KILLED", "ERROR", "SUCCEEDED")
 
     def execute(self, context: Context) -> Any:  # the job summary (a dict), pushed as return_value
         self._context = context
         self._submitted = None
         self._reattached = False
+        self._detached = False
+        self._external_id = None
         started = time.monotonic()
         store = self.checkpoint_hook(context).get_store()
         try:
@@ -236,7 +264,15 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
             handoff = self._submitted
             if handoff is None and self._reattached:
                 handoff = self._reattached_handoff(context, store)
-            if handoff is not None:
+            if handoff is not None and self._driver_may_be_running():
+                # Durable mode: a retry re-attaches to this driver and keeps its epoch; marking
+                # the epoch failed now would make its (possibly successful) output uncommittable.
+                self.log.warning(
+                    "Epoch %d left open: driver %s may still be running; a retry re-attaches to it",
+                    handoff.epoch,
+                    self._external_id,
+                )
+            elif handoff is not None:
                 self._end_epoch(store, handoff, EpochStatus.FAILED, read_job_result(handoff.result_path))
             raise
         handoff = self._submitted
@@ -249,6 +285,14 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
                     "it was taken over by another submit; run the task again"
                 )
             self.log.info("Re-attached to the driver of epoch %d: no new epoch was opened", handoff.epoch)
+        if self._detached:
+            return {
+                "checkpoint_uri": store.uri,
+                "epoch": handoff.epoch,
+                "driver_id": self._external_id,
+                "detached": True,
+                "degraded": self._epoch_degraded(store, handoff.epoch),
+            }
         job_result = read_job_result(handoff.result_path) or self._result_from_log() or {}
         degraded = bool(job_result.get("degraded")) or self._epoch_degraded(store, handoff.epoch)
         self._end_epoch(store, handoff, EpochStatus.SUCCEEDED, job_result)

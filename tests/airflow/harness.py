@@ -60,6 +60,8 @@ class AirflowHarness:
         home.mkdir(parents=True, exist_ok=True)
         harness = cls(home=home)
         harness.dags_folder.mkdir(exist_ok=True)
+        # Job scripts copied next to the DAGs are Spark applications, not DAG files.
+        (harness.dags_folder / ".airflowignore").write_text("jobs/\n")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "CKPT_", "AWS_"))}
         env.update(
             {
