@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import enum
 from collections.abc import Mapping, Sequence
@@ -68,14 +69,26 @@ class Checkpoint:
     num_bytes: int
     num_rows: int
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    #: Copies of small key sets (Arrow IPC stream) and file lists carried in the manifest, so a
+    #: reader needs one request per checkpoint instead of one per part. The parts stay the source.
+    inline_keys: bytes | None = field(default=None, repr=False, compare=False)
+    inline_files: tuple[FileMetadata, ...] | None = field(default=None, repr=False, compare=False)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, manifest: bool = False) -> dict[str, Any]:
+        """The record as JSON. ``manifest=True``: the stored form, with the inline copies."""
         data = dataclasses.asdict(self)
         data["status"] = self.status.value
         data["key_parts"] = list(self.key_parts)
         data["file_parts"] = list(self.file_parts)
         data["metadata"] = dict(self.metadata)
         data["format_version"] = 1
+        data.pop("inline_keys")
+        data.pop("inline_files")
+        if manifest:
+            if self.inline_keys is not None:
+                data["inline_keys"] = base64.b64encode(self.inline_keys).decode()
+            if self.inline_files is not None:
+                data["inline_files"] = [f.to_json() for f in self.inline_files]
         return data
 
     @classmethod
@@ -96,6 +109,12 @@ class Checkpoint:
             num_bytes=int(data["num_bytes"]),
             num_rows=int(data["num_rows"]),
             metadata=dict(data.get("metadata") or {}),
+            inline_keys=None if data.get("inline_keys") is None else base64.b64decode(data["inline_keys"]),
+            inline_files=(
+                None
+                if data.get("inline_files") is None
+                else tuple(FileMetadata.from_json(f) for f in data["inline_files"])
+            ),
         )
 
 
@@ -262,7 +281,8 @@ class KeySource:
     """One object holding done keys (a checkpoint's key part or the snapshot). Picklable."""
 
     key: str
-    format: str = "arrow"  # "arrow" (IPC stream) or "parquet"
+    format: str = "arrow"  # "arrow" (IPC stream), "parquet", or "manifest" (keys inline in a manifest)
+    data: bytes | None = field(default=None, repr=False)  # the inline keys, when the reader has them
 
 
 @dataclass(frozen=True)

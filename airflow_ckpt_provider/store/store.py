@@ -78,8 +78,12 @@ _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _EPOCH_RE = re.compile(r"^(\d{8})\.json$")
 _EPOCH_END_RE = re.compile(r"^(\d{8})\.end\.json$")
 _EPOCH_EXPECTED_RE = re.compile(r"^(\d{8})\.expected\.json$")
+_COMMIT_RE = re.compile(r"^commits/\d{8}\.json$")
 _DEGRADED_RE = re.compile(r"^(\d{8})\.degraded-[0-9a-f]+\.json$")
 _HIDDEN_PREFIXES = ("_", ".")
+#: Checkpoints up to this many keys / files carry a copy in their manifest (one read instead of many).
+INLINE_MAX_KEYS = 4096
+INLINE_MAX_FILES = 256
 
 
 def new_checkpoint_id() -> str:
@@ -127,6 +131,8 @@ class _Pending:
     num_bytes: int = 0
     num_rows: int = 0
     poisoned: bool = False
+    inline_keys: list[pa.Array] | None = field(default_factory=list)
+    inline_files: list[FileMetadata] | None = field(default_factory=list)
 
 
 @dataclass
@@ -142,6 +148,7 @@ class _State:
     snapshot: dict[str, Any] | None
     degraded_epochs: set[int]
     etags: dict[str, str] = field(default_factory=dict)
+    commit_record: dict[str, Any] | None = None
 
 
 class CheckpointStore:
@@ -301,11 +308,7 @@ class CheckpointStore:
                 )
         if len(array) == 0:
             return True
-        sink = io.BytesIO()
-        table = pa.table({KEY_COLUMN: array})
-        with ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table)
-        payload = sink.getvalue()
+        payload = _ipc_bytes([array])
 
         def write() -> None:
             with self._lock:
@@ -322,6 +325,10 @@ class CheckpointStore:
             with self._lock:
                 pending.num_keys += len(array)
                 pending.key_type = type_name
+                if pending.inline_keys is not None:
+                    pending.inline_keys.append(array)
+                    if pending.num_keys > INLINE_MAX_KEYS:
+                        pending.inline_keys = None
 
         return self._guarded(checkpoint_id, "stage_keys", write)
 
@@ -352,6 +359,10 @@ class CheckpointStore:
                 raise
             failpoint("store.after_stage_files")
             with self._lock:
+                if pending.inline_files is not None:
+                    pending.inline_files.extend(metas)
+                    if len(pending.inline_files) > INLINE_MAX_FILES:
+                        pending.inline_files = None
                 pending.num_files += len(metas)
                 pending.num_bytes += sum(m.size_bytes for m in metas)
                 pending.num_rows += sum(m.num_rows for m in metas)
@@ -416,10 +427,12 @@ class CheckpointStore:
                 num_bytes=pending.num_bytes,
                 num_rows=pending.num_rows,
                 metadata=dict(metadata or {}),
+                inline_keys=_ipc_bytes(pending.inline_keys) if pending.inline_keys else None,
+                inline_files=None if pending.inline_files is None else tuple(pending.inline_files),
             )
             key = f"checkpoints/{checkpoint_id}/manifest.json"
             try:
-                self.blobs.put(key, _dumps(manifest.to_json()), if_absent=True)
+                self.blobs.put(key, _dumps(manifest.to_json(manifest=True)), if_absent=True)
             except PreconditionFailedError:
                 existing = self._get_manifest(checkpoint_id)
                 if existing is not None and (existing.key_parts, existing.file_parts, existing.epoch) == (
@@ -472,7 +485,7 @@ class CheckpointStore:
                 manifest, etag = cached
                 if manifest.status is CheckpointStatus.COMMITTED:
                     return
-                updated = manifest.to_json() | {"status": "committed", "committed_at": _now()}
+                updated = manifest.to_json(manifest=True) | {"status": "committed", "committed_at": _now()}
                 try:
                     self.blobs.put(key, _dumps(updated), if_match=etag)
                     return
@@ -661,9 +674,25 @@ class CheckpointStore:
                 return self._parse_json(key, found[0])
         return None
 
-    def _state(self, *, tolerate_corrupt: bool = False, with_status: bool = True) -> _State:
-        """Read the store's metadata once. ``with_status=False`` skips the latest epoch's end and
-        expected-count records (validity does not depend on them): two requests fewer for readers."""
+    def _newest_commit_record(self) -> dict[str, Any] | None:
+        keys = sorted(i.key for i in self.blobs.list("commits/") if _COMMIT_RE.search(i.key))
+        return self._read_json(keys[-1]) if keys else None
+
+    def _state(
+        self,
+        *,
+        tolerate_corrupt: bool = False,
+        with_status: bool = True,
+        with_commits: bool = True,
+        keep_inline: bool = False,
+    ) -> _State:
+        """Read the store's metadata once.
+
+        ``with_status=False`` skips the latest epoch's end and expected-count records and
+        ``with_commits=False`` the commit record (validity depends on neither): fewer
+        requests for key readers. ``keep_inline`` keeps the manifests' inline key copies
+        (the commit needs every key; other callers drop them to save memory).
+        """
         records, ends, expected, degraded = self._list_epoch_files()
         if not with_status:
             ends, expected = {}, {}
@@ -676,7 +705,10 @@ class CheckpointStore:
 
         def load(checkpoint_id: str) -> tuple[str, tuple[Checkpoint, str] | None, str | None]:
             try:
-                return checkpoint_id, self._get_manifest_and_etag(checkpoint_id), None
+                found = self._get_manifest_and_etag(checkpoint_id)
+                if found is not None and found[0].inline_keys is not None and not keep_inline:
+                    found = (dataclasses.replace(found[0], inline_keys=b""), found[1])  # b"": inline, not kept
+                return checkpoint_id, found, None
             except CorruptCheckpointError as exc:
                 if not tolerate_corrupt:
                     raise
@@ -692,17 +724,36 @@ class CheckpointStore:
                 unsealed.append(checkpoint_id)
             else:
                 manifests[checkpoint_id], etags[checkpoint_id] = found
+        commit_record = self._newest_commit_record() if with_commits else None
+        if commit_record is not None:
+            # The newest commit record is the authority on what is committed (one atomic write).
+            committed_at = str(commit_record.get("created_at"))
+            for checkpoint_id in commit_record["checkpoint_ids"]:
+                manifest = manifests.get(checkpoint_id)
+                if manifest is not None and manifest.status is not CheckpointStatus.COMMITTED:
+                    manifests[checkpoint_id] = dataclasses.replace(
+                        manifest, status=CheckpointStatus.COMMITTED, committed_at=committed_at
+                    )
         snapshot = self._read_snapshot(latest)
         valid = _valid_checkpoints(latest, manifests, snapshot)
-        return _State(epochs, latest, manifests, unsealed, corrupt, valid, snapshot, degraded, etags)
+        return _State(epochs, latest, manifests, unsealed, corrupt, valid, snapshot, degraded, etags, commit_record)
 
     def get_checkpoint(self, checkpoint_id: str) -> Checkpoint | None:
         """The manifest of a sealed checkpoint (valid or not), or None. Raises :class:`CorruptCheckpointError`."""
-        return self._get_manifest(validate_checkpoint_id(checkpoint_id))
+        manifest = self._get_manifest(validate_checkpoint_id(checkpoint_id))
+        if manifest is None or manifest.status is CheckpointStatus.COMMITTED:
+            return manifest
+        record = self._newest_commit_record()
+        if record is not None and checkpoint_id in record["checkpoint_ids"]:
+            return dataclasses.replace(
+                manifest, status=CheckpointStatus.COMMITTED, committed_at=str(record.get("created_at"))
+            )
+        return manifest
 
     def list_checkpoints(self) -> list[Checkpoint]:
         """Every sealed checkpoint in the store (valid or not), by seal time."""
-        return sorted(self._state(with_status=False).manifests.values(), key=lambda c: (c.sealed_at, c.checkpoint_id))
+        manifests = self._state(with_status=False).manifests.values()
+        return sorted(manifests, key=lambda c: (c.sealed_at, c.checkpoint_id))
 
     def valid_checkpoints(self) -> list[Checkpoint]:
         """The checkpoints whose keys count as done: base of the latest epoch + sealed in it, one per partition."""
@@ -710,12 +761,17 @@ class CheckpointStore:
 
     def key_sources(self) -> list[KeySource]:
         """Parts holding every done key (snapshot and valid checkpoints); picklable, for parallel reads."""
-        return _key_sources(self._state(with_status=False))
+        return _key_sources(self._state(with_status=False, with_commits=False))
 
     def read_key_source(self, source: KeySource) -> pa.Table:
         """Read one part (on any machine that can open this store). Raises :class:`CorruptCheckpointError`."""
-        data, _ = self.blobs.get(source.key)
+        data = source.data if source.data else self.blobs.get(source.key)[0]
         try:
+            if source.format == "manifest" and not source.data:
+                inline = Checkpoint.from_json(self._parse_json(source.key, data)).inline_keys
+                if inline is None:
+                    raise CorruptCheckpointError(f"{self.blobs.child_uri(source.key)} carries no inline keys")
+                data = inline
             if source.format == "parquet":
                 table = pq.read_table(pa.BufferReader(data))
             else:
@@ -753,7 +809,7 @@ class CheckpointStore:
 
     def key_type(self) -> str | None:
         """The Arrow type (as a string) of the store's done keys, or None if there are none."""
-        state = self._state(with_status=False)
+        state = self._state(with_status=False, with_commits=False)
         types = {c.key_type for c in state.valid if c.key_type}
         if state.snapshot and state.snapshot.get("key_type"):
             types.add(state.snapshot["key_type"])
@@ -763,6 +819,8 @@ class CheckpointStore:
 
     def _files_of(self, checkpoints: Sequence[Checkpoint]) -> list[FileMetadata]:
         def load(checkpoint: Checkpoint) -> list[FileMetadata]:
+            if checkpoint.inline_files is not None:
+                return list(checkpoint.inline_files)
             files: list[FileMetadata] = []
             for part in checkpoint.file_parts:
                 key = f"checkpoints/{checkpoint.checkpoint_id}/{part}"
@@ -788,9 +846,16 @@ class CheckpointStore:
 
     # ------------------------------------------------------------------ commit
 
-    def _intents(self) -> dict[str, tuple[str, int | None]]:
-        """Every recorded output path → (checkpoint id, epoch) that intended to write it."""
-        infos = [i for i in self.blobs.list("checkpoints/") if "/intents/" in i.key]
+    def _intents(self, skip: Iterable[str] = ()) -> dict[str, tuple[str, int | None]]:
+        """Recorded output path → (checkpoint id, epoch) that intended to write it.
+
+        ``skip``: checkpoints whose records are not needed (valid ones: their files are
+        authoritative anyway), so a healthy commit reads almost no intent records.
+        """
+        skipped = set(skip)
+        infos = [
+            i for i in self.blobs.list("checkpoints/") if "/intents/" in i.key and i.key.split("/")[1] not in skipped
+        ]
 
         def load(key: str) -> dict[str, Any]:
             try:
@@ -823,7 +888,7 @@ class CheckpointStore:
         job. Raises :class:`NoEpochError`, :class:`CommitRefusedError` (failed epoch,
         overlapping keys) — nothing deleted in that case.
         """
-        state = self._state()
+        state = self._state(keep_inline=True)
         epoch = state.latest
         if epoch is None:
             raise NoEpochError(f"{self.uri} has no epoch: nothing ran against it, so there is nothing to commit")
@@ -855,9 +920,8 @@ class CheckpointStore:
                 self.blobs.put(commit_key, _dumps(record), if_absent=True)
             except PreconditionFailedError:  # a concurrent commit won; use its record
                 record = self._read_json(commit_key)
-        committed_ids = [str(i) for i in record["checkpoint_ids"]]
-        known = {i: (state.manifests[i], state.etags[i]) for i in committed_ids if i in state.etags}
-        self._mark_committed(committed_ids, known)
+        # Writing the record marked every checkpoint it names committed, in one atomic write:
+        # readers take the newest commit record as the authority (manifests are not rewritten).
         failpoint("store.commit.between_phases")
         result = self._delete_orphans(
             state, record, output_roots, degraded=bool(record.get("degraded")) or degraded or epoch.degraded
@@ -933,7 +997,7 @@ class CheckpointStore:
         committed_files = tuple(FileMetadata.from_json(f) for f in record["files"])
         authoritative = {f.path for f in committed_files}
         valid_ids = {c.checkpoint_id for c in state.valid} | set(record["checkpoint_ids"])
-        intents = self._intents()
+        intents = self._intents(skip=valid_ids)
         # Normalized like the writers' paths (file:///abs, s3://bucket/key), whatever form the caller used.
         roots = [self._output_store(r).uri for r in (output_roots or [])] or sorted(
             {p.rsplit("/", 1)[0] for p in intents} - {""}
@@ -976,17 +1040,20 @@ class CheckpointStore:
         )
 
     def _delete_checkpoint_dirs(self, checkpoint_ids: Iterable[str]) -> None:
-        """Delete checkpoint directories, manifest first so a half-deleted one is never visible."""
-        ids = list(checkpoint_ids)
-
-        def one(checkpoint_id: str) -> None:
-            prefix = f"checkpoints/{checkpoint_id}/"
-            self.blobs.delete_many([prefix + "manifest.json"])
-            keys = [i.key for i in self.blobs.list(prefix)]
-            for start in range(0, len(keys), 1000):
-                self.blobs.delete_many(keys[start : start + 1000])
-
-        self._map(one, ids)
+        """Delete checkpoint directories: every manifest first (so a half-deleted checkpoint is
+        never visible), then the rest, in batches of 1000 whatever the number of checkpoints."""
+        ids = sorted(set(checkpoint_ids))
+        if not ids:
+            return
+        for start in range(0, len(ids), 1000):
+            self.blobs.delete_many([f"checkpoints/{i}/manifest.json" for i in ids[start : start + 1000]])
+        if len(ids) > 20:  # one listing of everything beats a listing per checkpoint
+            wanted = set(ids)
+            keys = [i.key for i in self.blobs.list("checkpoints/") if i.key.split("/")[1] in wanted]
+        else:
+            keys = [info.key for i in ids for info in self.blobs.list(f"checkpoints/{i}/")]
+        for start in range(0, len(keys), 1000):
+            self.blobs.delete_many(keys[start : start + 1000])
 
     # ------------------------------------------------------------------ retention and clearing
 
@@ -1085,7 +1152,7 @@ class CheckpointStore:
             if created is not None and created < cutoff:
                 deleted.extend(self.blobs.delete_many([info.key]))
         valid_ids = {c.checkpoint_id for c in state.valid}
-        intents = self._intents()
+        intents = self._intents(skip=valid_ids)
         for checkpoint_id in sorted((set(state.manifests) - valid_ids) | set(state.unsealed)):
             records = [i.key for i in self.blobs.list(f"checkpoints/{checkpoint_id}/") if i.key.endswith(".json")]
             times = [_record_time(self.blobs.get(key)[0]) for key in records]
@@ -1132,7 +1199,7 @@ class CheckpointStore:
         if state.latest is not None and state.latest.status is EpochStatus.OPEN:
             self._write_epoch_end(state.latest.number, EpochStatus.FAILED, {"reason": f"{owner} (epoch {number})"})
         committed_paths = self._committed_paths() | {f.path for f in self._files_of(committed)}
-        intents = self._intents()
+        intents = self._intents(skip=keep_ids)
         doomed = {p: cid for p, (cid, _) in intents.items() if cid not in keep_ids and p not in committed_paths}
         roots = sorted({p.rsplit("/", 1)[0] for p in doomed})
         deleted, _, _, bytes_freed = self._delete_recorded(roots, doomed, set())
@@ -1327,19 +1394,36 @@ def _valid_checkpoints(
 
 
 def _key_sources(state: _State, only: Sequence[str] | None = None) -> list[KeySource]:
-    """The snapshot (if it holds keys) and the key parts of the valid checkpoints (or of ``only``)."""
+    """The snapshot (if it holds keys) and the keys of the valid checkpoints (or of ``only``).
+
+    A checkpoint whose manifest carries its keys is one source (the manifest, with the
+    bytes when the state kept them); others contribute each key part.
+    """
     sources: list[KeySource] = []
     if state.snapshot is not None and int(state.snapshot.get("num_keys", 0)):
         number = int(state.snapshot["snapshot"])
         sources.append(KeySource(key=f"snapshots/{number:08d}/keys.parquet", format="parquet"))
     wanted = None if only is None else set(only)
     for checkpoint in state.valid:
-        if wanted is None or checkpoint.checkpoint_id in wanted:
-            sources.extend(
-                KeySource(key=f"checkpoints/{checkpoint.checkpoint_id}/{part}", format="arrow")
-                for part in checkpoint.key_parts
+        if wanted is not None and checkpoint.checkpoint_id not in wanted:
+            continue
+        prefix = f"checkpoints/{checkpoint.checkpoint_id}/"
+        if checkpoint.inline_keys is not None:
+            sources.append(
+                KeySource(key=prefix + "manifest.json", format="manifest", data=checkpoint.inline_keys or None)
             )
+        else:
+            sources.extend(KeySource(key=prefix + part, format="arrow") for part in checkpoint.key_parts)
     return sources
+
+
+def _ipc_bytes(arrays: Sequence[pa.Array]) -> bytes:
+    """Keys as an Arrow IPC stream with one column ``key``."""
+    table = pa.table({KEY_COLUMN: pa.chunked_array(arrays)})
+    sink = io.BytesIO()
+    with ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
 
 
 def _duplicate_keys(keys: pa.Table) -> tuple[int, list[Any]] | None:

@@ -31,6 +31,7 @@ from airflow_ckpt_provider.store import (
     new_checkpoint_id,
     open_store,
 )
+from airflow_ckpt_provider.store.store import INLINE_MAX_KEYS
 from tests.store.conftest import Backend
 from tests.store.helpers import done_keys, names, write_task
 
@@ -446,7 +447,9 @@ def test_truncated_key_file_is_a_typed_error(backend: Backend) -> None:
 
     store = backend.store()
     epoch = store.begin_epoch(owner="t")
-    checkpoint_id, _, sealed = write_task(store, backend, epoch=epoch.number, partition=0, keys=list(range(1000)))
+    # More keys than a manifest carries inline, so readers must read the key part.
+    many = list(range(INLINE_MAX_KEYS + 1))
+    checkpoint_id, _, sealed = write_task(store, backend, epoch=epoch.number, partition=0, keys=many)
     assert sealed is not None
     blobs = backend.store_blobs()
     key = f"checkpoints/{checkpoint_id}/{sealed.key_parts[0]}"
@@ -460,6 +463,35 @@ def test_truncated_key_file_is_a_typed_error(backend: Backend) -> None:
 def test_no_epoch_commit_is_a_typed_error(backend: Backend) -> None:
     with pytest.raises(NoEpochError):
         backend.store().commit([backend.output_uri])
+
+
+def test_small_checkpoints_are_read_from_the_manifest_alone(backend: Backend) -> None:
+    store = backend.store()
+    epoch = store.begin_epoch(owner="t")
+    small, _, _ = write_task(store, backend, epoch=epoch.number, partition=0, keys=["a", "b"])
+    big, _, _ = write_task(store, backend, epoch=epoch.number, partition=1, keys=list(map(str, range(5000))))
+    formats = sorted((s.format, s.key.split("/")[1]) for s in store.key_sources())
+    assert formats == sorted([("manifest", small), ("arrow", big)])
+    assert len(done_keys(store)) == 5002
+    # The inline copy is exact: deleting the part does not change what a reader sees...
+    backend.store_blobs().delete_many([f"checkpoints/{small}/keys/0000.arrow"])
+    assert len(done_keys(store)) == 5002
+    # ...but the consistency check reports the missing part.
+    assert any("missing part" in p for p in store.check().problems)
+
+
+def test_commit_record_is_the_authority_on_committed(backend: Backend) -> None:
+    store = backend.store()
+    epoch = store.begin_epoch(owner="t")
+    checkpoint_id, _, _ = write_task(store, backend, epoch=epoch.number, partition=0, keys=["a"])
+    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    store.commit([backend.output_uri])
+    # One atomic record commits every checkpoint; every reader sees it.
+    fresh = backend.store()
+    got = fresh.get_checkpoint(checkpoint_id)
+    assert got is not None and got.status is CheckpointStatus.COMMITTED
+    assert [c.status for c in fresh.list_checkpoints()] == [CheckpointStatus.COMMITTED]
+    assert fresh.get_checkpointed_files() == []
 
 
 def test_file_metadata_roundtrip() -> None:
