@@ -351,8 +351,8 @@ class CheckpointedJob:
                 "this DataFrame comes from read_parquet (file keys); skip_completed adds row keys. "
                 "Use one kind of key per store"
             )
-        self._claim_kind("row", columns)
         with_key = self._add_source_key(df.drop(SOURCE_KEY_COLUMN), columns)
+        self._claim_kind("row", columns)
         num_keys = self.store.progress().keys_done
         done = done_keys_frame(
             self.spark,
@@ -398,8 +398,9 @@ class CheckpointedJob:
                 "skip_completed(df, key) or read_parquet(paths)"
             )
         columns = key_columns(key)
+        with_key = self._add_source_key(df, columns)
         self._claim_kind("row", columns)
-        return self._add_source_key(df, columns), SOURCE_KEY_COLUMN
+        return with_key, SOURCE_KEY_COLUMN
 
     def _co_partition(
         self, df: DataFrame, column: str, num_partitions: int | None

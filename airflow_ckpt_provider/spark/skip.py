@@ -81,7 +81,8 @@ def done_keys_frame(
     spec = KeyReaderSpec(store.uri, dict(store.options), sources, arrow_type)
     slices = max(1, min(len(sources), spark.sparkContext.defaultParallelism * 4))
     ids = spark.range(0, len(sources), 1, slices)
-    return ids.mapInArrow(_make_key_reader(spec), schema)
+    # A sort-merge join: Spark must not broadcast (collect on the driver) what we kept off it.
+    return ids.mapInArrow(_make_key_reader(spec), schema).hint("merge")
 
 
 def anti_join(df: DataFrame, done: DataFrame | None) -> DataFrame:

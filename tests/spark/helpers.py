@@ -114,7 +114,9 @@ def input_accounts(inputs: Sequence[str]) -> set[str]:
 
 
 def done_keys(store: CheckpointStore) -> set[Any]:
-    return set(store.get_checkpointed_keys().column(0).to_pylist())
+    """The store's done keys (struct keys as tuples of their fields)."""
+    keys = store.get_checkpointed_keys().column(0).to_pylist()
+    return {tuple(k.values()) if isinstance(k, dict) else k for k in keys}
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:

@@ -124,8 +124,9 @@ def test_cluster_driver_killed_then_rerun_resumes(
     assert_exactly_once(target, inputs)
 
 
+@pytest.mark.s3
 def test_speculative_duplicates_seal_and_only_one_counts(
-    spark_cluster: SparkStandaloneCluster, target: Target, tmp_path: Path
+    spark_cluster: SparkStandaloneCluster, s3_target: Target, tmp_path: Path
 ) -> None:
     """Scenario 4: with speculation, two attempts of one partition both seal; the commit keeps one.
 
@@ -133,6 +134,7 @@ def test_speculative_duplicates_seal_and_only_one_counts(
     the scheduler launches a speculative copy on the other worker, which writes and
     seals again. The first seal is the valid one; the copy's files are orphans.
     """
+    target = s3_target
     inputs = make_inputs(tmp_path / "in")
     operator = FakeOperator(target)
     spec = job_spec("rows", inputs, target.output_uri, 8)

@@ -44,7 +44,9 @@ def _all_keys(mode: str, inputs: list[str]) -> set[str]:
     return {file_key(p) for p in inputs} if mode == "files" else input_accounts(inputs)
 
 
-@pytest.mark.parametrize("mode", ["files", "rows"])
+@pytest.mark.parametrize(
+    ("mode", "target"), [("files", "local"), pytest.param("rows", "s3", marks=pytest.mark.s3)], indirect=["target"]
+)
 def test_task_failure_fails_the_run_and_the_rerun_resumes(
     spark: SparkSession, target: Target, tmp_path: Path, mode: str
 ) -> None:
@@ -98,8 +100,9 @@ def test_failed_write_task_deletes_its_own_files(spark: SparkSession, local_targ
     assert operator.store.list_checkpoints() == [], "a failed attempt seals nothing"
 
 
-def test_resume_with_skewed_partitions(spark: SparkSession, target: Target, tmp_path: Path) -> None:
+def test_resume_with_skewed_partitions(spark: SparkSession, local_target: Target, tmp_path: Path) -> None:
     """Scenario 6: one account holds 90% of the rows: one large partition, several empty ones."""
+    target = local_target
     inputs = make_inputs(tmp_path / "in", files=4, rows_per_file=200, accounts=3, skew=0.9)
     operator = FakeOperator(target)
     epoch1 = operator.begin()
@@ -159,7 +162,9 @@ def test_empty_input(spark: SparkSession, local_target: Target, tmp_path: Path, 
     assert local_target.output_files() == []
 
 
-@pytest.mark.parametrize("mode", ["files", "rows"])
+@pytest.mark.parametrize(
+    ("mode", "target"), [pytest.param("files", "s3", marks=pytest.mark.s3), ("rows", "local")], indirect=["target"]
+)
 def test_input_entirely_done(spark: SparkSession, target: Target, tmp_path: Path, mode: str) -> None:
     """Scenario 6: a rerun after a complete run processes nothing and reads no input file."""
     inputs = make_inputs(tmp_path / "in", files=4)

@@ -47,7 +47,9 @@ def _sealed(operator: FakeOperator, epoch: int) -> int:
     return sum(1 for c in operator.store.valid_checkpoints() if c.epoch == epoch)
 
 
-@pytest.mark.parametrize("mode", ["files", "rows"])
+@pytest.mark.parametrize(
+    ("mode", "target"), [("files", "local"), pytest.param("rows", "s3", marks=pytest.mark.s3)], indirect=["target"]
+)
 def test_driver_killed_mid_job_then_rerun_resumes(
     spark: SparkSession, target: Target, tmp_path: Path, mode: str
 ) -> None:
@@ -79,8 +81,10 @@ def test_driver_killed_mid_job_then_rerun_resumes(
     assert_exactly_once(target, inputs)
 
 
-def test_flaky_tasks_are_retried_within_one_run(tmp_path: Path, target: Target) -> None:
+@pytest.mark.s3
+def test_flaky_tasks_are_retried_within_one_run(tmp_path: Path, s3_target: Target) -> None:
     """Scenario 3: local[2,4] retries failed tasks; failed attempts' files never reach the committed output."""
+    target = s3_target
     inputs = make_inputs(tmp_path / "in", files=8)
     operator = FakeOperator(target)
     epoch = operator.begin()
