@@ -1,0 +1,222 @@
+"""What a trial does, drawn from a seed: which failpoint, which hit, which crash kind, which job shape.
+
+A campaign seed fixes every trial: trial *i* of a campaign uses
+``random.Random(f"{seed}/{backend}/{i}")`` and the crash points are dealt from a
+seeded shuffle, so a short campaign still spreads over the failpoints and any
+trial can be replayed alone (``--seed S --only I``).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from airflow_ckpt_provider.store import RetentionPolicy
+
+#: Failpoints on the executors (Python workers), in the order a write task meets them.
+EXECUTOR_FAILPOINTS = (
+    "spark.task.before_write",
+    "spark.sink.after_file",
+    "spark.task.after_write",
+    "store.after_stage_files",
+    "store.after_stage_keys",
+    "spark.task.before_seal",
+    "store.checkpoint.before_manifest",
+    "store.checkpoint.after_manifest",
+    "spark.task.after_seal",
+)
+#: Failpoints in the driver (the job opens its own epoch).
+DRIVER_FAILPOINTS = ("store.begin_epoch.before_create", "store.begin_epoch.after_create")
+#: Failpoints of the commit task (commit, then retention cleanup).
+COMMIT_FAILPOINTS = (
+    "store.commit.between_phases",
+    "store.commit.before_delete_orphans",
+    "store.commit.during_delete_orphans",
+    "store.cleanup.start",
+    "store.cleanup.after_snapshot_keys",
+    "store.cleanup.after_snapshot_manifest",
+)
+#: Not a failpoint: SIGKILL of the spark-submit process group at a random moment.
+SIGKILL = "sigkill.driver"
+CRASH_POINTS = (*EXECUTOR_FAILPOINTS, *DRIVER_FAILPOINTS, SIGKILL)
+STORE_FAULTS = ("reset", "stall", "http500", "http503", "revoke")
+
+
+@dataclass(frozen=True)
+class Crash:
+    """One armed crash: a failpoint, its kind (``raise``/``exit``) and which hit fires."""
+
+    point: str
+    kind: str = "raise"
+    hit: int = 1
+    #: SIGKILL only: kill this long after the first checkpoint directory appears (None: at a blind time).
+    kill_after_first_checkpoint: float | None = None
+    #: SIGKILL only, blind: fraction of a typical run's duration.
+    kill_fraction: float = 0.5
+
+    @property
+    def spec(self) -> str:
+        """The ``CKPT_FAILPOINTS`` value ('' for SIGKILL, which is not a failpoint)."""
+        return "" if self.point == SIGKILL else f"{self.point}={self.kind}@{self.hit}"
+
+    @property
+    def needs_own_driver(self) -> bool:
+        """Crashes that end the driver process: run with spark-submit, not in the resident host."""
+        return self.point == SIGKILL or (self.point in DRIVER_FAILPOINTS and self.kind == "exit")
+
+    def label(self) -> str:
+        if self.point == SIGKILL:
+            when = (
+                f"+{self.kill_after_first_checkpoint:.1f}s after 1st checkpoint"
+                if self.kill_after_first_checkpoint is not None
+                else f"at {self.kill_fraction:.0%} of a run"
+            )
+            return f"SIGKILL {when}"
+        return f"{self.point}={self.kind}@{self.hit}"
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    """Everything a failpoint or SIGKILL trial does; printed with the trial so it can be replayed."""
+
+    campaign_seed: int
+    backend: str
+    index: int
+    crash: Crash
+    resume_crash: Crash | None
+    commit_crashes: tuple[Crash, ...]
+    mode: str
+    num_partitions: int
+    max_records_per_file: int | None
+    policy: RetentionPolicy
+    rounds: int
+    round2_crash: Crash | None = None
+    master: str = "local[2]"
+
+    @property
+    def trial_id(self) -> str:
+        return f"{self.backend}#{self.index}"
+
+    def describe(self) -> str:
+        parts = [
+            f"seed={self.campaign_seed} trial={self.trial_id}",
+            f"crash={self.crash.label()}",
+            f"resume_crash={self.resume_crash.label() if self.resume_crash else '-'}",
+            f"commit_crashes={[c.label() for c in self.commit_crashes] or '-'}",
+            f"mode={self.mode} partitions={self.num_partitions} max_records_per_file={self.max_records_per_file}",
+            f"policy={self.policy.value} rounds={self.rounds}",
+        ]
+        if self.round2_crash:
+            parts.append(f"round2_crash={self.round2_crash.label()}")
+        if self.crash.needs_own_driver:
+            parts.append(f"master={self.master}")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class StoreFaultPlan:
+    """A store-fault trial: the fault, when it starts, whether it ends before the job does."""
+
+    campaign_seed: int
+    index: int
+    fault: str
+    delay: float
+    window: float | None  # None: until the job ends
+    mode: str
+    num_partitions: int
+    policy: RetentionPolicy
+
+    @property
+    def trial_id(self) -> str:
+        return f"s3-fault#{self.index}"
+
+    def describe(self) -> str:
+        window = "until the job ends" if self.window is None else f"for {self.window:.1f}s"
+        return (
+            f"seed={self.campaign_seed} trial={self.trial_id} fault={self.fault} from +{self.delay:.2f}s after the "
+            f"write stage began, {window}; mode={self.mode} partitions={self.num_partitions} "
+            f"policy={self.policy.value}"
+        )
+
+
+@dataclass
+class Planner:
+    """Deals trials from one seed."""
+
+    seed: int
+    _decks: dict[str, list[str]] = field(default_factory=dict)
+
+    def _deal(self, deck: str, cards: tuple[str, ...], index: int) -> str:
+        if deck not in self._decks:
+            shuffled = list(cards)
+            random.Random(f"{self.seed}/deck/{deck}").shuffle(shuffled)
+            self._decks[deck] = shuffled
+        cards_in_order = self._decks[deck]
+        return cards_in_order[index % len(cards_in_order)]
+
+    @staticmethod
+    def _executor_crash(rng: random.Random, point: str | None = None) -> Crash:
+        point = point or rng.choice(EXECUTOR_FAILPOINTS)
+        # Hits count per Python worker and run: a worker sees 1-3 write tasks of a run, a few files each.
+        hit = rng.randint(1, 4) if point == "spark.sink.after_file" else rng.choice((1, 1, 2))
+        return Crash(point, rng.choice(("raise", "exit")), hit)
+
+    def _crash(self, rng: random.Random, point: str) -> Crash:
+        if point == SIGKILL:
+            if rng.random() < 0.6:
+                return Crash(SIGKILL, "kill", kill_after_first_checkpoint=round(rng.uniform(0.0, 2.0), 2))
+            return Crash(SIGKILL, "kill", kill_fraction=round(rng.uniform(0.2, 0.95), 2))
+        if point in DRIVER_FAILPOINTS:
+            return Crash(point, rng.choice(("raise", "exit")), 1)
+        return self._executor_crash(rng, point)
+
+    def trial(self, backend: str, index: int, *, own_driver: bool = False) -> TrialPlan:
+        """Trial ``index`` on ``backend``. ``own_driver``: deal from the crashes that need spark-submit."""
+        rng = random.Random(f"{self.seed}/{backend}/{index}/{own_driver}")
+        if own_driver:
+            point = self._deal(f"{backend}/driver", (SIGKILL, *DRIVER_FAILPOINTS), index)
+            crash = self._crash(rng, point)
+            if point in DRIVER_FAILPOINTS:
+                crash = Crash(point, "exit", 1)
+        else:
+            point = self._deal(f"{backend}/host", (*EXECUTOR_FAILPOINTS, *DRIVER_FAILPOINTS), index)
+            crash = self._crash(rng, point)
+            if point in DRIVER_FAILPOINTS:
+                crash = Crash(point, "raise", 1)
+        resume_crash = self._executor_crash(rng) if rng.random() < 0.35 else None
+        commit_crashes: list[Crash] = []
+        if rng.random() < 0.8:
+            first = self._deal(f"{backend}/commit", COMMIT_FAILPOINTS, index)
+            commit_crashes.append(Crash(first, rng.choice(("raise", "exit")), 1))
+            if rng.random() < 0.3:
+                commit_crashes.append(Crash(rng.choice(COMMIT_FAILPOINTS), rng.choice(("raise", "exit")), 1))
+        policy = rng.choice((RetentionPolicy.DELETE_AFTER_SUCCESS, RetentionPolicy.RETAIN))
+        rounds = 2 if policy is RetentionPolicy.RETAIN and rng.random() < 0.4 else 1
+        return TrialPlan(
+            campaign_seed=self.seed,
+            backend=backend,
+            index=index,
+            crash=crash,
+            resume_crash=resume_crash,
+            commit_crashes=tuple(commit_crashes),
+            mode=rng.choice(("rows", "files")),
+            num_partitions=rng.randint(4, 8),
+            max_records_per_file=rng.choice((None, 25)),
+            policy=policy,
+            rounds=rounds,
+            round2_crash=self._executor_crash(rng) if rounds == 2 else None,
+            master=rng.choice(("local[2]", "local[2,2]")),
+        )
+
+    def store_fault(self, index: int) -> StoreFaultPlan:
+        rng = random.Random(f"{self.seed}/s3-fault/{index}")
+        return StoreFaultPlan(
+            campaign_seed=self.seed,
+            index=index,
+            fault=self._deal("store-fault", STORE_FAULTS, index),
+            delay=round(rng.uniform(0.0, 1.0), 2),
+            window=None if rng.random() < 0.6 else round(rng.uniform(1.0, 3.0), 1),
+            mode=rng.choice(("rows", "files")),
+            num_partitions=rng.randint(4, 6),
+            policy=rng.choice((RetentionPolicy.DELETE_AFTER_SUCCESS, RetentionPolicy.RETAIN)),
+        )

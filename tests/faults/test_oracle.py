@@ -1,0 +1,77 @@
+"""The campaign's oracle has teeth: it passes a correct run and names each kind of broken output.
+
+Runs through the store API alone (no Spark), so it is fast and pins down what a
+"violation" is before the campaign relies on it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from airflow_ckpt_provider.store import CheckpointStore, RetentionPolicy, open_store
+from tests.faults.oracle import audit_after_commit
+from tests.faults.store_api_job import run_job, write_task
+from tests.faults.workload import OutputLocation
+
+pytestmark = pytest.mark.faults
+
+
+@pytest.fixture
+def committed(tmp_path: Path, fault_inputs: list[str]) -> tuple[CheckpointStore, OutputLocation, Path]:
+    """A run whose first attempt left an orphan (unsealed task), resumed, committed with retain."""
+    store = open_store(f"file://{tmp_path / 'store'}")
+    out = tmp_path / "out"
+    out.mkdir()
+    first = store.begin_epoch(owner="job").number
+    write_task(store, f"file://{out}", fault_inputs[0], epoch=first, partition=0, seal=False)  # a crashed task
+    run_job(store, f"file://{out}", fault_inputs, owner="job")
+    store.commit([f"file://{out}"])
+    store.cleanup(RetentionPolicy.RETAIN)
+    return store, OutputLocation(f"file://{out}", {}), out
+
+
+def _audit(store: CheckpointStore, output: OutputLocation, inputs: list[str]) -> list[str]:
+    return audit_after_commit(
+        store, output, inputs, mode="files", policy=RetentionPolicy.RETAIN, store_faults=False
+    ).violations
+
+
+def test_a_correct_run_has_no_violation(
+    committed: tuple[CheckpointStore, OutputLocation, Path], fault_inputs: list[str]
+) -> None:
+    store, output, _ = committed
+    assert len(output.files()) == len(fault_inputs)  # the crashed task's file was deleted by the commit
+    assert _audit(store, output, fault_inputs) == []
+
+
+def test_a_duplicated_file_is_caught(
+    committed: tuple[CheckpointStore, OutputLocation, Path], fault_inputs: list[str]
+) -> None:
+    store, output, out = committed
+    first = sorted(out.iterdir())[0]
+    shutil.copy(first, out / "copy.parquet")
+    found = " | ".join(_audit(store, output, fault_inputs))
+    assert "more than once" in found and "orphans left" in found
+
+
+def test_a_deleted_committed_file_is_caught(
+    committed: tuple[CheckpointStore, OutputLocation, Path], fault_inputs: list[str]
+) -> None:
+    store, output, out = committed
+    sorted(out.iterdir())[0].unlink()
+    found = " | ".join(_audit(store, output, fault_inputs))
+    assert "committed files were deleted" in found and "missing from the output" in found
+
+
+def test_lost_checkpoint_keys_and_a_broken_store_are_caught(
+    committed: tuple[CheckpointStore, OutputLocation, Path], fault_inputs: list[str], tmp_path: Path
+) -> None:
+    store, output, _ = committed
+    snapshot = next((tmp_path / "store" / "snapshots").iterdir())
+    (snapshot / "manifest.json").write_text("{not json")
+    found = " | ".join(_audit(store, output, fault_inputs))
+    assert "store.check() raised CorruptCheckpointError" in found  # check() raises on it (reported to the lead)
+    assert "done keys cannot be read" in found
