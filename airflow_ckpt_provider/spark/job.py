@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema, to_arrow_type
-from pyspark.sql.types import IntegerType, StructField, StructType
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from airflow_ckpt_provider.spark.confs import DEFAULT_BROADCAST_THRESHOLD, settings_from_conf
 from airflow_ckpt_provider.spark.errors import (
@@ -54,7 +54,7 @@ from airflow_ckpt_provider.spark.keys import (
     normalize_key_type,
 )
 from airflow_ckpt_provider.spark.paths import arrow_filesystem, arrow_path, file_key, is_s3
-from airflow_ckpt_provider.spark.plan import READER_MARKER, PlanShape, plan_shape
+from airflow_ckpt_provider.spark.plan import READER_MARKER, PlanShape, native_layout, plan_shape
 from airflow_ckpt_provider.spark.reader import FileSourceSpec, SourceFile, make_reader, plan_groups
 from airflow_ckpt_provider.spark.sink import ParquetSink
 from airflow_ckpt_provider.spark.skip import anti_join, done_keys_frame
@@ -121,13 +121,14 @@ class CheckpointedJob:
         self.epoch: int = epoch
         self._file_keys: list[str] = []
         self._file_index: dict[str, int] = {}
-        self._file_sources: dict[str, tuple[tuple[int, ...], ...]] = {}
+        self._reader_tasks: dict[str, tuple[tuple[str, ...], ...]] = {}
         self._row_key: tuple[str, ...] | None = None
         self._source_kind: str | None = None
         self._summaries: list[WriteSummary] = []
         self._listed: set[str] = set()
         self._pending: set[str] = set()
-        self._input_bytes = spark.sparkContext.accumulator(0)
+        self._bytes_pending = 0
+        # Files the pyarrow reader opened (Spark's scan reads exactly the pending files it is given).
         self._input_files = spark.sparkContext.accumulator(0)
         self._finished = False
 
@@ -281,6 +282,7 @@ class CheckpointedJob:
         paths: Iterable[str],
         *,
         schema: StructType | None = None,
+        reader: str = "auto",
         max_partition_bytes: int | None = None,
         min_partitions: int | None = None,
         batch_rows: int = 65536,
@@ -288,49 +290,86 @@ class CheckpointedJob:
         """Read the *pending* Parquet files among ``paths``; rows carry their file key (hidden).
 
         Done files are never opened, except one footer for the schema when every
-        file is done and no ``schema`` is given. Each Spark task reads whole files
-        (grouped to about ``max_partition_bytes``, default
-        ``spark.sql.files.maxPartitionBytes``, into at least ``min_partitions`` tasks,
-        default 2 x the default parallelism), so a writer right after needs no
-        shuffle. Local paths and ``s3://`` (read by pyarrow with the store's
-        endpoint and credentials). Raises :class:`InputFilesError`.
+        file is done and no ``schema`` is given. Every file is read whole by one
+        Spark task, so a writer right after needs no shuffle:
+
+        * ``reader="spark"``: Spark's own Parquet scan (fast, vectorized), used only if
+          it splits no file across tasks (files up to ``spark.sql.files.maxPartitionBytes``);
+        * ``reader="pyarrow"``: pyarrow on the executors, files grouped to about
+          ``max_partition_bytes`` into at least ``min_partitions`` tasks (default 2 x
+          the default parallelism); reads ``s3://`` with the store's endpoint and
+          credentials when Spark has no S3 connector;
+        * ``reader="auto"`` (default): Spark's scan when it can, else pyarrow.
+
+        Raises :class:`InputFilesError`.
         """
+        if reader not in ("auto", "spark", "pyarrow"):
+            raise ValueError(f"reader must be 'auto', 'spark' or 'pyarrow', not {reader!r}")
         paths = list(paths)
         todo = self.pending_files(paths)
-        if schema is not None:
-            arrow_schema = to_arrow_schema(schema)
-        elif todo or paths:
-            arrow_schema = self._read_arrow_schema((todo or paths)[0])
-        else:
-            raise InputFilesError("read_parquet got no input files and no schema: pass schema=StructType(...)")
-        spark_schema = from_arrow_schema(arrow_schema)
-        out_schema = StructType([*spark_schema.fields, StructField(SOURCE_FILE_COLUMN, IntegerType(), True)])
         if not todo:
-            return self.spark.createDataFrame([], out_schema)
+            if schema is None and not paths:
+                raise InputFilesError("read_parquet got no input files and no schema: pass schema=StructType(...)")
+            spark_schema = schema or from_arrow_schema(self._read_arrow_schema(paths[0]))
+            hidden = StructField(SOURCE_FILE_COLUMN, StringType(), True)
+            return self.spark.createDataFrame([], StructType([*spark_schema.fields, hidden]))
         sizes = self._file_sizes(todo)
-        files = [SourceFile(self._register_file(p), p, size) for p, size in zip(todo, sizes, strict=False)]
+        self._bytes_pending += sum(sizes)
+        if reader != "pyarrow":
+            native = self._spark_parquet(todo, schema)
+            if native is not None:
+                return native
+            if reader == "spark":
+                raise InputFilesError("Spark cannot read these files whole, one task per file group (see the log)")
+        return self._pyarrow_parquet(todo, sizes, schema, max_partition_bytes, min_partitions, batch_rows)
+
+    def _spark_parquet(self, todo: Sequence[str], schema: StructType | None) -> DataFrame | None:
+        """Spark's Parquet scan tagged with ``_metadata.file_path``, if it reads every file whole."""
+        try:
+            source = self.spark.read.schema(schema) if schema is not None else self.spark.read
+            df = source.parquet(*todo).withColumn(SOURCE_FILE_COLUMN, F.col("_metadata.file_path"))
+        except Exception as exc:  # e.g. no Hadoop filesystem for s3://: pyarrow reads it instead
+            log.info("Spark cannot read the input (%s); reading it with pyarrow", str(exc).splitlines()[0])
+            return None
+        layout = native_layout(df, SOURCE_FILE_COLUMN)
+        if isinstance(layout, str):
+            log.info("reading the input with pyarrow instead of Spark's scan: %s", layout)
+            return None
+        return df
+
+    def _pyarrow_parquet(
+        self,
+        todo: Sequence[str],
+        sizes: Sequence[int],
+        schema: StructType | None,
+        max_partition_bytes: int | None,
+        min_partitions: int | None,
+        batch_rows: int,
+    ) -> DataFrame:
+        spark_schema = schema or from_arrow_schema(self._read_arrow_schema(todo[0]))
+        out_schema = StructType([*spark_schema.fields, StructField(SOURCE_FILE_COLUMN, IntegerType(), True)])
+        files = [SourceFile(self._register_file(p), p, size) for p, size in zip(todo, sizes, strict=True)]
         conf_max = int(str(self.spark.conf.get("spark.sql.files.maxPartitionBytes", "134217728")).rstrip("b"))
         groups = plan_groups(
             files,
             max_bytes=max_partition_bytes or conf_max,
             min_groups=min_partitions or 2 * self.spark.sparkContext.defaultParallelism,
         )
-        name = f"{READER_MARKER}_r{len(self._file_sources)}"
-        self._file_sources[name] = tuple(tuple(f.index for f in g) for g in groups)
+        name = f"{READER_MARKER}_r{len(self._reader_tasks)}"
+        self._reader_tasks[name] = tuple(tuple(f.uri for f in g) for g in groups)
         spec = FileSourceSpec(
             groups=tuple(groups),
             schema=to_arrow_schema(spark_schema),
             fs_options=self._options,
             batch_rows=batch_rows,
         )
-        input_bytes, input_files = self._input_bytes, self._input_files
+        input_files = self._input_files
 
         def on_file(size: int) -> None:
-            input_bytes.add(size)
             input_files.add(1)
 
-        reader = make_reader(spec, name, on_file)
-        return self.spark.range(0, len(groups), 1, len(groups)).mapInArrow(reader, out_schema)
+        function = make_reader(spec, name, on_file)
+        return self.spark.range(0, len(groups), 1, len(groups)).mapInArrow(function, out_schema)
 
     # ------------------------------------------------------------------ row-level resume
 
@@ -405,8 +444,7 @@ class CheckpointedJob:
     def _co_partition(
         self, df: DataFrame, column: str, num_partitions: int | None
     ) -> tuple[DataFrame, PlanShape, bool]:
-        sources = {name: len(groups) for name, groups in self._file_sources.items()}
-        shape = plan_shape(df, column, file_sources=sources if column == SOURCE_FILE_COLUMN else None)
+        shape = plan_shape(df, column, file_keyed=column == SOURCE_FILE_COLUMN, reader_tasks=self._reader_tasks)
         if shape.grouped:
             log.info("no shuffle before the writer: %s", shape.reason)
             return df, shape, False
@@ -417,7 +455,7 @@ class CheckpointedJob:
         )
         log.info("hash-partitioning on the source key into %d tasks (%s)", count, shape.reason)
         shuffled = df.repartition(count, F.col(column))
-        return shuffled, PlanShape(True, False, count, None, "hash-partitioned by the writer"), True
+        return shuffled, PlanShape(True, count, None, "hash-partitioned by the writer"), True
 
     def co_partition(
         self, df: DataFrame, key: str | Sequence[str] | None = None, *, num_partitions: int | None = None
@@ -493,6 +531,11 @@ class CheckpointedJob:
         driver_degraded = False
         if shape.num_partitions is not None:
             driver_degraded = not self._set_expected(shape.num_partitions)
+        task_files = None
+        if shape.task_files is not None:
+            task_files = tuple(tuple(file_key(p) for p in files) for files in shape.task_files)
+            # Task p reads exactly these files: the per-row key column need not travel to the writer.
+            partitioned = partitioned.drop(SOURCE_FILE_COLUMN)
         spec = TaskSpec(
             store_uri=self.store.uri,
             store_options=self._options,
@@ -500,8 +543,9 @@ class CheckpointedJob:
             output_root=output_root,
             writer=writer_fn,
             key_column=column,
-            file_keys=tuple(self._file_keys) if column == SOURCE_FILE_COLUMN else None,
-            file_groups=self._file_sources.get(shape.file_source or "") if shape.identity else None,
+            file_keyed=column == SOURCE_FILE_COLUMN,
+            file_registry=tuple(self._file_keys) if column == SOURCE_FILE_COLUMN else None,
+            task_files=task_files,
         )
         self.spark.sparkContext.setJobDescription(f"checkpointed write to {output_root} (epoch {self.epoch})")
         started = time.monotonic()
@@ -575,8 +619,8 @@ class CheckpointedJob:
                 "files_listed": len(self._listed),
                 "files_skipped": len(self._listed - self._pending),
                 "files_pending": len(self._pending),
-                "bytes_read": self._accumulated(self._input_bytes),
-                "files_read": self._accumulated(self._input_files),
+                "bytes_pending": self._bytes_pending,
+                "pyarrow_files_read": self._accumulated(self._input_files),
             },
             "writes": writes,
         }

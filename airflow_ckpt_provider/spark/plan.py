@@ -8,9 +8,10 @@ re-plans it), that the rows are already grouped:
 * the plan's output is hash-partitioned on exactly the hidden column (for example
   after :meth:`CheckpointedJob.co_partition`), or
 * file keys: every path from the output to ``read_parquet``'s source passes no
-  exchange and no union — each task of that source reads whole files, and
-  narrow operators (project, filter, map, broadcast join of another table) never
-  move a row to another partition.
+  exchange and no union, and that source reads whole files per task (Spark's
+  Parquet scan, when it splits no file, or the pyarrow reader) — narrow operators
+  (project, filter, map, broadcast join of another table) never move a row to
+  another partition.
 
 Anything it cannot prove counts as not grouped (one extra shuffle, never a wrong
 result). Only classic PySpark exposes the plan; with Spark Connect the writer
@@ -36,15 +37,15 @@ READER_MARKER = "_ckpt_read_parquet_source"
 class PlanShape:
     """``grouped``: all rows of each hidden key are in one partition.
 
-    ``identity``: partition *p* is exactly task *p* of the file source (no coalesce):
-    the writer may then mark every file of that task done, even files whose rows
-    were all filtered out. ``num_partitions``: writer tasks, or None if unknown.
+    ``task_files``: when writer task *p* is exactly task *p* of the file source (no
+    coalesce), the files each task reads: the writer then marks all of them done,
+    even files whose rows were all filtered out, and needs no per-row key column.
+    ``num_partitions``: writer tasks, or None if unknown.
     """
 
     grouped: bool
-    identity: bool
     num_partitions: int | None
-    file_source: str | None
+    task_files: tuple[tuple[str, ...], ...] | None
     reason: str
 
 
@@ -95,8 +96,28 @@ def _num_partitions(partitioning: Any) -> int | None:
     return count if count > 0 else None
 
 
-def _file_source_paths(node: Any, column: str, found: list[str]) -> tuple[bool, str]:
-    """Walk the paths that carry ``column``: (coalesced on the way, problem); appends file sources to ``found``."""
+def _scans_below(node: Any) -> tuple[list[Any], str]:
+    """Every ``FileSourceScanExec`` under ``node``, or a problem if rows cross partitions on the way."""
+    name = _name(node)
+    if name == "FileSourceScanExec":
+        return [node], ""
+    if "Exchange" in name or name == "UnionExec" or "Cartesian" in name:
+        return [], f"{name} under the source-key column moves rows between partitions"
+    scans: list[Any] = []
+    for child in _seq(node.children()):
+        found, problem = _scans_below(child)
+        if problem:
+            return [], problem
+        scans.extend(found)
+    return scans, ""
+
+
+def _file_source_paths(node: Any, column: str, found: list[Any]) -> tuple[bool, str]:
+    """Walk the paths that carry ``column``: (coalesced on the way, problem); appends file sources to ``found``.
+
+    A source is the name of a ``read_parquet`` reader function (pyarrow reader) or
+    the ``FileSourceScanExec`` under the node that derives the column (Spark's reader).
+    """
     if column not in _output_names(node):
         return False, ""  # this subtree contributes no source keys (e.g. a broadcast dimension table)
     name = _name(node)
@@ -114,10 +135,18 @@ def _file_source_paths(node: Any, column: str, found: list[str]) -> tuple[bool, 
     if name == "UnionExec" or "Cartesian" in name:
         return False, f"{name} places one key's rows in several partitions"
     children = _seq(node.children())
-    if not children:
-        return False, f"{name} produces the source-key column without read_parquet"
+    carriers = [c for c in children if column in _output_names(c)]
+    if not carriers:
+        # This node derives the column (from _metadata.file_path): its rows come from the scan below.
+        scans, problem = _scans_below(node)
+        if problem:
+            return False, problem
+        if len(scans) != 1:
+            return False, f"{name} derives the source-key column from {len(scans)} file scans"
+        found.append(scans[0])
+        return False, ""
     coalesced = name == "CoalesceExec"
-    for child in children:
+    for child in carriers:
         child_coalesced, problem = _file_source_paths(child, column, found)
         if problem:
             return False, problem
@@ -125,30 +154,79 @@ def _file_source_paths(node: Any, column: str, found: list[str]) -> tuple[bool, 
     return coalesced, ""
 
 
-def plan_shape(df: DataFrame, column: str, *, file_sources: Mapping[str, int] | None = None) -> PlanShape:
+def scan_layout(scan: Any) -> tuple[tuple[str, ...], ...] | str:
+    """The files each task of a Spark file scan reads, or a problem if Spark splits a file across tasks."""
+    tasks: list[tuple[str, ...]] = []
+    for partition in scan.inputRDD().partitions():
+        files = []
+        for piece in partition.files():
+            path = str(piece.filePath().toString())
+            if int(piece.start()) != 0 or int(piece.length()) != int(piece.fileSize()):
+                return (
+                    f"Spark splits {path} ({int(piece.fileSize())} bytes) across tasks; raise "
+                    "spark.sql.files.maxPartitionBytes above the largest input file"
+                )
+            files.append(path)
+        tasks.append(tuple(files))
+    return tuple(tasks)
+
+
+def native_layout(df: DataFrame, column: str) -> tuple[tuple[str, ...], ...] | str:
+    """For a DataFrame that derives ``column`` from a Spark file scan: files per task, or why not."""
+    plan = physical_plan(df)
+    if plan is None:
+        return "the physical plan is not available"
+    found: list[Any] = []
+    try:
+        _, problem = _file_source_paths(plan, column, found)
+        if problem:
+            return problem
+        if len(found) != 1 or isinstance(found[0], str):
+            return "no single Spark file scan under the source-key column"
+        return scan_layout(found[0])
+    except Exception as exc:
+        return f"plan inspection failed: {exc}"
+
+
+def plan_shape(
+    df: DataFrame,
+    column: str,
+    *,
+    file_keyed: bool = False,
+    reader_tasks: Mapping[str, tuple[tuple[str, ...], ...]] | None = None,
+) -> PlanShape:
     """How ``df``'s rows are partitioned with respect to the hidden key ``column``.
 
-    ``file_sources``: the job's ``read_parquet`` sources (function name → task count).
+    ``file_keyed``: ``column`` holds input files (from ``read_parquet``);
+    ``reader_tasks``: the job's pyarrow readers (function name → files per task).
     """
     plan = physical_plan(df)
     if plan is None:
-        return PlanShape(False, False, None, None, "the physical plan is not available")
-    found: list[str] = []
+        return PlanShape(False, None, None, "the physical plan is not available")
+    found: list[Any] = []
     try:
         partitioning = plan.outputPartitioning()
         if _hash_partitioned_on(partitioning, column):
-            return PlanShape(True, False, _num_partitions(partitioning), None, f"hash-partitioned on {column}")
-        if not file_sources:
-            return PlanShape(False, False, None, None, f"not hash-partitioned on {column}")
+            return PlanShape(True, _num_partitions(partitioning), None, f"hash-partitioned on {column}")
+        if not file_keyed:
+            return PlanShape(False, None, None, f"not hash-partitioned on {column}")
         coalesced, problem = _file_source_paths(plan, column, found)
+        if not problem and len(found) != 1:
+            problem = f"{len(found)} file sources carry the source-key column"
+        layout: tuple[tuple[str, ...], ...] | str = ()
+        if not problem:
+            if isinstance(found[0], str):
+                layout = (reader_tasks or {}).get(found[0], f"unknown reader {found[0]}")
+            else:
+                layout = scan_layout(found[0])
+            if isinstance(layout, str):
+                problem = layout
     except Exception as exc:
         log.info("could not inspect the physical plan (%s); the writer will shuffle by key", exc)
-        return PlanShape(False, False, None, None, f"plan inspection failed: {exc}")
+        return PlanShape(False, None, None, f"plan inspection failed: {exc}")
     if problem:
-        return PlanShape(False, False, None, None, problem)
-    if len(found) != 1 or found[0] not in file_sources:
-        return PlanShape(False, False, None, None, f"file sources in the plan: {found}")
-    source = found[0]
+        return PlanShape(False, None, None, problem)
+    assert not isinstance(layout, str)
     if coalesced:
-        return PlanShape(True, False, _num_partitions(partitioning), source, "whole files per task (coalesced)")
-    return PlanShape(True, True, file_sources[source], source, "whole files per task")
+        return PlanShape(True, _num_partitions(partitioning), None, "whole files per task (coalesced)")
+    return PlanShape(True, len(layout), layout, "whole files per task")

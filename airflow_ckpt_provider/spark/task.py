@@ -31,6 +31,7 @@ from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.spark.context import WriteContext
 from airflow_ckpt_provider.spark.errors import WriterContractError
 from airflow_ckpt_provider.spark.keys import SOURCE_FILE_COLUMN, SOURCE_KEY_COLUMN, distinct_keys, normalize_keys
+from airflow_ckpt_provider.spark.paths import file_key
 from airflow_ckpt_provider.store import (
     CheckpointStore,
     EpochFencedError,
@@ -75,12 +76,13 @@ class TaskSpec:
     epoch: int
     output_root: str
     writer: WriterFn
-    #: Hidden column carrying the source key, and its kind: a row key value or a file index.
+    #: Hidden column carrying the source key (a row key, or a file: URI string or registry index).
     key_column: str
-    #: File keys by index (file-level resume); None for row keys.
-    file_keys: tuple[str, ...] | None = None
-    #: When task p is exactly file-source task p: the file indices each task reads.
-    file_groups: tuple[tuple[int, ...], ...] | None = None
+    file_keyed: bool = False
+    #: File keys by index, for the pyarrow reader's int file column.
+    file_registry: tuple[str, ...] | None = None
+    #: When writer task p is exactly task p of the file source: the file keys each task reads.
+    task_files: tuple[tuple[str, ...], ...] | None = None
     drop_columns: tuple[str, ...] = (SOURCE_KEY_COLUMN, SOURCE_FILE_COLUMN)
 
 
@@ -128,17 +130,20 @@ class _KeyTap:
 
     def keys(self, partition: int) -> pa.Array:
         spec = self._spec
-        if spec.file_keys is None:
+        if not spec.file_keyed:
             if not self._keys:
                 return pa.array([], pa.string())
             return normalize_keys(distinct_keys(self._keys))
-        indices: set[int] = set()
-        for array in self._keys:
-            indices.update(array.to_pylist())
-        if spec.file_groups is not None and partition < len(spec.file_groups):
+        files: set[str] = set()
+        if spec.task_files is not None and partition < len(spec.task_files):
             # The task read these whole files, even those whose rows were all filtered out.
-            indices.update(spec.file_groups[partition])
-        return pa.array(sorted(spec.file_keys[i] for i in indices), pa.string())
+            files.update(spec.task_files[partition])
+        for array in self._keys:
+            if pa.types.is_integer(array.type) and spec.file_registry is not None:
+                files.update(spec.file_registry[i] for i in array.to_pylist())
+            else:
+                files.update(file_key(str(v)) for v in array.to_pylist())
+        return pa.array(sorted(files), pa.string())
 
 
 def _fence(store: CheckpointStore, epoch: int) -> None:

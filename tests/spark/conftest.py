@@ -29,6 +29,8 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.driver.memory", "1g")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
+        # One input file per scan task (the tests' files are tiny), so faults can target a file's task.
+        .config("spark.sql.files.openCostInBytes", str(128 * 1024 * 1024))
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .getOrCreate()

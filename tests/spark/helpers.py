@@ -187,6 +187,8 @@ def local_submit_argv(master: str, confs: Mapping[str, str], spec: str) -> list[
         "--conf",
         "spark.sql.shuffle.partitions=4",
         "--conf",
+        f"spark.sql.files.openCostInBytes={128 * 1024 * 1024}",
+        "--conf",
         "spark.driver.host=127.0.0.1",
         "--conf",
         "spark.driver.bindAddress=127.0.0.1",

@@ -46,6 +46,7 @@ def _argv(
     conf = operator.confs(epoch) | {
         "spark.pyspark.python": sys.executable,
         "spark.sql.shuffle.partitions": "8",
+        "spark.sql.files.openCostInBytes": str(128 * 1024 * 1024),
         "spark.python.worker.reuse": "true",
         # Executors unpickle the test job's transform, which lives in this repository's tests package.
         "spark.executorEnv.PYTHONPATH": str(REPO_ROOT),
@@ -119,7 +120,7 @@ def test_cluster_driver_killed_then_rerun_resumes(
     rerun = _submit(spark_cluster, operator, operator.begin(), spec)
     assert rerun.returncode == 0, rerun.tail()
     assert rerun.result is not None and rerun.result["keys"] == len(everything - done_before)
-    assert rerun.result["input"]["files_read"] == len(everything - done_before), "done files are never read"
+    assert rerun.result["input"]["files_pending"] == len(everything - done_before), "done files are never read"
     operator.store.commit(output_roots=[target.output_uri])
     assert_exactly_once(target, inputs)
 

@@ -180,8 +180,8 @@ def test_input_entirely_done(spark: SparkSession, target: Target, tmp_path: Path
     operator.end(epoch2, 0)
     assert (again.rows, again.files, again.keys) == (0, 0, 0)
     if mode == "files":
-        assert job2.result()["input"]["files_read"] == 0
-        assert job2.result()["input"]["bytes_read"] == 0
+        assert job2.result()["input"]["files_pending"] == 0
+        assert job2.result()["input"]["bytes_pending"] == 0
     operator.store.commit(output_roots=[target.output_uri])
     assert_exactly_once(target, inputs)
     assert len(target.read_output()) == len(reference(inputs))
