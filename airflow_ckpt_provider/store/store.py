@@ -1210,7 +1210,7 @@ class CheckpointStore:
         if not keep_committed:
             snapshots = [int(n) for n in self.blobs.list_dirs("snapshots/")]
             self._delete_snapshots(keep=None)
-        self._write_epoch_end(number, EpochStatus.COMMITTED, {"action": owner})
+        self._write_epoch_end(number, EpochStatus.CLEARED, {"action": owner})
         return ClearResult(
             epoch=number,
             deleted_checkpoints=tuple(drop_ids),
@@ -1270,17 +1270,22 @@ class CheckpointStore:
         )
 
     def check(self, *, verify_output: bool = True) -> ConsistencyReport:
-        """Audit the store without changing it.
+        """Audit the store without changing it (the consistency checker).
 
-        Reports manifests that do not parse, parts a manifest names that are
-        missing, dangling (unsealed) checkpoint directories, duplicate sealed
-        attempts of one partition, base ids with no manifest, overlapping keys
-        among valid checkpoints, and (``verify_output``) committed or valid output
-        files missing from their location.
+        Problems (guarantees at risk): manifests, epoch, commit or snapshot records
+        that do not parse; parts a manifest names that are missing; base checkpoints
+        of an uncommitted epoch with no manifest; overlapping keys among valid
+        checkpoints; and (``verify_output``) output files missing from their location,
+        both of valid checkpoints and of every commit record. Notes (expected after
+        crashes, removed by the next commit): dangling unsealed checkpoint
+        directories, duplicate sealed attempts of one partition.
         """
         problems: list[str] = []
         notes: list[str] = []
-        state = self._state(tolerate_corrupt=True)
+        try:
+            state = self._state(tolerate_corrupt=True, keep_inline=True)
+        except CorruptCheckpointError as exc:
+            return ConsistencyReport(store_uri=self.uri, problems=(f"corrupt store record: {exc}",), notes=())
         for checkpoint_id, error in sorted(state.corrupt.items()):
             problems.append(f"corrupt manifest: {checkpoint_id}: {error}")
         for checkpoint_id in sorted(state.unsealed):
@@ -1297,9 +1302,11 @@ class CheckpointStore:
         for (epoch, partition), ids in sorted(seen.items()):
             if len(ids) > 1:
                 notes.append(f"duplicate attempts of partition {partition} in epoch {epoch}: {sorted(ids)}")
-        if state.latest is not None:
+        latest = state.latest
+        if latest is not None and latest.status not in (EpochStatus.COMMITTED, EpochStatus.CLEARED):
+            # After a commit, retention may delete the base on purpose; before it, the base must exist.
             folded = set(state.snapshot["checkpoint_ids"]) if state.snapshot else set()
-            for checkpoint_id in state.latest.base:
+            for checkpoint_id in latest.base:
                 if checkpoint_id not in state.manifests and checkpoint_id not in folded:
                     problems.append(f"base checkpoint without manifest: {checkpoint_id}")
         if not problems:
@@ -1307,13 +1314,29 @@ class CheckpointStore:
                 self._check_disjoint(state)
             except (CommitRefusedError, KeyTypeMismatchError, CorruptCheckpointError) as exc:
                 problems.append(f"keys: {exc}")
-        missing_files: list[str] = []
         if verify_output and not problems:
-            for meta in self._files_of(state.valid):
-                if not self._output_exists(meta.path):
-                    missing_files.append(meta.path)
-        problems.extend(f"missing output file: {p}" for p in missing_files)
+            try:
+                expected = {f.path for f in self._files_of(state.valid)} | self._committed_paths()
+            except CorruptCheckpointError as exc:
+                problems.append(f"corrupt store record: {exc}")
+            else:
+                problems.extend(f"missing output file: {p}" for p in sorted(self._missing_outputs(expected)))
         return ConsistencyReport(store_uri=self.uri, problems=tuple(problems), notes=tuple(notes))
+
+    def _missing_outputs(self, paths: Iterable[str]) -> set[str]:
+        """The paths that do not exist, listing each output directory once (not one request per file)."""
+        by_dir: dict[str, set[str]] = defaultdict(set)
+        for path in paths:
+            by_dir[path.rsplit("/", 1)[0]].add(path)
+        missing: set[str] = set()
+        for directory, wanted in by_dir.items():
+            try:
+                blobs = self._output_store(directory)
+                present = {blobs.child_uri(i.key) for i in blobs.list("") if "/" not in i.key}
+            except CheckpointError:
+                continue  # cannot tell (unreachable, or not a location we can open): not a finding
+            missing |= wanted - present
+        return missing
 
 
 # ---------------------------------------------------------------------- helpers

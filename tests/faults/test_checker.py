@@ -1,9 +1,9 @@
 """``store.check()`` reports what the issue lists: dangling parts, duplicate partitions, missing files, bad manifests.
 
 Each test damages a store written through the store API (no Spark) in one way
-and asserts that ``check()`` names it. The ``xfail(strict=True)`` tests are gaps
-found by the campaign and reported to the store's owner; they fail loudly
-(XPASS) once fixed, so the marker is removed with the fix.
+and asserts that ``check()`` names it. The last three were gaps the campaign found
+in ``check()`` (committed files after retention, a corrupt epoch record, a base
+removed by retention on purpose); fixed in the store.
 """
 
 from __future__ import annotations
@@ -73,7 +73,6 @@ def test_an_output_file_missing_from_disk(tmp_path: Path, fault_inputs: list[str
     assert any(p.startswith("missing output file") for p in report.problems), report
 
 
-@pytest.mark.xfail(strict=True, reason="check() verifies the files of valid checkpoints only, not of commit records")
 def test_a_committed_file_missing_after_retention_cleanup(tmp_path: Path, fault_inputs: list[str]) -> None:
     store, out = _store(tmp_path, fault_inputs)
     store.commit([f"file://{out}"])
@@ -82,16 +81,12 @@ def test_a_committed_file_missing_after_retention_cleanup(tmp_path: Path, fault_
     assert not store.check().ok
 
 
-@pytest.mark.xfail(strict=True, reason="check() raises CorruptCheckpointError on a corrupt epoch record")
 def test_a_corrupt_epoch_record_is_reported_not_raised(tmp_path: Path, fault_inputs: list[str]) -> None:
     store, _ = _store(tmp_path, fault_inputs)
     (tmp_path / "store" / "epochs" / "00000001.json").write_text("{")
     assert not store.check().ok
 
 
-@pytest.mark.xfail(
-    strict=True, reason="after delete_after_success, check() flags the committed epoch's base as missing"
-)
 def test_a_store_cleaned_after_a_resumed_run_is_consistent(tmp_path: Path, fault_inputs: list[str]) -> None:
     store, out = _store(tmp_path, fault_inputs)  # epoch 1 sealed 3 checkpoints ...
     run_job(store, f"file://{out}", fault_inputs)  # ... epoch 2 resumed from them (its base)
