@@ -65,8 +65,10 @@ def test_each_run_reads_only_new_files(airflow_harness: AirflowHarness, s3_serve
         )
         assert run.state == "success", run.output[-5000:]
         result = airflow_harness.xcom(DAG_ID, run.run_id, "ingest")
-        counts = (result["input_files_listed"], result["input_files_skipped"], result["input_files_read"])
+        counts = (result["input_files_listed"], result["input_files_skipped"], result["input_files_pending"])
         assert counts == (landed, landed - new_files, new_files), result
+        # s3:// inputs are read by the job's pyarrow reader, which counts every file it opens.
+        assert result["input_pyarrow_files_read"] == new_files, result
         assert result["rows"] == new_files * ROWS_PER_FILE
         commit = airflow_harness.xcom(DAG_ID, run.run_id, "commit")
         assert commit["rows_committed"] == new_files * ROWS_PER_FILE, commit
