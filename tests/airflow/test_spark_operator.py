@@ -8,6 +8,7 @@ the commit. Keys 0..39 in 4 partitions of 10 on local[1] (partitions run in orde
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,6 +37,8 @@ def _output_keys(output: Path) -> list[int]:
 
 @pytest.fixture
 def statsd() -> Iterator[StatsdListener]:
+    if importlib.util.find_spec("statsd") is None:
+        pytest.fail("Airflow's StatsD client needs the statsd package (pyproject test extra: statsd>=4,<5)")
     listener = StatsdListener()
     yield listener
     listener.close()
