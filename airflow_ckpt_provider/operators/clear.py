@@ -50,6 +50,7 @@ class ClearCheckpointsOperator(BaseOperator):
         metrics.count(metrics.CLEARS, 1, metrics.task_tags(context))
         return {
             "checkpoint_uri": uri,
+            "aws_conn_id": self.aws_conn_id,
             "epoch": result.epoch,
             "checkpoints_deleted": len(result.deleted_checkpoints),
             "files_deleted": len(result.deleted_files),

@@ -104,6 +104,7 @@ class CheckpointCommitOperator(BaseOperator):
         summary = {
             **result.summary(),
             "checkpoint_uri": uri,
+            "aws_conn_id": self.aws_conn_id,
             "retention_policy": policy.value,
             "checkpoints_removed_by_retention": len(removed),
             "duration_seconds": round(elapsed.total_seconds(), 3),

@@ -168,7 +168,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
                 "try_number": getattr(ti, "try_number", None),
             },
         )
-        plan = self._plan(store, epoch)
+        plan = self._plan(store, epoch) | {"aws_conn_id": self.aws_conn_id}
         self.log.info(
             "Opened epoch %d of %s: skipping %d keys already done in %d valid checkpoints%s",
             epoch.number,
@@ -288,6 +288,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         if self._detached:
             return {
                 "checkpoint_uri": store.uri,
+                "aws_conn_id": self.aws_conn_id,
                 "epoch": handoff.epoch,
                 "driver_id": self._external_id,
                 "detached": True,
@@ -299,6 +300,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         summary: dict[str, Any] = {
             **job_result,
             "checkpoint_uri": store.uri,
+            "aws_conn_id": self.aws_conn_id,  # not a secret: lets the UI open the same store
             "epoch": handoff.epoch,
             "degraded": degraded,
             "reattached": self._submitted is None,
