@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from airflow_ckpt_provider.store import CheckpointStore, open_store
-from tests.faults.oracle import KNOWN_CHECKER_ISSUES, audit_after_commit, check_store
-from tests.faults.plans import SIGKILL, Crash, TrialPlan
+from tests.faults.oracle import audit_after_commit, check_store
+from tests.faults.plans import EXECUTOR_FAILPOINTS, SIGKILL, Crash, TrialPlan
 from tests.faults.processes import RunOutcome, SparkHost, run_commit, run_submit
 from tests.faults.workload import OutputLocation, inputs_of_round
 
@@ -55,8 +55,6 @@ class TrialResult:
     seconds: float = 0.0
     degraded: bool = False
     kind: str = "failpoint"
-    #: Findings of store.check() that are known checker errors (oracle.KNOWN_CHECKER_ISSUES).
-    known_issues: list[str] = field(default_factory=list)
 
     def note(self, line: str) -> None:
         self.log.append(line)
@@ -118,12 +116,6 @@ class CampaignReport:
             lines.append(f"Race {race['name']}: {race['summary']}")
         if self.races:
             lines.append("")
-        known = [t for t in self.trials if t.known_issues]
-        if known:
-            lines.append(
-                f"Known store.check() issue (not counted as violations): {len(known)} trials saw "
-                f"'{KNOWN_CHECKER_ISSUES[0]}'"
-            )
         seconds = [t.seconds for t in self.trials]
         if seconds:
             lines.append(
@@ -137,14 +129,19 @@ class CampaignReport:
 
 
 def _fired(crash: Crash, outcome: RunOutcome) -> bool:
-    """Did this run end at its armed crash (and not for some other reason)?"""
+    """Did this run end at its armed crash (and not for some other reason)?
+
+    A crash on an executor fails the job with the failpoint's error or, when Spark
+    reports a sibling Python worker of the failed task first, "Python worker
+    exited unexpectedly"; both count. Any other failure is a finding.
+    """
     if outcome.ok:
         return False
     if crash.point == SIGKILL:
         return outcome.killed
-    if crash.kind == "exit":
-        return outcome.returncode == 17 or "exited unexpectedly" in outcome.error
-    return f"failpoint {crash.point} " in outcome.error
+    if outcome.returncode == 17 or f"failpoint {crash.point} " in outcome.error:
+        return True
+    return crash.point in EXECUTOR_FAILPOINTS and "exited unexpectedly" in outcome.error
 
 
 class Campaign:
@@ -202,7 +199,6 @@ class Campaign:
                     store, output, inputs, mode=plan.mode, policy=plan.policy, store_faults=False
                 )
                 result.violations += [f"round {round_number}: {v}" for v in audit.violations]
-                result.known_issues += audit.known_issues
         except Exception as exc:  # the harness must report, not die: a crash here is a finding too
             result.violations.append(f"trial raised {type(exc).__name__}: {exc}")
         finally:

@@ -12,13 +12,6 @@ empty list means the trial kept every promise:
 * ``store.check()`` reports no problem;
 * retention did what it says (``retain``: the done keys are exactly the input
   keys, once each; ``delete_after_success``: no checkpoint directory is left).
-
-One finding of ``store.check()`` is not counted as a violation but reported as a
-known checker issue (:data:`KNOWN_CHECKER_ISSUES`): after ``delete_after_success``
-removed every checkpoint, the committed epoch's base still names the checkpoints
-of the runs it resumed, and ``check()`` calls them "base checkpoint without
-manifest" although the commit record names them and the policy deleted them on
-purpose. Remove the entry once ``check()`` knows about retention.
 """
 
 from __future__ import annotations
@@ -31,15 +24,10 @@ from typing import Any
 from airflow_ckpt_provider.store import CheckpointStore, RetentionPolicy
 from tests.faults.workload import OutputLocation, exactly_once_violations, expected_keys, expected_rows
 
-#: store.check() findings that are the checker's error, not the store's (see the module doc).
-KNOWN_CHECKER_ISSUES = ("base checkpoint without manifest after delete_after_success",)
-
 
 @dataclass
 class Audit:
     violations: list[str] = field(default_factory=list)
-    #: Findings matching :data:`KNOWN_CHECKER_ISSUES` (reported, not counted as violations).
-    known_issues: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -51,8 +39,6 @@ class CommitRecords:
     kept: frozenset[str]
     deleted: frozenset[str]
     latest_done_epoch: int | None
-    #: Checkpoint ids the latest commit made authoritative.
-    latest_checkpoints: frozenset[str] = frozenset()
 
     @classmethod
     def read(cls, store: CheckpointStore) -> CommitRecords:
@@ -61,7 +47,6 @@ class CommitRecords:
         kept: set[str] = set()
         deleted: set[str] = set()
         latest: int | None = None
-        checkpoints_by_epoch: dict[int, set[str]] = {}
         for info in store.blobs.list("commits/"):
             record: dict[str, Any] = json.loads(store.blobs.get(info.key)[0])
             if info.key.endswith(".done.json"):
@@ -71,9 +56,7 @@ class CommitRecords:
                 latest = max(latest or 0, int(record["epoch"]))
             else:
                 committed.update(str(f["path"]) for f in record.get("files", ()))
-                checkpoints_by_epoch[int(record["epoch"])] = {str(i) for i in record.get("checkpoint_ids", ())}
-        latest_ids = frozenset(checkpoints_by_epoch.get(latest, set())) if latest is not None else frozenset()
-        return cls(frozenset(committed), frozenset(unknown), frozenset(kept), frozenset(deleted), latest, latest_ids)
+        return cls(frozenset(committed), frozenset(unknown), frozenset(kept), frozenset(deleted), latest)
 
 
 def check_store(store: CheckpointStore) -> list[str]:
@@ -120,14 +103,7 @@ def audit_after_commit(
             violations.append(f"the latest epoch ({epoch and epoch.number}) is not the committed one")
     except Exception as exc:  # an unreadable store is a finding, not a harness error
         violations.append(f"the store's epochs cannot be read: {type(exc).__name__}: {exc}")
-    for problem in check_store(store):
-        marker = "base checkpoint without manifest: "
-        retention_deleted = (
-            policy is RetentionPolicy.DELETE_AFTER_SUCCESS
-            and marker in problem
-            and problem.split(marker, 1)[1].strip() in records.latest_checkpoints
-        )
-        (audit.known_issues if retention_deleted else violations).append(problem)
+    violations += check_store(store)
     try:
         violations += _retention_violations(store, inputs, mode=mode, policy=policy, store_faults=store_faults)
     except Exception as exc:

@@ -92,10 +92,11 @@ class TrialPlan:
     rounds: int
     round2_crash: Crash | None = None
     master: str = "local[2]"
+    own_driver: bool = False
 
     @property
     def trial_id(self) -> str:
-        return f"{self.backend}#{self.index}"
+        return f"{self.backend}{'-submit' if self.own_driver else ''}#{self.index}"
 
     def describe(self) -> str:
         parts = [
@@ -206,6 +207,7 @@ class Planner:
             rounds=rounds,
             round2_crash=self._executor_crash(rng) if rounds == 2 else None,
             master=rng.choice(("local[2]", "local[2,2]")),
+            own_driver=own_driver,
         )
 
     def store_fault(self, index: int) -> StoreFaultPlan:

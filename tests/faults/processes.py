@@ -167,6 +167,7 @@ class SparkHost:
             seconds,
             result=reply.get("result"),
             error=str(reply.get("error", "")),
+            extra={"pool_seconds": reply.get("pool_seconds", 0.0), "job_seconds": reply.get("seconds", 0.0)},
         )
 
 

@@ -197,7 +197,6 @@ def run_store_fault_trial(
             )
         audit = audit_after_commit(admin, output, inputs_now, mode=plan.mode, policy=plan.policy, store_faults=degraded)
         result.violations += audit.violations
-        result.known_issues += audit.known_issues
     except Exception as exc:
         result.violations.append(f"trial raised {type(exc).__name__}: {exc}")
     finally:

@@ -36,12 +36,14 @@ def _arm() -> None:
         with open(path) as handle:
             armed = json.load(handle)
     except (OSError, ValueError):
-        return
-    if armed.get("run_id") == _armed_run:
-        return
-    os.environ[failpoints.ENV_VAR] = str(armed.get("failpoints") or "")
-    failpoints.reload_from_env()
-    _armed_run = armed.get("run_id")
+        armed = {"run_id": None, "failpoints": ""}  # never keep an earlier run's failpoints
+    run_id = armed.get("run_id")
+    if run_id != _armed_run or run_id is None:
+        os.environ[failpoints.ENV_VAR] = str(armed.get("failpoints") or "")
+        failpoints.reload_from_env()
+        _armed_run = run_id
+    with open(path + ".log", "a") as log:  # which worker ran which run's task, for post-mortems
+        log.write(f"{os.getpid()} {run_id} {armed.get('failpoints')!r}\n")
 
 
 def armed_worker_main(infile: Any, outfile: Any) -> None:

@@ -8,15 +8,24 @@ answer is one stdout line ``FAULT_HOST {"ok": …, "result" | "error": …}``.
 Failpoints reach the executors through ``armed_daemon.py`` (this session's
 ``spark.python.daemon.module``): before each job the host writes the run's spec
 to the file named by ``CKPT_FAULT_ARM_FILE`` and every Python worker re-arms from
-it before each task. The same spec is armed in this driver too, for the
+it before each task.
+
+A failed job leaves Python workers behind that may still be running a killed
+task; Spark can hand such a reused worker the next job's task, which then
+reports the old task's failure. After a failed run the host therefore moves to a
+fresh worker pool (PySpark keys its pools by the workers' environment, so a new
+``CKPT_FAULT_POOL`` value is a new pool) and kills the old pool's processes — its
+own descendants, by pid. The same spec is armed in this driver too, for the
 driver-side ``raise`` failpoints (``store.begin_epoch.*``); ``exit`` failpoints of
 the driver are run with spark-submit instead, since they end this process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -32,6 +41,61 @@ from tests.faults.jobs.armed_daemon import ARM_FILE_ENV
 from tests.faults.jobs.fault_job import run_job
 
 REPLY_PREFIX = "FAULT_HOST "
+POOL_ENV = "CKPT_FAULT_POOL"
+DAEMON_MODULE = "tests.faults.jobs.armed_daemon"
+
+
+def _descendants_running(marker: str) -> list[int]:
+    """Pids of this process's descendants whose command line starts with ``marker``."""
+    parents: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                commands[int(entry)] = cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+    me = os.getpid()
+
+    def descends(pid: int) -> bool:
+        for _ in range(64):
+            pid = parents.get(pid, 0)
+            if pid == me:
+                return True
+            if pid <= 1:
+                return False
+        return False
+
+    return [pid for pid, command in commands.items() if command.startswith(marker) and descends(pid)]
+
+
+class WorkerPools:
+    """Moves the session to a fresh Python worker pool after a failed job (see the module doc)."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        self.number = 0
+        self.dirty = False
+
+    def fresh_if_dirty(self) -> None:
+        if not self.dirty:
+            return
+        tracker = self.spark.sparkContext.statusTracker()
+        deadline = time.monotonic() + 30
+        while tracker.getActiveStageIds() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # Daemon and workers (forks of it) alike; never the JVM, whose command line names the module too.
+        old = _descendants_running(f"{sys.executable} -m {DAEMON_MODULE} ")
+        self.number += 1
+        self.spark.sparkContext.environment[POOL_ENV] = str(self.number)
+        for pid in old:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.dirty = False
 
 
 def _error_text(exc: BaseException) -> str:
@@ -44,7 +108,10 @@ def _error_text(exc: BaseException) -> str:
     return text if len(text) < 6000 else text[:3000] + "\n…\n" + text[-3000:]
 
 
-def handle(spark: SparkSession, command: dict[str, Any]) -> dict[str, Any]:
+def handle(spark: SparkSession, pools: WorkerPools, command: dict[str, Any]) -> dict[str, Any]:
+    began = time.monotonic()
+    pools.fresh_if_dirty()
+    switch_seconds = time.monotonic() - began
     spec_failpoints = str(command.get("failpoints") or "")
     arm_file = os.environ[ARM_FILE_ENV]
     with open(arm_file + ".tmp", "w") as handle:
@@ -55,14 +122,16 @@ def handle(spark: SparkSession, command: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
     try:
         result = run_job(spark, command["spec"], command.get("options") or {})
-        return {"ok": True, "result": result, "seconds": time.monotonic() - started}
+        return {"ok": True, "result": result, "seconds": time.monotonic() - started, "pool_seconds": switch_seconds}
     except Exception as exc:
+        pools.dirty = True
         return {
             "ok": False,
             "error": _error_text(exc),
             "error_type": type(exc).__name__,
             "traceback": traceback.format_exc()[-3000:],
             "seconds": time.monotonic() - started,
+            "pool_seconds": switch_seconds,
         }
     finally:
         os.environ.pop(failpoints.ENV_VAR, None)
@@ -80,15 +149,16 @@ def main() -> int:
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.python.daemon.module", "tests.faults.jobs.armed_daemon")
+        .config("spark.python.daemon.module", DAEMON_MODULE)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
     print(REPLY_PREFIX + json.dumps({"ready": True}), flush=True)
+    pools = WorkerPools(spark)
     for line in sys.stdin:
         if not line.strip():
             continue
-        reply = handle(spark, json.loads(line))
+        reply = handle(spark, pools, json.loads(line))
         print(REPLY_PREFIX + json.dumps(reply, default=str), flush=True)
     spark.stop()
     return 0

@@ -1,0 +1,160 @@
+"""The large fault-injection campaign (issue 7): many seeded trials, one report, zero violations expected.
+
+    .venv/bin/python bench/fault_campaign.py [--seed S] [--trials 30] [--submit-trials 6] \
+        [--store-trials 20] [--races 100] [--double-submits 3] [--backends local,s3] [--only s3#12]
+
+Per backend: ``--trials`` failpoint trials in one resident Spark session (a
+crash at a failpoint of the write task or the driver, raise or exit, at some
+hit; resume, maybe crashing again; commit, maybe crashing there and retrying) and
+``--submit-trials`` trials with spark-submit (SIGKILL of the driver at a random
+moment, or an exit failpoint in the driver). With S3: ``--store-trials``
+store faults through the TCP proxy (resets, stalls past the timeout, 500/503,
+the job's identity deleted on the server). Then ``--races`` begin_epoch races of
+two processes per backend and ``--double-submits`` pairs of real spark-submits.
+
+Every trial prints its seed and plan; ``--seed S --only local#7`` replays one.
+Prints the report (trials per failpoint and backend, fired counts, store-fault
+outcomes, races, violations) and writes it to ``test-output/fault-campaign-large.txt``.
+Exit code 1 if any promise was broken. The same code runs a few trials in CI
+(``pytest tests/faults``, sized by the ``CKPT_FAULT_*`` variables).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.faults.campaign import Backend, Campaign  # noqa: E402
+from tests.faults.plans import Planner  # noqa: E402
+from tests.faults.processes import SparkHost  # noqa: E402
+from tests.faults.races import race_begin_epoch, race_spark_submits  # noqa: E402
+from tests.faults.store_faults import S3Target, run_store_fault_trial  # noqa: E402
+from tests.faults.workload import make_inputs  # noqa: E402
+from tests.support.seaweed import SeaweedServer  # noqa: E402
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, default=None, help="campaign seed (default: random, printed)")
+    parser.add_argument("--trials", type=int, default=30, help="failpoint trials per backend (resident session)")
+    parser.add_argument("--submit-trials", type=int, default=6, help="spark-submit trials per backend")
+    parser.add_argument("--store-trials", type=int, default=20, help="store-fault trials (S3 only)")
+    parser.add_argument("--races", type=int, default=100, help="begin_epoch races per backend")
+    parser.add_argument("--double-submits", type=int, default=3, help="pairs of spark-submits started together")
+    parser.add_argument("--backends", default="local,s3", help="comma-separated: local, s3")
+    parser.add_argument("--only", default=None, help="replay one trial: local#3, s3#5, local-submit#1, s3-fault#2")
+    parser.add_argument("--work-dir", default=None, help="keep everything here (default: a temp dir)")
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 10**6)
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix="fault-campaign-"))
+    work.mkdir(parents=True, exist_ok=True)
+    backends = [b for b in args.backends.split(",") if b]
+    print(f"fault campaign seed {seed}; work dir {work}", flush=True)
+    inputs = make_inputs(work / "inputs")
+    server: SeaweedServer | None = None
+    host = SparkHost(work / "host")
+    try:
+        campaign_backends = {"local": Backend("local", f"file://{work / 'local'}")}
+        bucket = ""
+        if "s3" in backends:
+            server = SeaweedServer(work / "seaweed").start()
+            bucket = server.create_bucket("fault-campaign")
+            server.client().put_object(Bucket=bucket, Key="warm-up", Body=b"")
+            campaign_backends["s3"] = Backend("s3", f"s3://{bucket}/trials", server.options())
+        host.start()
+        campaign = Campaign(seed, work, host, inputs, campaign_backends, echo=lambda line: print(line, flush=True))
+        planner = Planner(seed)
+        if args.only:
+            return replay(args.only, campaign, planner, server, bucket, inputs, work)
+        for backend in backends:
+            for index in range(args.trials):
+                campaign.run_trial(planner.trial(backend, index))
+            for index in range(args.submit_trials):
+                campaign.run_trial(planner.trial(backend, index, own_driver=True))
+        if server is not None:
+            for index in range(args.store_trials):
+                run_store_fault_trial(
+                    planner.store_fault(index),
+                    host=host,
+                    target=S3Target(server, bucket),
+                    inputs=inputs,
+                    work_dir=work / "store-faults",
+                    report=campaign.report,
+                )
+        host.stop()  # the races need the cores
+        for backend in backends:
+            if args.races:
+                if backend == "s3" and server is not None:
+                    uri, options = f"s3://{bucket}/races/{time.time_ns()}", server.options()
+                else:
+                    uri, options = f"file://{work / 'races' / str(time.time_ns())}", {}
+                race = race_begin_epoch(f"begin_epoch/{backend}", uri, options, args.races)
+                print(race["summary"], flush=True)
+                campaign.report.races.append(race)
+        for pair in range(args.double_submits):
+            race = race_spark_submits(
+                f"spark-submit pair {pair}",
+                store_uri=f"file://{work / 'double' / str(pair) / 'store'}",
+                output_uri=f"file://{work / 'double' / str(pair) / 'out'}",
+                options={},
+                inputs=inputs,
+                log_dir=work / "double" / "logs",
+                mode=("rows", "files")[pair % 2],
+            )
+            print(race["summary"], flush=True)
+            campaign.report.races.append(race)
+        text = campaign.report.format()
+        print("\n" + text)
+        out = ROOT / "test-output" / "fault-campaign-large.txt"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+        return 1 if campaign.report.violations else 0
+    finally:
+        host.stop()
+        if server is not None:
+            server.close()
+
+
+def replay(
+    only: str,
+    campaign: Campaign,
+    planner: Planner,
+    server: SeaweedServer | None,
+    bucket: str,
+    inputs: list[str],
+    work: Path,
+) -> int:
+    name, _, number = only.partition("#")
+    index = int(number)
+    if name == "s3-fault":
+        if server is None:
+            raise SystemExit("s3-fault trials need --backends with s3")
+        result = run_store_fault_trial(
+            planner.store_fault(index),
+            host=campaign.host,
+            target=S3Target(server, bucket),
+            inputs=inputs,
+            work_dir=work / "store-faults",
+            report=campaign.report,
+        )
+    else:
+        backend, _, kind = name.partition("-")
+        result = campaign.run_trial(planner.trial(backend, index, own_driver=kind == "submit"))
+    print("\n".join(result.log))
+    print(campaign.report.format())
+    return 1 if result.violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
