@@ -53,6 +53,8 @@ class ParquetSink:
     #: Row groups are written once this much Arrow data is buffered (fewer, larger row groups).
     row_group_bytes: int = 64 * 1024 * 1024
     max_records_per_file: int | None = None
+    #: Columns to dictionary-encode; None: those whose first rows repeat values (see ``dictionary_columns``).
+    use_dictionary: bool | tuple[str, ...] | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch], ctx: WriteContext) -> list[FileMetadata]:
         open_files: dict[tuple[Any, ...], _OpenFile] = {}
@@ -110,7 +112,15 @@ class ParquetSink:
             if handle is None:
                 uri = ctx.new_file_uri("parquet", subdir=self._subdir(values))
                 stream = ctx.open_output_stream(uri)
-                writer = pq.ParquetWriter(stream, batch.schema, compression=self.compression)
+                dictionary = self.use_dictionary
+                if dictionary is None:
+                    dictionary = dictionary_columns(batch)
+                writer = pq.ParquetWriter(
+                    stream,
+                    batch.schema,
+                    compression=self.compression,
+                    use_dictionary=dictionary if isinstance(dictionary, bool) else list(dictionary),
+                )
                 handle = open_files[values] = _OpenFile(uri, stream, writer)
             room = batch.num_rows - offset
             if self.max_records_per_file:
@@ -131,6 +141,26 @@ class ParquetSink:
         handle.stream.close()
         failpoint("spark.sink.after_file")  # a complete output file, not yet staged
         return FileMetadata(path=handle.uri, size_bytes=int(size), num_rows=handle.rows, format="parquet")
+
+
+def dictionary_columns(batch: pa.RecordBatch, sample: int = 2048) -> tuple[str, ...]:
+    """Columns worth dictionary encoding: at most half of the first ``sample`` values are distinct.
+
+    Arrow builds a dictionary for every column by default and falls back only when
+    it outgrows a page; for unique ids and free text that is wasted work (it more
+    than doubles the write time) — the same judgement Spark's Parquet writer makes
+    when a dictionary does not compress.
+    """
+    head = batch.slice(0, sample)
+    if head.num_rows == 0:
+        return ()
+    chosen = []
+    for column_field, column in zip(head.schema, head.columns, strict=True):
+        if pa.types.is_nested(column_field.type) or pa.types.is_boolean(column_field.type):
+            continue
+        if pc.count_distinct(column).as_py() * 2 <= head.num_rows:
+            chosen.append(column_field.name)
+    return tuple(chosen)
 
 
 def _buffered_rows(handle: _OpenFile) -> int:
