@@ -234,6 +234,11 @@ class Campaign:
             result.note(f"run {number} [{what}] via {outcome.where}: {state} in {outcome.seconds:.1f}s")
             self.echo(f"  run {number} [{what}] via {outcome.where}: {state} in {outcome.seconds:.1f}s")
             if outcome.ok:
+                writes = (outcome.result or {}).get("writes") or [{}]
+                result.note(
+                    f"  result: rows {writes[0].get('rows')} files {writes[0].get('files')} keys "
+                    f"{writes[0].get('keys')} sealed {writes[0].get('sealed_partitions')}/{writes[0].get('partitions')}"
+                )
                 if outcome.result is not None and outcome.result.get("degraded"):
                     result.violations.append(f"run {number} reported degraded=True without any store fault")
                 return True

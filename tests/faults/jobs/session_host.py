@@ -10,14 +10,17 @@ Failpoints reach the executors through ``armed_daemon.py`` (this session's
 to the file named by ``CKPT_FAULT_ARM_FILE`` and every Python worker re-arms from
 it before each task.
 
-A failed job leaves Python workers behind that may still be running a killed
-task; Spark can hand such a reused worker the next job's task, which then
-reports the old task's failure. After a failed run the host therefore moves to a
-fresh worker pool (PySpark keys its pools by the workers' environment, so a new
-``CKPT_FAULT_POOL`` value is a new pool) and kills the old pool's processes — its
-own descendants, by pid. The same spec is armed in this driver too, for the
-driver-side ``raise`` failpoints (``store.begin_epoch.*``); ``exit`` failpoints of
-the driver are run with spark-submit instead, since they end this process.
+Python workers of one job can outlive it: a worker of a failed job may still
+run its killed task, and workers of a job with failpoints were seen firing them
+after the job had returned, reported as the next job's failure. So every job
+that had failpoints armed or failed is followed by a move to a fresh worker pool
+(PySpark keys its pools by the workers' environment, so a new
+``CKPT_FAULT_POOL`` value is a new pool), and the old pool's processes — this
+host's descendants — are killed by pid. Unarmed jobs that succeed share a pool.
+
+The same spec is armed in this driver too, for the driver-side ``raise``
+failpoints (``store.begin_epoch.*``); ``exit`` failpoints of the driver are run
+with spark-submit instead, since they end this process.
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ def _descendants_running(marker: str) -> list[int]:
 
 
 class WorkerPools:
-    """Moves the session to a fresh Python worker pool after a failed job (see the module doc)."""
+    """Moves the session to a fresh Python worker pool after an armed or failed job (see the module doc)."""
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
@@ -120,6 +123,7 @@ def handle(spark: SparkSession, pools: WorkerPools, command: dict[str, Any]) -> 
     os.environ[failpoints.ENV_VAR] = spec_failpoints
     failpoints.reload_from_env()
     started = time.monotonic()
+    pools.dirty = bool(spec_failpoints)  # an armed job's workers must not serve the next job
     try:
         result = run_job(spark, command["spec"], command.get("options") or {})
         return {"ok": True, "result": result, "seconds": time.monotonic() - started, "pool_seconds": switch_seconds}
