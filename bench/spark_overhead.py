@@ -117,6 +117,7 @@ def checkpointed_run(
         layout = native_layout(source, SOURCE_FILE_COLUMN)
         count = tasks if isinstance(layout, str) else len(layout)
         df = df.mapInArrow(_failing_from(round(fail_fraction * count)), df.schema)
+    setup = time.perf_counter() - start
     failed = False
     try:
         job.write_parquet(df, f"file://{out}")
@@ -129,6 +130,7 @@ def checkpointed_run(
         job.store.commit(output_roots=[f"file://{out}"])
     return {
         "seconds": seconds,
+        "setup_seconds": setup,
         "commit_seconds": time.perf_counter() - commit_start,
         # Spark's scan reads exactly the pending files it is handed (the pyarrow reader counts too).
         "bytes_read": result["input"]["bytes_pending"],
@@ -189,18 +191,17 @@ def main() -> int:
 
     resumes = []
     for fraction in (0.5, 0.9):
-        times, reads, done_fractions = [], [], []
+        rows = []
         for i in range(args.repeat):
             store = _fresh(run_dir / f"resume-store-{fraction}-{i}")
             out = Path(_fresh(run_dir / f"resume-out-{fraction}-{i}"))
             failed = checkpointed_run(spark, inputs, store, out, args.tasks, fail_fraction=fraction)
             assert failed["failed"], "the injected failure did not fail the run"
-            done_fractions.append(failed["keys_done"] / len(inputs))
+            done = failed["keys_done"] / len(inputs)
             rerun = checkpointed_run(spark, inputs, store, out, args.tasks)
-            times.append(rerun["seconds"])
-            reads.append(rerun["bytes_read"] / total_bytes)
-        done = statistics.median(done_fractions)
-        resumes.append((fraction, done, statistics.median(times) / base, statistics.median(reads)))
+            # Each rerun is judged against the work its own failed run left (the kill point varies a little).
+            rows.append((done, rerun["seconds"] / base, rerun["bytes_read"] / total_bytes, rerun["setup_seconds"]))
+        resumes.append((fraction, *(statistics.median(r[k] for r in rows) for k in range(4)), rows))
     spark.stop()
 
     print()
@@ -215,15 +216,17 @@ def main() -> int:
     print(f"{'write_parquet clean run (s)':<44}{statistics.median(ckpt):>12.2f}{'':>14}")
     print(f"{'  overhead ratio':<44}{clean_ratio:>11.2f}x{'<= 1.10x':>14}{_ok(clean_ratio <= 1.10):>5}")
     print(f"{'  commit afterwards (s, not in the ratio)':<44}{statistics.median(commit):>12.2f}{'':>14}")
-    for fraction, done, time_ratio, read_ratio in resumes:
+    for fraction, done, time_ratio, read_ratio, setup, rows in resumes:
         limit = (1 - done) + 0.05
+        time_ok = all(t <= (1 - d) + 0.05 for d, t, _, _ in rows)
+        read_ok = all(abs(r - (1 - d)) <= 0.02 for d, _, r, _ in rows)
         print(f"{f'rerun after failure at {fraction:.0%} (done {done:.0%})':<44}{'':>12}{'':>14}")
         bound = f"<= {limit:.2f}"
-        print(f"{'  rerun time / plain full rerun':<44}{time_ratio:>12.2f}{bound:>14}{_ok(time_ratio <= limit):>5}")
-        print(
-            f"{'  input bytes read / all input':<44}{read_ratio:>12.2f}{f'~ {1 - done:.2f}':>14}"
-            f"{_ok(abs(read_ratio - (1 - done)) <= 0.02):>5}"
-        )
+        print(f"{'  rerun time / plain full rerun':<44}{time_ratio:>12.2f}{bound:>14}{_ok(time_ok):>5}")
+        print(f"{'  of which job setup (s)':<44}{setup:>12.2f}{'':>14}")
+        print(f"{'  input bytes read / all input':<44}{read_ratio:>12.2f}{f'~ {1 - done:.2f}':>14}{_ok(read_ok):>5}")
+        for done_i, time_i, read_i, _ in rows:
+            print(f"{'    one run: done, time, bytes':<44}{f'{done_i:.2f} {time_i:.2f} {read_i:.2f}':>12}")
     return 0
 
 
