@@ -1,0 +1,554 @@
+"""Turn the benchmarks' JSON results into ``bench/results/README.md`` and PNG plots.
+
+Reads ``resume.json`` (resume_vs_alternatives.py), ``store_scale.json``
+(store_scale.py), ``airflow_overhead.json`` (airflow_overhead.py) and, if present,
+``spark_overhead.json`` (helper 2's in-session clean-run measurement, captured by
+run_all.py) from the results directory; missing ones are left out of the report.
+
+    .venv/bin/python bench/report.py [--results bench/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+RESULTS = Path(__file__).resolve().parent / "results"
+LABELS = {
+    "plain": "(a) plain spark-submit, df.write.parquet",
+    "streaming": "(b) Structured Streaming, availableNow",
+    "ckpt-files": "(c) this package, file-path keys",
+    "ckpt-rows": "(d) this package, row keys",
+}
+SHORT = {
+    "plain": "(a) plain",
+    "streaming": "(b) streaming",
+    "ckpt-files": "(c) ckpt files",
+    "ckpt-rows": "(d) ckpt rows",
+}
+COLORS = {"plain": "#7f7f7f", "streaming": "#1f77b4", "ckpt-files": "#d62728", "ckpt-rows": "#ff7f0e"}
+OURS = ("ckpt-files", "ckpt-rows")
+
+
+def _read(results: Path, name: str) -> dict[str, Any] | None:
+    path = results / name
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _met(flag: bool) -> str:
+    return "**met**" if flag else "**NOT met**"
+
+
+def _view_text(view: dict[str, int]) -> str:
+    text = f"{view['duplicates']:,} dup / {view['missing']:,} missing"
+    if view["unreadable_files"]:
+        text += f" / {view['unreadable_files']} unreadable files"
+    return text
+
+
+def _exactly_once(view: dict[str, int]) -> bool:
+    return view["duplicates"] == 0 and view["missing"] == 0 and view["unreadable_files"] == 0
+
+
+# ---------------------------------------------------------------------------------------- resume
+
+
+def resume_section(data: dict[str, Any], results: Path) -> tuple[list[str], list[tuple[str, str, bool]]]:
+    variants = data["variants"]
+    lines = [
+        "## 1. Resume after a failure",
+        "",
+        f"Input: {data['data']['files']} Parquet files, {data['data']['bytes'] / 1e6:.0f} MB, "
+        f"{data['data']['sessions']:,} sessions (raw page-view strings); the job parses the events, aggregates "
+        "them per session, parses the referrer and joins a broadcast user dimension "
+        "(`bench/jobs/sessions_job.py`). `spark-submit --master local[2]`; commit units: "
+        f"{data['scale_params']['units']} checkpoints / micro-batches. A fixed `spark-submit` start+stop costs "
+        f"{data['startup_seconds']:.1f} s on this machine and is in every wall time below.",
+        "",
+        "The harness SIGKILLs the whole `spark-submit` process group (driver, executors, Python workers) once "
+        "the kill point's share of commit units is durable (sealed checkpoints; committed micro-batches; "
+        "committed write tasks for (a)) *and* a later unit has begun writing its output, so every variant "
+        "dies mid-write as a real failure would, not at a commit boundary. *Progress* is the share of commit "
+        "units durable at the kill; *skipped* is what the rerun can reuse (keys in valid checkpoints; files of "
+        "committed micro-batches; nothing for (a), whose rerun overwrites). Time and CPU are of the rerun as "
+        "fractions of a clean run of the same variant; CPU is the CPU seconds of the whole process tree (JVM, "
+        "driver, Python workers), much less sensitive than wall time to the other processes on this 2-core "
+        "machine. Input read: the size of the files Spark's scans opened (SQL metric `size of files read` in "
+        "the event log, every query and micro-batch summed). Output checked as a plain Parquet reader sees the "
+        "directory (`pyarrow.dataset`, which skips `_`/`.` names), after the commit for (c) and (d).",
+        "",
+    ]
+    header = [
+        "variant",
+        "kill at",
+        "progress",
+        "skipped",
+        "rerun wall",
+        "rerun / clean (wall)",
+        "rerun / clean (CPU)",
+        "input read / clean",
+        "commit",
+        "plain reader sees",
+        "exactly-once",
+    ]
+    rows = []
+    for name, entry in variants.items():
+        clean = entry["clean"]
+        for kill in entry["kills"]:
+            view = kill["views"]["plain_reader"]
+            read = "n/a"
+            if kill["bytes_read"] is not None and clean["bytes_read"]:
+                read = f"{kill['bytes_read'] / clean['bytes_read']:.2f}"
+            commit = f"{kill['finish_seconds']:.2f} s" if name in OURS else "—"
+            rows.append(
+                [
+                    SHORT[name],
+                    f"{kill['kill_at']:.0%}",
+                    f"{kill.get('progress_at_kill', kill['kill_at']):.1%}",
+                    f"{kill['done_fraction']:.1%}",
+                    f"{kill['rerun_wall_seconds']:.1f} s",
+                    f"{kill['rerun_wall_seconds'] / clean['wall_seconds']:.2f}",
+                    f"{kill['rerun_cpu_seconds'] / clean['cpu_seconds']:.2f}",
+                    read,
+                    commit,
+                    _view_text(view),
+                    "yes" if _exactly_once(view) else "**no**",
+                ]
+            )
+    lines += _table(header, rows)
+    streaming = variants.get("streaming")
+    if streaming:
+        meta = [k["views"].get("spark_metadata") for k in streaming["kills"]]
+        if all(meta):
+            clean_meta = all(_exactly_once(v) for v in meta if v)
+            lines += [
+                "",
+                "Structured Streaming's file sink leaves the killed micro-batch's files in the directory; only its "
+                "`_spark_metadata` log knows they do not count. Through that log (what `spark.read.parquet` "
+                f"uses) the output is {'exactly-once' if clean_meta else 'NOT exactly-once'} at every kill point "
+                "(" + "; ".join(_view_text(v) for v in meta if v) + "). Any other reader (pyarrow, DuckDB, "
+                "Trino/Hive over the directory, a copy to another system) sees the table above.",
+            ]
+    lines += ["", "![resume](resume.png)", ""]
+    _plot_resume(variants, results / "resume.png")
+
+    targets: list[tuple[str, str, bool]] = []
+    for name in OURS:
+        if name not in variants:
+            continue
+        entry = variants[name]
+        clean = entry["clean"]
+        parts, ok = [], True
+        for kill in entry["kills"]:
+            bound = (1 - kill["done_fraction"]) + 0.05
+            ratio = kill["rerun_wall_seconds"] / clean["wall_seconds"]
+            ok = ok and ratio <= bound
+            parts.append(f"{kill['kill_at']:.0%}: {ratio:.2f} vs ≤ {bound:.2f}")
+        targets.append((f"{SHORT[name]}: rerun wall ≤ (1 - done) + 0.05 of a clean run", "; ".join(parts), ok))
+        for other in ("plain", "streaming"):
+            if other not in variants:
+                continue
+            parts, ok = [], True
+            for kill, alt in zip(entry["kills"], variants[other]["kills"], strict=False):
+                ok = ok and kill["rerun_wall_seconds"] < alt["rerun_wall_seconds"]
+                parts.append(
+                    f"{kill['kill_at']:.0%}: {kill['rerun_wall_seconds']:.1f} s vs {alt['rerun_wall_seconds']:.1f} s"
+                )
+            targets.append((f"{SHORT[name]}: rerun faster than {SHORT[other]}", "; ".join(parts), ok))
+    views = [(name, k["views"]["plain_reader"]) for name in OURS if name in variants for k in variants[name]["kills"]]
+    views += [(name, variants[name]["clean"]["views"]["plain_reader"]) for name in OURS if name in variants]
+    bad = [name for name, v in views if not _exactly_once(v)]
+    targets.append(
+        (
+            "every run of this package exactly-once (plain reader, after commit)",
+            f"{len(views) - len(bad)} of {len(views)} runs"
+            + (f" (failed: {', '.join(sorted(set(bad)))})" if bad else ""),
+            not bad,
+        )
+    )
+    return lines, targets
+
+
+def _plot_resume(variants: dict[str, Any], path: Path) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.6))
+    for name, entry in variants.items():
+        clean = entry["clean"]
+        kills = entry["kills"]
+        xs = [k.get("progress_at_kill", k["kill_at"]) for k in kills]
+        wall = [k["rerun_wall_seconds"] / clean["wall_seconds"] for k in kills]
+        cpu = [k["rerun_cpu_seconds"] / clean["cpu_seconds"] for k in kills]
+        axes[0].plot(xs, wall, "o-", color=COLORS[name], lw=2, label=SHORT[name] + ", wall")
+        axes[0].plot(xs, cpu, "x--", color=COLORS[name], alpha=0.6, label=SHORT[name] + ", CPU")
+        if clean.get("bytes_read"):
+            read = [(k["bytes_read"] or 0) / clean["bytes_read"] for k in kills]
+            axes[1].plot(xs, read, "o-", color=COLORS[name], lw=2, label=SHORT[name])
+    axes[0].plot([0.0, 1.0], [1.05, 0.05], ":", color="black", lw=1.5, label="target: (1 - done) + 0.05")
+    axes[1].plot([0.0, 1.0], [1.0, 0.0], ":", color="black", lw=1.5, label="ideal: 1 - done")
+    axes[0].set_title("Rerun time / clean run (same variant)")
+    axes[1].set_title("Input bytes read by the rerun / clean run")
+    for ax in axes:
+        ax.set_xlabel("progress at the kill (share of commit units durable)")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, max(1.4, ax.get_ylim()[1]))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.14))
+    axes[0].set_ylabel("fraction of a clean run")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------- clean runs
+
+
+def clean_section(
+    resume: dict[str, Any] | None, spark: dict[str, Any] | None, results: Path
+) -> tuple[list[str], list[tuple[str, str, bool]]]:
+    lines = ["## 2. Overhead on a clean run", ""]
+    targets: list[tuple[str, str, bool]] = []
+    if resume:
+        variants = resume["variants"]
+        base = variants.get("plain", {}).get("clean")
+        lines += [
+            "Same data and job as section 1, one full `spark-submit` each (fastest of "
+            f"{resume['scale_params']['repeats']}; every wall time of the run is listed). Commit: "
+            "`store.commit` + `delete_after_success` for (c)/(d), a separate Airflow task, not in the ratio.",
+            "",
+        ]
+        header = [
+            "variant",
+            "wall",
+            "CPU",
+            "job (session ready → end)",
+            "wall / (a)",
+            "CPU / (a)",
+            "commit",
+            "all walls",
+        ]
+        rows = []
+        for name, entry in variants.items():
+            clean = entry["clean"]
+            rows.append(
+                [
+                    LABELS[name],
+                    f"{clean['wall_seconds']:.1f} s",
+                    f"{clean['cpu_seconds']:.1f} s",
+                    f"{clean['job_seconds']:.1f} s",
+                    f"{clean['wall_seconds'] / base['wall_seconds']:.2f}x" if base else "n/a",
+                    f"{clean['cpu_seconds'] / base['cpu_seconds']:.2f}x" if base else "n/a",
+                    f"{clean['finish_seconds']:.2f} s" if name in OURS else "—",
+                    ", ".join(f"{w:.1f}" for w in clean["all_walls"]),
+                ]
+            )
+        lines += _table(header, rows)
+        lines += ["", "![clean runs](clean.png)", ""]
+        _plot_clean(variants, results / "clean.png")
+        if base:
+            for name in OURS:
+                if name in variants:
+                    clean = variants[name]["clean"]
+                    ratio = clean["wall_seconds"] / base["wall_seconds"]
+                    cpu = clean["cpu_seconds"] / base["cpu_seconds"]
+                    targets.append(
+                        (
+                            f"{SHORT[name]}: clean run ≤ 1.05x of df.write.parquet",
+                            f"{ratio:.2f}x wall, {cpu:.2f}x CPU (spark-submit, same data)",
+                            ratio <= 1.05,
+                        )
+                    )
+    if spark:
+        lines += [
+            "In one SparkSession (helper 2's `bench/spark_overhead.py`: its own generated data, "
+            f"{spark.get('input', '')}; median of interleaved runs, no JVM start in the timings):",
+            "",
+        ]
+        lines += _table(["measure", "value"], [[k, v] for k, v in spark["rows"]])
+        lines += [""]
+        if spark.get("ratio") is not None:
+            targets.append(
+                (
+                    "(c) ckpt files: clean run ≤ 1.05x of df.write.parquet, in one session",
+                    f"{spark['ratio']:.2f}x (bench/spark_overhead.py)",
+                    spark["ratio"] <= 1.05,
+                )
+            )
+    return lines, targets
+
+
+def _plot_clean(variants: dict[str, Any], path: Path) -> None:
+    names = list(variants)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    xs = range(len(names))
+    walls = [variants[n]["clean"]["wall_seconds"] for n in names]
+    cpus = [variants[n]["clean"]["cpu_seconds"] for n in names]
+    ax.bar([x - 0.2 for x in xs], walls, 0.4, label="wall", color=[COLORS[n] for n in names])
+    ax.bar(
+        [x + 0.2 for x in xs],
+        cpus,
+        0.4,
+        label="CPU (all processes)",
+        color=[COLORS[n] for n in names],
+        alpha=0.45,
+        hatch="//",
+    )
+    ax.set_xticks(list(xs), [SHORT[n] for n in names])
+    ax.set_ylabel("seconds")
+    ax.set_title("Clean run, same data (spark-submit local[2])")
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------- store scale
+
+
+def store_section(data: dict[str, Any], results: Path) -> tuple[list[str], list[tuple[str, str, bool]]]:
+    rows_in = data["rows"]
+    lines = [
+        "## 3. Store scale",
+        "",
+        f"Stores filled as N Spark tasks would fill them ({data['keys_per_checkpoint']} keys, one output file "
+        "and one intent per checkpoint; one failed unsealed attempt per 100, whose file the commit deletes). "
+        "Each operation on a freshly opened store. Requests: S3 HTTP requests (by operation below); local: "
+        "filesystem operations of the object layer. Cleanup = `delete_after_success`.",
+        "",
+    ]
+    header = [
+        "backend",
+        "checkpoints",
+        "fill",
+        "keys read",
+        "progress",
+        "commit",
+        "cleanup",
+        "keys read req",
+        "commit req",
+        "cleanup req",
+    ]
+    rows = []
+    for r in rows_in:
+        rows.append(
+            [
+                r["backend"],
+                f"{r['checkpoints']:,}",
+                f"{r['fill_seconds']:.1f} s",
+                f"{r['keys_read']['seconds']:.2f} s",
+                f"{r['progress']['seconds']:.2f} s",
+                f"{r['commit']['seconds']:.2f} s",
+                f"{r['cleanup']['seconds']:.2f} s",
+                f"{r['keys_read']['requests']:,}",
+                f"{r['commit']['requests']:,}",
+                f"{r['cleanup']['requests']:,}",
+            ]
+        )
+    lines += _table(header, rows)
+    s3_rows = [r for r in rows_in if r["backend"] == "s3"]
+    if s3_rows:
+        lines += ["", "S3 requests by operation:", ""]
+        op_rows = []
+        for r in s3_rows:
+            for phase in ("keys_read", "progress", "commit", "cleanup"):
+                ops = ", ".join(f"{k} {v:,}" for k, v in sorted(r[phase]["by_operation"].items()))
+                op_rows.append([f"{r['checkpoints']:,}", phase, ops])
+        lines += _table(["checkpoints", "operation", "requests"], op_rows)
+    lines += ["", "![store scale](store_scale.png)", ""]
+    _plot_store(rows_in, results / "store_scale.png")
+    targets = []
+    s3_10k = [r for r in s3_rows if r["checkpoints"] == 10_000]
+    if s3_10k:
+        seconds = s3_10k[0]["commit"]["seconds"]
+        targets.append(
+            (
+                "commit of 10k checkpoints < 30 s on the local S3 server",
+                f"{seconds:.1f} s ({s3_10k[0]['commit']['requests']:,} requests)",
+                seconds < 30,
+            )
+        )
+    return lines, targets
+
+
+def _plot_store(rows: list[dict[str, Any]], path: Path) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    styles = {"keys_read": "o-", "progress": "s-", "commit": "^-", "cleanup": "d-"}
+    colors = {"local": "#2ca02c", "s3": "#9467bd"}
+    for backend in ("local", "s3"):
+        mine = sorted((r for r in rows if r["backend"] == backend), key=lambda r: r["checkpoints"])
+        if not mine:
+            continue
+        ns = [r["checkpoints"] for r in mine]
+        for phase, style in styles.items():
+            axes[0].plot(
+                ns,
+                [r[phase]["seconds"] for r in mine],
+                style,
+                color=colors[backend],
+                alpha=0.5 + 0.5 * (phase == "commit"),
+                label=f"{backend} {phase}",
+            )
+            axes[1].plot(
+                ns,
+                [max(r[phase]["requests"], 1) for r in mine],
+                style,
+                color=colors[backend],
+                alpha=0.5 + 0.5 * (phase == "commit"),
+                label=f"{backend} {phase}",
+            )
+    axes[0].axhline(30, ls=":", color="black", label="30 s (commit target at 10k, S3)")
+    axes[0].set_title("Seconds per operation")
+    axes[1].set_title("Requests per operation (S3: HTTP; local: fs ops)")
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("checkpoints in the store")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------- airflow
+
+
+def airflow_section(data: dict[str, Any], dags_test: dict[str, Any] | None, results: Path) -> list[str]:
+    lines = [
+        "## 4. Airflow overhead",
+        "",
+        "The operators' own code around `spark-submit` (`CheckpointedSparkSubmitOperator.execute` with the "
+        "`spark-submit` process replaced by a stand-in that seals "
+        f"{data['new_checkpoints']} checkpoints; `CheckpointCommitOperator.execute` for the commit, "
+        "`delete_after_success`). Pre-submit: hook and connections, store opened, epoch opened, skip plan "
+        "logged. Post-submit: job result read, degraded check, epoch ended. *done*: checkpoints of an earlier "
+        "failed attempt in the store (a resumed submit). Median of the repeats; the first operator call of the "
+        f"process (imports) took {data['warm_up_seconds']:.1f} s and is not counted"
+        + (
+            f"; the first S3 call of a process (boto3 loading its models) added "
+            f"{data['s3_cold_pre_submit_seconds']:.1f} s to that pre-submit"
+            if "s3_cold_pre_submit_seconds" in data
+            else ""
+        )
+        + ".",
+        "",
+    ]
+    rows = [
+        [
+            r["backend"],
+            f"{r['done_checkpoints']:,}",
+            f"{r['pre_submit'] * 1000:.0f} ms",
+            f"{r['post_submit'] * 1000:.0f} ms",
+            f"{r['commit'] * 1000:.0f} ms",
+            len(r["runs"]),
+        ]
+        for r in data["rows"]
+    ]
+    lines += _table(["store", "done checkpoints", "pre-submit", "post-submit", "commit task", "runs"], rows)
+    lines += ["", "![airflow overhead](airflow_overhead.png)", ""]
+    if dags_test:
+        lines += ["One real `dag.test()` of the example DAG `ckpt_daily_events` (timestamps from its task log):", ""]
+        lines += _table(["step", "seconds"], [[k, f"{v:.2f}"] for k, v in dags_test["steps"].items()])
+        lines += [""]
+    _plot_airflow(data["rows"], results / "airflow_overhead.png")
+    return lines
+
+
+def _plot_airflow(rows: list[dict[str, Any]], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(9, 4))
+    labels = [f"{r['backend']}\n{r['done_checkpoints']:,} done" for r in rows]
+    xs = list(range(len(rows)))
+    width = 0.27
+    for offset, phase, color in (
+        (-width, "pre_submit", "#1f77b4"),
+        (0, "post_submit", "#2ca02c"),
+        (width, "commit", "#d62728"),
+    ):
+        ax.bar([x + offset for x in xs], [r[phase] for r in rows], width, label=phase.replace("_", "-"), color=color)
+    ax.set_xticks(xs, labels)
+    ax.set_ylabel("seconds")
+    ax.set_yscale("log")
+    ax.set_title("Time the operators add around spark-submit")
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3, which="both")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------- page
+
+
+def build(results: Path, meta: dict[str, Any] | None = None) -> str:
+    meta = meta or _read(results, "meta.json") or {}
+    resume = _read(results, "resume.json")
+    store = _read(results, "store_scale.json")
+    airflow = _read(results, "airflow_overhead.json")
+    spark = _read(results, "spark_overhead.json")
+    dags_test = _read(results, "dags_test.json")
+    body: list[str] = []
+    targets: list[tuple[str, str, bool]] = []
+    if resume:
+        lines, found = resume_section(resume, results)
+        body += lines
+        targets += found
+    if resume or spark:
+        lines, found = clean_section(resume, spark, results)
+        body += lines
+        targets += found
+    if store:
+        lines, found = store_section(store, results)
+        body += lines
+        targets += found
+    if airflow:
+        body += airflow_section(airflow, dags_test, results)
+    head = [
+        "# Benchmark results",
+        "",
+        f"Measured {meta.get('date', '?')} at commit `{meta.get('commit', '?')}` on this machine "
+        f"({meta.get('cores', '?')} cores, {meta.get('memory_gb', '?')} GB), scale `{meta.get('scale', '?')}`. "
+        "Other processes shared the machine; load averages (1/5/15 min) at the start and end of each "
+        "benchmark:",
+        "",
+    ]
+    loads = [
+        [name, d.get("load_start"), d.get("load_end")]
+        for name, d in (("resume", resume), ("store scale", store), ("airflow", airflow))
+        if d
+    ]
+    head += _table(["benchmark", "load at start", "load at end"], loads)
+    head += ["", f"Reproduce: `{meta.get('command', '.venv/bin/python bench/run_all.py --scale full')}`", ""]
+    head += ["## Targets", ""]
+    head += _table(["target", "measured", "status"], [[t, m, _met(ok)] for t, m, ok in targets])
+    head += [""]
+    if meta.get("notes"):
+        head += ["## Notes", "", *meta["notes"], ""]
+    text = "\n".join(head + body) + "\n"
+    (results / "README.md").write_text(text)
+    return text
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    build(args.results)
+    print(f"wrote {args.results / 'README.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
