@@ -171,8 +171,18 @@ class FakeOperator:
         self.store.end_epoch(epoch, status=status)
 
 
-def job_spec(mode: str, inputs: Sequence[str], output: str, num_partitions: int = 4) -> str:
-    return json.dumps({"mode": mode, "inputs": list(inputs), "output": output, "num_partitions": num_partitions})
+def job_spec(
+    mode: str, inputs: Sequence[str], output: str, num_partitions: int = 4, *, python_transform: bool = True
+) -> str:
+    return json.dumps(
+        {
+            "mode": mode,
+            "inputs": list(inputs),
+            "output": output,
+            "num_partitions": num_partitions,
+            "python_transform": python_transform,
+        }
+    )
 
 
 def local_submit_argv(master: str, confs: Mapping[str, str], spec: str) -> list[str]:

@@ -82,10 +82,12 @@ def test_cluster_task_failure_then_rerun_resumes(
     epoch1 = operator.begin()
     failed = _submit(spark_cluster, operator, epoch1, spec, conf={"spark.task.maxFailures": "1"}, faults=faults)
     assert failed.returncode != 0 and "injected fault" in failed.stderr, failed.tail()
+    # The new epoch's base is what counts as done: an attempt of the failed run may still seal until then.
+    epoch2 = operator.begin()
     done_before = done_keys(operator.store)
     assert 0 < len(done_before) < ACCOUNTS
 
-    rerun = _submit(spark_cluster, operator, operator.begin(), spec)
+    rerun = _submit(spark_cluster, operator, epoch2, spec)
     assert rerun.returncode == 0, rerun.tail()
     assert rerun.result is not None and rerun.result["keys"] == ACCOUNTS - len(done_before)
     operator.store.commit(output_roots=[target.output_uri])
@@ -113,11 +115,13 @@ def test_cluster_driver_killed_then_rerun_resumes(
     finally:
         kill_group(proc)
         proc.communicate()
+    # The new epoch's base is what counts as done: an attempt of the failed run may still seal until then.
+    epoch2 = operator.begin()
     done_before = done_keys(operator.store)
     everything = {file_key(p) for p in inputs}
     assert 0 < len(done_before) < len(everything)
 
-    rerun = _submit(spark_cluster, operator, operator.begin(), spec)
+    rerun = _submit(spark_cluster, operator, epoch2, spec)
     assert rerun.returncode == 0, rerun.tail()
     assert rerun.result is not None and rerun.result["keys"] == len(everything - done_before)
     assert rerun.result["input"]["files_pending"] == len(everything - done_before), "done files are never read"

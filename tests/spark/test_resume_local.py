@@ -63,11 +63,11 @@ def test_task_failure_fails_the_run_and_the_rerun_resumes(
         )
     operator.end(epoch1, 1)
 
+    # The new epoch's base is what counts as done: an attempt of the failed run may still seal until then.
+    epoch2 = operator.begin()
     done_before = done_keys(store)
     everything = _all_keys(mode, inputs)
     assert 0 < len(done_before) < len(everything), "the failed run should have sealed some partitions, not all"
-
-    epoch2 = operator.begin()
     summary = run_pipeline(spark, _job(spark, target, epoch2), mode=mode, inputs=inputs, output=target.output_uri)
     operator.end(epoch2, 0)
 
@@ -114,10 +114,10 @@ def test_resume_with_skewed_partitions(spark: SparkSession, local_target: Target
     with pytest.raises(Exception, match="injected fault"):
         run_pipeline(spark, job1, mode="rows", inputs=inputs, output=target.output_uri, faults=faults, num_partitions=8)
     operator.end(epoch1, 1)
+    # The new epoch's base is what counts as done: an attempt of the failed run may still seal until then.
+    epoch2 = operator.begin()
     done_before = done_keys(operator.store)
     assert " acct-000" not in done_before
-
-    epoch2 = operator.begin()
     summary = run_pipeline(
         spark, _job(spark, target, epoch2), mode="rows", inputs=inputs, output=target.output_uri, num_partitions=8
     )

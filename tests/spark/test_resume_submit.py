@@ -69,10 +69,12 @@ def test_driver_killed_mid_job_then_rerun_resumes(
     finally:
         kill_group(proc)
         proc.communicate()
-    done_before = done_keys(operator.store)  # the killed run never ended its epoch: as after a lost driver
+    # The killed run never ended its epoch (as after a lost driver); the new epoch's base is what is done.
+    epoch2 = operator.begin()
+    done_before = done_keys(operator.store)
     everything = {file_key(p) for p in inputs} if mode == "files" else None
 
-    summary = _rerun(spark, operator, target, mode, inputs)
+    summary = _rerun(spark, operator, target, mode, inputs, epoch=epoch2)
     total = len(everything) if everything is not None else 24
     assert 0 < len(done_before) < total
     assert summary.keys == total - len(done_before), "the rerun must process exactly the keys not yet sealed"
@@ -117,17 +119,20 @@ def test_zombie_attempt_sealing_after_the_rerun_began_is_ignored(
 ) -> None:
     """Scenario 5: an attempt of the failed run seals after the rerun opened its epoch: never valid.
 
-    The failpoint holds each Python worker's second seal for 12 s *after* the
-    store's fence check and before the manifest is written, so it lands in epoch 1
-    while epoch 2 is already open.
+    One core and the writer as the stage's only Python code, so one reused Python
+    worker seals the partitions in order; the failpoint holds its third seal for
+    15 s *after* the store's fence check and before the manifest is written. The
+    test opens epoch 2 meanwhile, so that seal lands in epoch 1 while epoch 2 is
+    open; the next task of the old run is fenced and the old run fails.
     """
     target = s3_target
     inputs = make_inputs(tmp_path / "in", files=8)
     operator = FakeOperator(target)
     epoch1 = operator.begin()
+    spec = job_spec("rows", inputs, target.output_uri, 4, python_transform=False)
     proc = start(
-        local_submit_argv("local[2]", operator.confs(epoch1), job_spec("rows", inputs, target.output_uri, 8)),
-        operator.env(failpoints="store.checkpoint.before_manifest=sleep:12@2"),
+        local_submit_argv("local[1]", operator.confs(epoch1), spec),
+        operator.env(failpoints="store.checkpoint.before_manifest=sleep:15@3"),
     )
     store = operator.store
     try:
@@ -137,18 +142,18 @@ def test_zombie_attempt_sealing_after_the_rerun_began_is_ignored(
             staged = {b.key.split("/")[1] for b in store.blobs.list("checkpoints/") if "/keys/" in b.key}
             sealed = {c.checkpoint_id for c in store.list_checkpoints()}
             stuck.update(staged - sealed)
-            return bool(stuck) and _sealed(operator, epoch1) >= 1
+            return bool(stuck) and _sealed(operator, epoch1) >= 2
 
-        wait_for(a_zombie_is_waiting, 120, "a task stuck before writing its manifest")
+        wait_for(a_zombie_is_waiting, 150, "the third seal to wait before its manifest (one reused Python worker)")
         epoch2 = operator.begin()  # the rerun's submit: from here, epoch 1 is fenced
         base = done_keys(store)
         wait_for(lambda: bool(stuck & {c.checkpoint_id for c in store.list_checkpoints()}), 60, "the zombie seal")
         submitted = finish(proc, timeout=120)
     finally:
         kill_group(proc)
-    assert submitted.returncode != 0, "the old run's later tasks are fenced, so it fails"
+    assert submitted.returncode != 0, "the old run's next task is fenced, so it fails"
     zombies = [c for c in store.list_checkpoints() if c.checkpoint_id in stuck]
-    assert zombies and all(c.epoch == epoch1 for c in zombies)
+    assert len(zombies) == 1 and zombies[0].epoch == epoch1
     valid = {c.checkpoint_id for c in store.valid_checkpoints()}
     assert not valid & stuck, "a checkpoint sealed in an old epoch after a new one began is never valid"
 
@@ -156,7 +161,7 @@ def test_zombie_attempt_sealing_after_the_rerun_began_is_ignored(
     summary = _rerun(spark, operator, target, "rows", inputs, epoch=epoch2)
     assert summary.keys == 24 - len(base)
     result = store.commit(output_roots=[target.output_uri])
-    assert zombie_files and zombie_files <= set(result.deleted_files), "the zombies' files are orphans"
+    assert zombie_files and zombie_files <= set(result.deleted_files), "the zombie's files are orphans"
     assert_exactly_once(target, inputs)
 
 

@@ -2,7 +2,7 @@
 
 It gets the store from the operator's confs (``CheckpointedJob.from_spark``) and
 its work from one JSON argument: ``{"mode", "inputs", "output", "num_partitions",
-"partition_by"}``. Faults come from ``CKPT_TEST_FAULTS`` (see ``pipeline.py``).
+"partition_by", "python_transform"}``. Faults come from ``CKPT_TEST_FAULTS`` (see ``pipeline.py``).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ def main() -> int:
         faults=faults_from_env(),
         num_partitions=int(spec.get("num_partitions", 4)),
         partition_by=spec.get("partition_by"),
+        python_transform=bool(spec.get("python_transform", True)),
     )
     job.finish()
     print(f"SUMMARY {json.dumps(summary.to_json())}", flush=True)
