@@ -47,10 +47,6 @@ class RunOutcome:
     killed: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def exited_by_failpoint(self) -> bool:
-        return self.returncode == EXIT_CODE
-
     def short_error(self, limit: int = 300) -> str:
         if self.returncode == EXIT_CODE:
             return f"exit code {EXIT_CODE} (an exit failpoint ended the process)"
@@ -184,6 +180,10 @@ def submit_argv(spec: Mapping[str, Any], master: str = "local[2]") -> list[str]:
         "spark.ui.showConsoleProgress=false",
         "--conf",
         "spark.sql.shuffle.partitions=4",
+        "--conf",
+        "spark.sql.files.maxPartitionBytes=2048",  # one tiny input file per scan task, as in the host
+        "--conf",
+        "spark.sql.files.openCostInBytes=1024",
         "--conf",
         "spark.driver.host=127.0.0.1",
         "--conf",

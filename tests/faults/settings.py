@@ -1,7 +1,7 @@
 """How big a campaign is: trial counts and the seed, from the environment (CI defaults are small).
 
 ``CKPT_FAULT_SEED``            campaign seed (default: drawn at random and printed)
-``CKPT_FAULT_TRIALS``          failpoint trials per backend in the resident Spark host (default 3)
+``CKPT_FAULT_TRIALS``          failpoint trials per backend in the resident Spark host (default 2)
 ``CKPT_FAULT_SUBMIT_TRIALS``   SIGKILL / driver-exit trials per backend, each a spark-submit (default 1)
 ``CKPT_FAULT_STORE_TRIALS``    store-fault trials through the proxy (default 5: one per fault)
 ``CKPT_FAULT_RACES``           begin_epoch races per backend (default 100)
@@ -33,7 +33,7 @@ class CampaignSettings:
     def from_env(cls) -> CampaignSettings:
         return cls(
             seed=_int("CKPT_FAULT_SEED", random.SystemRandom().randrange(1, 10**6)),
-            trials=_int("CKPT_FAULT_TRIALS", 3),
+            trials=_int("CKPT_FAULT_TRIALS", 2),
             submit_trials=_int("CKPT_FAULT_SUBMIT_TRIALS", 1),
             store_trials=_int("CKPT_FAULT_STORE_TRIALS", 5),
             races=_int("CKPT_FAULT_RACES", 100),

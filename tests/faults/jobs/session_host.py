@@ -13,7 +13,7 @@ it before each task.
 Python workers of one job can outlive it: a worker of a failed job may still
 run its killed task, and workers of a job with failpoints were seen firing them
 after the job had returned, reported as the next job's failure. So every job
-that had failpoints armed or failed is followed by a move to a fresh worker pool
+that had crash failpoints armed or failed is followed by a move to a fresh worker pool
 (PySpark keys its pools by the workers' environment, so a new
 ``CKPT_FAULT_POOL`` value is a new pool), and the old pool's processes — this
 host's descendants — are killed by pid. Unarmed jobs that succeed share a pool.
@@ -123,7 +123,8 @@ def handle(spark: SparkSession, pools: WorkerPools, command: dict[str, Any]) -> 
     os.environ[failpoints.ENV_VAR] = spec_failpoints
     failpoints.reload_from_env()
     started = time.monotonic()
-    pools.dirty = bool(spec_failpoints)  # an armed job's workers must not serve the next job
+    # Workers armed to crash must not serve the next job (a sleep failpoint only slows it: harmless).
+    pools.dirty = "=raise" in spec_failpoints or "=exit" in spec_failpoints
     try:
         result = run_job(spark, command["spec"], command.get("options") or {})
         return {"ok": True, "result": result, "seconds": time.monotonic() - started, "pool_seconds": switch_seconds}
@@ -151,6 +152,9 @@ def main() -> int:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
+        # One tiny input file per scan task (else Spark packs all 8 into 2 tasks): more tasks to crash.
+        .config("spark.sql.files.maxPartitionBytes", "2048")
+        .config("spark.sql.files.openCostInBytes", "1024")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.python.daemon.module", DAEMON_MODULE)
