@@ -264,6 +264,11 @@ class CpuSampler:
             self._sample()
             self._stop.wait(self.interval)
 
+    def total(self) -> float:
+        """CPU seconds so far (samples now)."""
+        self._sample()
+        return sum(self._seen.values())
+
     def stop(self) -> float:
         self._stop.set()
         self._thread.join()
@@ -728,6 +733,22 @@ def startup_seconds(base: Path) -> float:
     return time.monotonic() - started
 
 
+def decomposition(data: DataSet, scale: Scale, work: Path, repeats: int = 2) -> dict[str, Any]:
+    """The in-session breakdown of a clean run (``sessions_job.decompose``), in one spark-submit."""
+    base = work / "runs" / "decompose"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    spec = {"mode": "decompose", "input_dir": str(data.directory), "output": str(base / "out"), "repeats": repeats}
+    variant = Plain(data, scale, base)
+    result = spark_submit(spec, variant.read_confs(), base)
+    runs: dict[str, list[list[float]]] = result.job["decomposition"]
+    summary = {
+        name: {"wall": min(r[0] for r in rs), "cpu": min(r[1] for r in rs), "runs": rs} for name, rs in runs.items()
+    }
+    print(f"[resume] in-session decomposition: {json.dumps(summary)}", flush=True)
+    return summary
+
+
 def run(scale_name: str, variants: list[str], kills: list[float], work: Path = WORK) -> dict[str, Any]:
     scale = SCALES[scale_name]
     result: dict[str, Any] = {"scale": scale_name, "scale_params": dataclasses.asdict(scale), "load_start": load()}
@@ -736,6 +757,7 @@ def run(scale_name: str, variants: list[str], kills: list[float], work: Path = W
     result["data"] = {"files": data.files, "sessions": data.sessions, "bytes": data.bytes}
     result["startup_seconds"] = startup_seconds(work / "runs" / "noop")
     print(f"[resume] spark-submit start+stop: {result['startup_seconds']:.1f} s", flush=True)
+    result["decomposition"] = decomposition(data, scale, work)
     result["variants"] = {}
     for name in variants:
         variant = VARIANT_CLASSES[name](data, scale, work / "runs" / name)

@@ -134,8 +134,80 @@ def run(spark: SparkSession, spec: dict[str, Any]) -> dict[str, Any]:
     return {"result": job.finish()}
 
 
+def decompose(spark: SparkSession, spec: dict[str, Any]) -> dict[str, Any]:
+    """Where a clean run's time goes, in this one session (no JVM start in the numbers).
+
+    Each step is run once to warm up, then ``repeats`` times interleaved; wall and CPU
+    seconds (whole process tree: JVM, driver, Python workers) per run:
+
+    * ``df.write.parquet`` — the baseline;
+    * ``write_parquet`` (file keys) — this package's clean run;
+    * ``mapInArrow, rows discarded`` — the same rows shipped to Python workers as Arrow
+      batches and dropped: the cost of leaving the JVM, without writing or checkpointing;
+    * ``transform only (noop sink)`` — the job without any write.
+    """
+    import os
+    import shutil
+
+    import pyarrow as pa
+    from resume_vs_alternatives import CpuSampler
+
+    from airflow_ckpt_provider.spark import CheckpointedJob
+
+    users = users_dimension(spark, int(spec.get("users", 50_000)))
+    inputs = sorted(str(p) for p in Path(spec["input_dir"]).glob("*.parquet"))
+    work = Path(spec["output"])
+
+    def fresh(name: str) -> str:
+        shutil.rmtree(work / name, ignore_errors=True)
+        return str(work / name)
+
+    def plain() -> None:
+        transform(spark.read.parquet(*inputs), users).write.mode("overwrite").parquet(fresh("plain"))
+
+    def checkpointed() -> None:
+        job = CheckpointedJob(spark, fresh("store"), owner="decompose")
+        job.write_parquet(transform(job.read_parquet(inputs), users), fresh("ckpt"))
+        job.finish()
+
+    def to_python() -> None:
+        def drop(batches: Any) -> Any:
+            rows = sum(b.num_rows for b in batches)
+            yield pa.RecordBatch.from_pydict({"rows": [rows]})
+
+        transform(spark.read.parquet(*inputs), users).mapInArrow(drop, "rows long").collect()
+
+    def noop() -> None:
+        transform(spark.read.parquet(*inputs), users).write.format("noop").mode("overwrite").save()
+
+    steps = {
+        "df.write.parquet": plain,
+        "write_parquet (file keys)": checkpointed,
+        "mapInArrow, rows discarded": to_python,
+        "transform only (noop sink)": noop,
+    }
+    for step in steps.values():
+        step()
+    sampler = CpuSampler(os.getsid(0))
+    runs: dict[str, list[list[float]]] = {name: [] for name in steps}
+    for _ in range(int(spec.get("repeats", 2))):
+        for name, step in steps.items():
+            cpu_before, started = sampler.total(), time.perf_counter()
+            step()
+            runs[name].append([time.perf_counter() - started, sampler.total() - cpu_before])
+    sampler.stop()
+    return {"decomposition": runs}
+
+
 def main() -> int:
     spec = json.loads(sys.argv[1])
+    if spec["mode"] == "decompose":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        spark = SparkSession.builder.appName("bench-sessions-decompose").getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+        print("BENCH_JOB " + json.dumps(decompose(spark, spec)), flush=True)
+        spark.stop()
+        return 0
     spark = SparkSession.builder.appName(f"bench-sessions-{spec['mode']}").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     started = time.time()
