@@ -31,21 +31,20 @@ from types import TracebackType
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema, to_arrow_type
-from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+from pyspark.sql.pandas.types import to_arrow_type
+from pyspark.sql.types import StructType
 
 from airflow_ckpt_provider.spark.confs import DEFAULT_BROADCAST_THRESHOLD, settings_from_conf
 from airflow_ckpt_provider.spark.errors import (
-    InputFilesError,
     KeyColumnNotFoundError,
     KeyDefinitionConflictError,
     NullKeyError,
     SourceKeyLostError,
     WriterContractError,
 )
+from airflow_ckpt_provider.spark.inputs import FileInputs
 from airflow_ckpt_provider.spark.keys import (
     NULL_KEY_MARKER,
     SOURCE_FILE_COLUMN,
@@ -53,9 +52,8 @@ from airflow_ckpt_provider.spark.keys import (
     key_columns,
     normalize_key_type,
 )
-from airflow_ckpt_provider.spark.paths import arrow_filesystem, arrow_path, file_key, is_s3
-from airflow_ckpt_provider.spark.plan import READER_MARKER, PlanShape, native_layout, plan_shape
-from airflow_ckpt_provider.spark.reader import FileSourceSpec, SourceFile, make_reader, plan_groups
+from airflow_ckpt_provider.spark.paths import file_key
+from airflow_ckpt_provider.spark.plan import PlanShape, plan_shape
 from airflow_ckpt_provider.spark.sink import ParquetSink
 from airflow_ckpt_provider.spark.skip import anti_join, done_keys_frame
 from airflow_ckpt_provider.spark.summary import TaskReport, WriteSummary, emit_result
@@ -119,17 +117,10 @@ class CheckpointedJob:
         else:
             self._check_epoch(epoch)
         self.epoch: int = epoch
-        self._file_keys: list[str] = []
-        self._file_index: dict[str, int] = {}
-        self._reader_tasks: dict[str, tuple[tuple[str, ...], ...]] = {}
+        self._files = FileInputs(spark, self._options)
         self._row_key: tuple[str, ...] | None = None
         self._source_kind: str | None = None
         self._summaries: list[WriteSummary] = []
-        self._listed: set[str] = set()
-        self._pending: set[str] = set()
-        self._bytes_pending = 0
-        # Files the pyarrow reader opened (Spark's scan reads exactly the pending files it is given).
-        self._input_files = spark.sparkContext.accumulator(0)
         self._finished = False
 
     @classmethod
@@ -233,49 +224,7 @@ class CheckpointedJob:
         done: set[str] = set()
         if self.store.key_type() is not None:
             done = set(self.store.get_checkpointed_keys().column(0).to_pylist())
-        pending: list[str] = []
-        seen: set[str] = set()
-        for path in paths:
-            key = file_key(path)
-            if key in done or key in seen:
-                continue
-            seen.add(key)
-            pending.append(path)
-        self._listed.update(file_key(p) for p in paths)
-        self._pending.update(file_key(p) for p in pending)
-        log.info("%d of %d input files pending (%d done)", len(pending), len(paths), len(paths) - len(pending))
-        return pending
-
-    def _register_file(self, path: str) -> int:
-        key = file_key(path)
-        index = self._file_index.get(key)
-        if index is None:
-            index = self._file_index[key] = len(self._file_keys)
-            self._file_keys.append(key)
-        return index
-
-    def _file_sizes(self, paths: Sequence[str]) -> list[int]:
-        """Sizes of the input files (one batched listing call per filesystem)."""
-        by_fs: dict[bool, list[int]] = {}
-        for position, path in enumerate(paths):
-            by_fs.setdefault(is_s3(path), []).append(position)
-        sizes = [0] * len(paths)
-        for _s3, positions in by_fs.items():
-            filesystem = arrow_filesystem(paths[positions[0]], self._options)
-            infos = filesystem.get_file_info([arrow_path(paths[p]) for p in positions])
-            for position, info in zip(positions, infos, strict=False):
-                if info.size is None:
-                    raise InputFilesError(f"input file {paths[position]} does not exist or is not a file")
-                sizes[position] = int(info.size)
-        return sizes
-
-    def _read_arrow_schema(self, path: str) -> pa.Schema:
-        filesystem = arrow_filesystem(path, self._options)
-        try:
-            with filesystem.open_input_file(arrow_path(path)) as handle:
-                return pq.read_schema(handle)
-        except (OSError, pa.ArrowInvalid) as exc:
-            raise InputFilesError(f"cannot read the Parquet schema of {path}: {exc}") from exc
+        return self._files.select_pending(paths, done)
 
     def read_parquet(
         self,
@@ -303,73 +252,17 @@ class CheckpointedJob:
 
         Raises :class:`InputFilesError`.
         """
-        if reader not in ("auto", "spark", "pyarrow"):
-            raise ValueError(f"reader must be 'auto', 'spark' or 'pyarrow', not {reader!r}")
         paths = list(paths)
         todo = self.pending_files(paths)
-        if not todo:
-            if schema is None and not paths:
-                raise InputFilesError("read_parquet got no input files and no schema: pass schema=StructType(...)")
-            spark_schema = schema or from_arrow_schema(self._read_arrow_schema(paths[0]))
-            hidden = StructField(SOURCE_FILE_COLUMN, StringType(), True)
-            return self.spark.createDataFrame([], StructType([*spark_schema.fields, hidden]))
-        sizes = self._file_sizes(todo)
-        self._bytes_pending += sum(sizes)
-        if reader != "pyarrow":
-            native = self._spark_parquet(todo, schema)
-            if native is not None:
-                return native
-            if reader == "spark":
-                raise InputFilesError("Spark cannot read these files whole, one task per file group (see the log)")
-        return self._pyarrow_parquet(todo, sizes, schema, max_partition_bytes, min_partitions, batch_rows)
-
-    def _spark_parquet(self, todo: Sequence[str], schema: StructType | None) -> DataFrame | None:
-        """Spark's Parquet scan tagged with ``_metadata.file_path``, if it reads every file whole."""
-        try:
-            source = self.spark.read.schema(schema) if schema is not None else self.spark.read
-            df = source.parquet(*todo).withColumn(SOURCE_FILE_COLUMN, F.col("_metadata.file_path"))
-        except Exception as exc:  # e.g. no Hadoop filesystem for s3://: pyarrow reads it instead
-            log.info("Spark cannot read the input (%s); reading it with pyarrow", str(exc).splitlines()[0])
-            return None
-        layout = native_layout(df, SOURCE_FILE_COLUMN)
-        if isinstance(layout, str):
-            log.info("reading the input with pyarrow instead of Spark's scan: %s", layout)
-            return None
-        return df
-
-    def _pyarrow_parquet(
-        self,
-        todo: Sequence[str],
-        sizes: Sequence[int],
-        schema: StructType | None,
-        max_partition_bytes: int | None,
-        min_partitions: int | None,
-        batch_rows: int,
-    ) -> DataFrame:
-        spark_schema = schema or from_arrow_schema(self._read_arrow_schema(todo[0]))
-        out_schema = StructType([*spark_schema.fields, StructField(SOURCE_FILE_COLUMN, IntegerType(), True)])
-        files = [SourceFile(self._register_file(p), p, size) for p, size in zip(todo, sizes, strict=True)]
-        conf_max = int(str(self.spark.conf.get("spark.sql.files.maxPartitionBytes", "134217728")).rstrip("b"))
-        groups = plan_groups(
-            files,
-            max_bytes=max_partition_bytes or conf_max,
-            min_groups=min_partitions or 2 * self.spark.sparkContext.defaultParallelism,
-        )
-        name = f"{READER_MARKER}_r{len(self._reader_tasks)}"
-        self._reader_tasks[name] = tuple(tuple(f.uri for f in g) for g in groups)
-        spec = FileSourceSpec(
-            groups=tuple(groups),
-            schema=to_arrow_schema(spark_schema),
-            fs_options=self._options,
+        return self._files.read_parquet(
+            paths,
+            todo,
+            schema=schema,
+            reader=reader,
+            max_partition_bytes=max_partition_bytes,
+            min_partitions=min_partitions,
             batch_rows=batch_rows,
         )
-        input_files = self._input_files
-
-        def on_file(size: int) -> None:
-            input_files.add(1)
-
-        function = make_reader(spec, name, on_file)
-        return self.spark.range(0, len(groups), 1, len(groups)).mapInArrow(function, out_schema)
 
     # ------------------------------------------------------------------ row-level resume
 
@@ -444,7 +337,7 @@ class CheckpointedJob:
     def _co_partition(
         self, df: DataFrame, column: str, num_partitions: int | None
     ) -> tuple[DataFrame, PlanShape, bool]:
-        shape = plan_shape(df, column, file_keyed=column == SOURCE_FILE_COLUMN, reader_tasks=self._reader_tasks)
+        shape = plan_shape(df, column, file_keyed=column == SOURCE_FILE_COLUMN, reader_tasks=self._files.reader_tasks)
         if shape.grouped:
             log.info("no shuffle before the writer: %s", shape.reason)
             return df, shape, False
@@ -544,7 +437,7 @@ class CheckpointedJob:
             writer=writer_fn,
             key_column=column,
             file_keyed=column == SOURCE_FILE_COLUMN,
-            file_registry=tuple(self._file_keys) if column == SOURCE_FILE_COLUMN else None,
+            file_registry=tuple(self._files.registry) if column == SOURCE_FILE_COLUMN else None,
             task_files=task_files,
         )
         self.spark.sparkContext.setJobDescription(f"checkpointed write to {output_root} (epoch {self.epoch})")
@@ -615,22 +508,9 @@ class CheckpointedJob:
             "files": sum(s.files for s in self._summaries),
             "keys": sum(s.keys for s in self._summaries),
             "sealed_partitions": sum(s.sealed_partitions for s in self._summaries),
-            "input": {
-                "files_listed": len(self._listed),
-                "files_skipped": len(self._listed - self._pending),
-                "files_pending": len(self._pending),
-                "bytes_pending": self._bytes_pending,
-                "pyarrow_files_read": self._accumulated(self._input_files),
-            },
+            "input": self._files.stats(),
             "writes": writes,
         }
-
-    @staticmethod
-    def _accumulated(accumulator: Any) -> int:
-        try:
-            return int(accumulator.value)
-        except Exception:
-            return 0
 
     def _emit(self) -> None:
         try:
