@@ -157,6 +157,12 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=12, help="read_parquet tasks (whole files each)")
     parser.add_argument("--batch", type=int, default=50_000, help="spark.sql.execution.arrow.maxRecordsPerBatch")
+    parser.add_argument(
+        "--max-partition-bytes",
+        type=int,
+        default=64 * 1024 * 1024,
+        help="spark.sql.files.maxPartitionBytes (both runs): smaller tasks resume at a finer grain",
+    )
     args = parser.parse_args()
 
     inputs = generate(args.files, args.rows)
@@ -168,6 +174,7 @@ def main() -> int:
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "8")
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(args.batch))
+        .config("spark.sql.files.maxPartitionBytes", str(args.max_partition_bytes))
         .config("spark.driver.host", "127.0.0.1")
         .getOrCreate()
     )
@@ -206,7 +213,10 @@ def main() -> int:
 
     print()
     print(f"input: {len(inputs)} Parquet files, {total_bytes / 1e6:.0f} MB, {len(inputs) * args.rows:,} rows;")
-    print(f"local[2], Spark's own Parquet scan, maxRecordsPerBatch {args.batch}; median of {args.repeat}")
+    print(
+        f"local[2], Spark's own Parquet scan, maxPartitionBytes {args.max_partition_bytes >> 20} MiB, "
+        f"maxRecordsPerBatch {args.batch}; median of {args.repeat}"
+    )
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print()
     print(f"{'measure':<44}{'value':>12}{'target':>14}{'ok':>5}")
