@@ -69,12 +69,11 @@ def _submit(
     return submitted
 
 
-@pytest.mark.s3
+@pytest.mark.parametrize("target", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
 def test_cluster_task_failure_then_rerun_resumes(
-    spark_cluster: SparkStandaloneCluster, s3_target: Target, tmp_path: Path
+    spark_cluster: SparkStandaloneCluster, target: Target, tmp_path: Path
 ) -> None:
-    """Scenario 1 on the cluster (store and output on S3): spark.task.maxFailures=1 fails the job."""
-    target = s3_target
+    """Scenario 1 on the cluster, store and output on local disk and on S3: spark.task.maxFailures=1 fails the job."""
     inputs = make_inputs(tmp_path / "in")
     operator = FakeOperator(target)
     spec = job_spec("rows", inputs, target.output_uri, 8)
@@ -94,11 +93,11 @@ def test_cluster_task_failure_then_rerun_resumes(
     assert_exactly_once(target, inputs)
 
 
+@pytest.mark.parametrize("target", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
 def test_cluster_driver_killed_then_rerun_resumes(
-    spark_cluster: SparkStandaloneCluster, local_target: Target, tmp_path: Path
+    spark_cluster: SparkStandaloneCluster, target: Target, tmp_path: Path
 ) -> None:
-    """Scenario 2 on the cluster (store and output on local disk): SIGKILL the driver mid-job."""
-    target = local_target
+    """Scenario 2 on the cluster, store and output on local disk and on S3: SIGKILL the driver mid-job."""
     inputs = make_inputs(tmp_path / "in")
     operator = FakeOperator(target)
     spec = job_spec("files", inputs, target.output_uri, 8)
@@ -129,9 +128,9 @@ def test_cluster_driver_killed_then_rerun_resumes(
     assert_exactly_once(target, inputs)
 
 
-@pytest.mark.s3
+@pytest.mark.parametrize("target", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
 def test_speculative_duplicates_seal_and_only_one_counts(
-    spark_cluster: SparkStandaloneCluster, s3_target: Target, tmp_path: Path
+    spark_cluster: SparkStandaloneCluster, target: Target, tmp_path: Path
 ) -> None:
     """Scenario 4: with speculation, two attempts of one partition both seal; the commit keeps one.
 
@@ -139,7 +138,6 @@ def test_speculative_duplicates_seal_and_only_one_counts(
     the scheduler launches a speculative copy on the other worker, which writes and
     seals again. The first seal is the valid one; the copy's files are orphans.
     """
-    target = s3_target
     inputs = make_inputs(tmp_path / "in")
     operator = FakeOperator(target)
     spec = job_spec("rows", inputs, target.output_uri, 8)

@@ -83,10 +83,9 @@ def test_driver_killed_mid_job_then_rerun_resumes(
     assert_exactly_once(target, inputs)
 
 
-@pytest.mark.s3
-def test_flaky_tasks_are_retried_within_one_run(tmp_path: Path, s3_target: Target) -> None:
+@pytest.mark.parametrize("target", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
+def test_flaky_tasks_are_retried_within_one_run(tmp_path: Path, target: Target) -> None:
     """Scenario 3: local[2,4] retries failed tasks; failed attempts' files never reach the committed output."""
-    target = s3_target
     inputs = make_inputs(tmp_path / "in", files=8)
     operator = FakeOperator(target)
     epoch = operator.begin()
@@ -113,9 +112,9 @@ def test_flaky_tasks_are_retried_within_one_run(tmp_path: Path, s3_target: Targe
     assert_exactly_once(target, inputs)
 
 
-@pytest.mark.s3
+@pytest.mark.parametrize("target", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
 def test_zombie_attempt_sealing_after_the_rerun_began_is_ignored(
-    spark: SparkSession, s3_target: Target, tmp_path: Path
+    spark: SparkSession, target: Target, tmp_path: Path
 ) -> None:
     """Scenario 5: an attempt of the failed run seals after the rerun opened its epoch: never valid.
 
@@ -125,7 +124,6 @@ def test_zombie_attempt_sealing_after_the_rerun_began_is_ignored(
     test opens epoch 2 meanwhile, so that seal lands in epoch 1 while epoch 2 is
     open; the next task of the old run is fenced and the old run fails.
     """
-    target = s3_target
     inputs = make_inputs(tmp_path / "in", files=8)
     operator = FakeOperator(target)
     epoch1 = operator.begin()
