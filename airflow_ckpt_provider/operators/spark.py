@@ -205,13 +205,18 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
 
     @staticmethod
     def _plan(store: CheckpointStore, epoch: Epoch) -> dict[str, Any]:
-        progress = store.progress()
+        if epoch.base_keys is not None and epoch.base_rows is not None:
+            # Counted by begin_epoch from the state it just read: no second pass over every manifest.
+            keys, rows = epoch.base_keys, epoch.base_rows
+        else:
+            progress = store.progress()
+            keys, rows = progress.keys_done, progress.rows
         return {
             "checkpoint_uri": store.uri,
             "epoch": epoch.number,
             "checkpoints_skipped": len(epoch.base),
-            "keys_skipped": progress.keys_done,
-            "rows_skipped": progress.rows,
+            "keys_skipped": keys,
+            "rows_skipped": rows,
             "snapshot": epoch.base_snapshot,
         }
 
@@ -326,7 +331,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
 
     def _epoch_degraded(self, store: CheckpointStore, epoch: int) -> bool:
         try:
-            return epoch in store.progress().degraded_epochs
+            return store.is_degraded(epoch)
         except Exception as exc:  # the store may be the thing that is down
             self.log.warning("Could not read the degraded state of epoch %d: %s", epoch, exc)
             return False

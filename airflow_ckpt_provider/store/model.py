@@ -132,6 +132,10 @@ class Epoch:
 
     ``base`` is the exact set of checkpoint ids considered done when the epoch
     began; ``base_snapshot`` the snapshot (compacted committed keys) it builds on.
+    ``base_keys`` / ``base_rows``: how many keys (snapshot included) and rows that
+    base holds, counted when the epoch began (None in records written before 0.1's
+    stores recorded them), so a submit can report what it skips without reading
+    every manifest again.
     """
 
     number: int
@@ -144,6 +148,8 @@ class Epoch:
     status: EpochStatus = EpochStatus.OPEN
     degraded: bool = False
     ended_at: str | None = None
+    base_keys: int | None = None
+    base_rows: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -153,6 +159,8 @@ class Epoch:
             "created_at": self.created_at,
             "base": list(self.base),
             "base_snapshot": self.base_snapshot,
+            "base_keys": self.base_keys,
+            "base_rows": self.base_rows,
             "expected_partitions": self.expected_partitions,
             "metadata": dict(self.metadata),
         }
@@ -167,6 +175,8 @@ class Epoch:
             base_snapshot=None if data.get("base_snapshot") is None else int(data["base_snapshot"]),
             expected_partitions=(None if data.get("expected_partitions") is None else int(data["expected_partitions"])),
             metadata=dict(data.get("metadata") or {}),
+            base_keys=None if data.get("base_keys") is None else int(data["base_keys"]),
+            base_rows=None if data.get("base_rows") is None else int(data["base_rows"]),
         )
 
 

@@ -545,6 +545,11 @@ class CheckpointStore:
         records, ends, expected, degraded = self._list_epoch_files()
         return self._map(lambda n: self._load_epoch(n, ends, expected, degraded), sorted(records))
 
+    def is_degraded(self, epoch: int) -> bool:
+        """Whether ``epoch`` recorded that checkpointing was off somewhere (one listing of its degraded markers)."""
+        prefix = _epoch_key(epoch, ".degraded-")
+        return any(True for _ in self.blobs.list(prefix))
+
     def is_current_epoch(self, epoch: int) -> bool:
         """True while no newer epoch exists (one HEAD request). Writers check it before writing."""
         return not self.blobs.exists(_epoch_key(epoch + 1))
@@ -579,12 +584,17 @@ class CheckpointStore:
         snapshot_number = None if state.snapshot is None else int(state.snapshot["snapshot"])
         folded = set(state.snapshot["checkpoint_ids"]) if state.snapshot else set()
         base = tuple(sorted(c.checkpoint_id for c in state.valid if c.checkpoint_id not in folded))
+        base_checkpoints = [c for c in state.valid if c.checkpoint_id not in folded]
         epoch = Epoch(
             number=number,
             owner=owner,
             created_at=_now(),
             base=base,
             base_snapshot=snapshot_number,
+            # Counted as progress() counts them, so a submit need not read every manifest again to say what it skips.
+            base_keys=(int(state.snapshot["num_keys"]) if state.snapshot else 0)
+            + sum(c.num_keys for c in base_checkpoints),
+            base_rows=sum(c.num_rows for c in base_checkpoints),
             expected_partitions=expected_partitions,
             metadata=dict(metadata or {}),
         )

@@ -110,9 +110,7 @@ def test_crash_between_parts_and_manifest_leaves_nothing_visible(backend: Backen
         """
     )
     env = {"CKPT_FAILPOINTS": "store.checkpoint.before_manifest=exit"}
-    proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=_env(env), timeout=120
-    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=_env(env), timeout=120)
     assert proc.returncode == failpoints.EXIT_CODE, proc.stderr
     checkpoint_id = proc.stdout.strip()
     assert any(checkpoint_id in key for key in backend.store_keys())  # the key part is there...
@@ -167,6 +165,33 @@ def test_open_epoch_blocks_other_owners_but_not_own_retry(backend: Backend) -> N
     assert forced.number == retry.number + 1
     store.end_epoch(forced.number, status=EpochStatus.SUCCEEDED)
     assert store.begin_epoch(owner="someone-else").number == forced.number + 1
+
+
+def test_an_epoch_records_what_its_base_holds(backend: Backend) -> None:
+    """begin_epoch counts the keys and rows it builds on, as progress() would, from the one state it reads."""
+    store = backend.store()
+    first = store.begin_epoch(owner="t")
+    assert (first.base_keys, first.base_rows) == (0, 0)
+    write_task(store, backend, epoch=first.number, partition=0, keys=["a", "b", "c"])
+    write_task(store, backend, epoch=first.number, partition=1, keys=["d"])
+    write_task(store, backend, epoch=first.number, partition=2, keys=["e"], seal=False)  # not done
+    store.end_epoch(first.number, status=EpochStatus.FAILED)
+    progress = store.progress()
+    second = store.begin_epoch(owner="t")
+    assert (second.base_keys, second.base_rows) == (progress.keys_done, progress.rows) == (4, 4)
+    reread = store.current_epoch()
+    assert reread is not None and (reread.base_keys, reread.base_rows) == (4, 4)
+
+
+def test_is_degraded_reads_only_the_epochs_markers(backend: Backend) -> None:
+    store = backend.store()
+    first = store.begin_epoch(owner="t")
+    store.end_epoch(first.number, status=EpochStatus.SUCCEEDED)
+    second = store.begin_epoch(owner="t")
+    store.mark_degraded(second.number, "breaker tripped in a test")
+    assert not store.is_degraded(first.number)
+    assert store.is_degraded(second.number)
+    assert store.progress().degraded_epochs == (second.number,)
 
 
 def test_zombie_sealed_in_old_epoch_is_never_valid(backend: Backend) -> None:
@@ -267,9 +292,7 @@ def test_commit_deletes_exactly_the_orphans(backend: Backend) -> None:
     assert done_keys(store) == ["a0", "a1", "a2", "a3"]
 
 
-@pytest.mark.parametrize(
-    "failpoint", ["store.commit.between_phases", "store.commit.during_delete_orphans"]
-)
+@pytest.mark.parametrize("failpoint", ["store.commit.between_phases", "store.commit.during_delete_orphans"])
 def test_commit_killed_between_phases_then_resumed(backend: Backend, failpoint: str) -> None:
     good, _, foreign = _scenario(backend)
     # Enough orphans that deletion spans several batches would be slow; one batch is the same code path.
