@@ -8,6 +8,7 @@ trial can be replayed alone (``--seed S --only I``).
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 
@@ -36,6 +37,17 @@ COMMIT_FAILPOINTS = (
     "store.cleanup.after_snapshot_keys",
     "store.cleanup.after_snapshot_manifest",
 )
+#: Executor failpoints where a worker killed with ``os._exit`` leaves a written file behind (an orphan).
+ORPHAN_POINTS = (
+    "spark.sink.after_file",
+    "spark.task.after_write",
+    "store.after_stage_files",
+    "store.after_stage_keys",
+    "spark.task.before_seal",
+    "store.checkpoint.before_manifest",
+)
+#: Commit failpoints that are reached only when there are orphans to delete.
+ORPHAN_COMMIT_POINTS = ("store.commit.before_delete_orphans", "store.commit.during_delete_orphans")
 #: Not a failpoint: SIGKILL of the spark-submit process group at a random moment.
 SIGKILL = "sigkill.driver"
 CRASH_POINTS = (*EXECUTOR_FAILPOINTS, *DRIVER_FAILPOINTS, SIGKILL)
@@ -191,6 +203,15 @@ class Planner:
             commit_crashes.append(Crash(first, rng.choice(("raise", "exit")), 1))
             if rng.random() < 0.3:
                 commit_crashes.append(Crash(rng.choice(COMMIT_FAILPOINTS), rng.choice(("raise", "exit")), 1))
+        leaves_orphans = crash.point == SIGKILL or (
+            crash.kind == "exit" and crash.point in ORPHAN_POINTS and crash.hit == 1
+        )
+        if commit_crashes and commit_crashes[0].point in ORPHAN_COMMIT_POINTS and not leaves_orphans:
+            # Those failpoints sit in the loop over orphans: without one they can never fire (the first
+            # campaign armed store.commit.during_delete_orphans 6 times on S3 and it fired 0 times). So the
+            # first crash surely fires (partitions stay pending) and the resume kills a worker mid-write.
+            crash = dataclasses.replace(crash, hit=1)
+            resume_crash = Crash(rng.choice(ORPHAN_POINTS), "exit", 1)
         policy = rng.choice((RetentionPolicy.DELETE_AFTER_SUCCESS, RetentionPolicy.RETAIN))
         rounds = 2 if policy is RetentionPolicy.RETAIN and rng.random() < 0.4 else 1
         return TrialPlan(
