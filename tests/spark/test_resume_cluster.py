@@ -156,8 +156,11 @@ def test_speculative_duplicates_seal_and_only_one_counts(
     attempts = [c for c in operator.store.list_checkpoints() if c.partition == 1]
     assert sorted(c.metadata["attempt"] for c in attempts) == [0, 1], "the speculative copy sealed too"
     valid = [c for c in operator.store.valid_checkpoints() if c.partition == 1]
-    assert len(valid) == 1 and valid[0].metadata["attempt"] == 0, "the first seal of a partition is the valid one"
-    duplicate = next(c for c in attempts if c.metadata["attempt"] == 1)
+    # Usually attempt 0 seals first (the copy starts during its post-seal pause), but a slow S3 write can
+    # let the scheduler launch the copy earlier and the copy win: the first seal is the valid one either way.
+    first = min(attempts, key=lambda c: (c.sealed_at, c.checkpoint_id))
+    assert [c.checkpoint_id for c in valid] == [first.checkpoint_id], "the first seal of a partition is the valid one"
+    duplicate = next(c for c in attempts if c.checkpoint_id != first.checkpoint_id)
     duplicate_files = {
         f["path"]
         for blob in operator.store.blobs.list(f"checkpoints/{duplicate.checkpoint_id}/files/")
