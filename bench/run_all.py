@@ -51,7 +51,36 @@ def git_commit() -> str:
 
 def write_json(name: str, data: dict[str, Any]) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
+    # Each result says when and at which commit it was measured (a run with --only refreshes some of them).
+    data.setdefault(
+        "measured", {"date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), "commit": git_commit()}
+    )
     (RESULTS / name).write_text(json.dumps(data, indent=1, default=str))
+
+
+def parse_spark_overhead(stdout: str) -> dict[str, Any]:
+    """The table bench/spark_overhead.py prints: (measure, value [target ok]) rows, its input line, the ratio."""
+    rows: list[list[str]] = []
+    ratio = None
+    input_line = ""
+    for raw in stdout.splitlines():
+        if raw.startswith("input:"):
+            input_line = raw.removeprefix("input:").strip().rstrip(";")
+        line = raw.rstrip()
+        if line.startswith("rerun after failure"):  # a heading of the indented rows under it
+            rows.append([line.strip(), ""])
+            continue
+        # Sub-rows are indented by two spaces ("  overhead ratio ..."): keep the indent as a marker.
+        match = re.match(r"^(\s*)(\S.*?\S)\s{2,}(\S+)(?:\s+(.+?))?\s*$", line)
+        if not match or line.lstrip().startswith(("measure", "-", "one run")):
+            continue
+        indent, name, value, rest = match.group(1), match.group(2), match.group(3), (match.group(4) or "").strip()
+        if not re.match(r"^[\d.]+x?$", value):
+            continue
+        rows.append([("\u2003" * (len(indent) // 2)) + name.strip(), f"{value} {rest}".strip()])
+        if "overhead ratio" in name:
+            ratio = float(value.rstrip("x"))
+    return {"input": input_line, "rows": rows, "ratio": ratio}
 
 
 def run_spark_overhead(scale: str) -> dict[str, Any]:
@@ -63,25 +92,9 @@ def run_spark_overhead(scale: str) -> dict[str, Any]:
     )
     if proc.returncode != 0:
         raise RuntimeError(f"{script.name} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    rows: list[list[str]] = []
-    ratio = None
-    input_line = ""
-    for line in proc.stdout.splitlines():
-        if line.startswith("input:"):
-            input_line = line.removeprefix("input:").strip().rstrip(";")
-        match = re.match(r"^(\S.*?\S)\s{2,}(\S+)(?:\s+(.+?))?\s*$", line)
-        if not match or line.startswith(("measure", "-")):
-            continue
-        name, value, rest = match.group(1), match.group(2), (match.group(3) or "").strip()
-        if not re.match(r"^[\d.]+x?$", value):
-            continue
-        rows.append([name.strip(), f"{value} {rest}".strip()])
-        if "overhead ratio" in name:
-            ratio = float(value.rstrip("x"))
+    parsed = parse_spark_overhead(proc.stdout)
     return {
-        "input": input_line,
-        "rows": rows,
-        "ratio": ratio,
+        **parsed,
         "seconds": time.monotonic() - started,
         "stdout": proc.stdout[-4000:],
     }
