@@ -233,6 +233,7 @@ def main() -> int:
             cwd=ROOT,
             check=True,
         )
+        write_json("airflow_overhead.json", json.loads((RESULTS / "airflow_overhead.json").read_text()))
     if wanted("dags", "dags_test.json"):
         print("[dags] one dag.test() of ckpt_daily_events ...", flush=True)
         write_json("dags_test.json", run_dags_test())
