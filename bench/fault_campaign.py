@@ -101,7 +101,7 @@ def main() -> int:
                     uri, options = f"file://{work / 'races' / str(time.time_ns())}", {}
                 race = race_begin_epoch(f"begin_epoch/{backend}", uri, options, args.races)
                 print(race["summary"], flush=True)
-                campaign.report.races.append(race)
+                campaign.report.add_race(race)
         for pair in range(args.double_submits):
             race = race_spark_submits(
                 f"spark-submit pair {pair}",
@@ -113,7 +113,7 @@ def main() -> int:
                 mode=("rows", "files")[pair % 2],
             )
             print(race["summary"], flush=True)
-            campaign.report.races.append(race)
+            campaign.report.add_race(race)
         text = campaign.report.format()
         print("\n" + text)
         out = ROOT / "test-output" / "fault-campaign-large.txt"

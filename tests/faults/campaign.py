@@ -68,9 +68,16 @@ class CampaignReport:
     trials: list[TrialResult] = field(default_factory=list)
     races: list[dict[str, Any]] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
+    #: When the last trial or race was recorded: in pytest other tests run after the campaign's.
+    last: float = field(default_factory=time.monotonic)
 
     def add(self, result: TrialResult) -> None:
         self.trials.append(result)
+        self.last = time.monotonic()
+
+    def add_race(self, race: dict[str, Any]) -> None:
+        self.races.append(race)
+        self.last = time.monotonic()
 
     @property
     def violations(self) -> list[str]:
@@ -88,7 +95,7 @@ class CampaignReport:
                 fired[(point, trial.backend)] += int(did_fire)
         lines = [
             f"Fault campaign seed={self.seed}: {len(self.trials)} trials, {len(self.violations)} violations, "
-            f"wall {time.monotonic() - self.started:.0f}s",
+            f"wall {self.last - self.started:.0f}s",
             "",
         ]
         if armed:

@@ -29,7 +29,7 @@ def test_begin_epoch_races(
     else:
         uri, options = f"file://{tmp_path / 'store'}", {}
     race = race_begin_epoch(f"begin_epoch/{backend}", uri, options, campaign_settings.races)
-    campaign_report.races.append(race)
+    campaign_report.add_race(race)
     print(race["summary"])
     assert not race["violations"], "\n".join(race["violations"][:20])
 
@@ -51,6 +51,6 @@ def test_two_spark_submits_started_together(
             log_dir=tmp_path / "logs",
             mode=("rows", "files")[pair % 2],
         )
-        campaign_report.races.append(race)
+        campaign_report.add_race(race)
         print(race["summary"])
         assert not race["violations"], "\n".join(race["violations"])
