@@ -135,8 +135,9 @@ def test_speculative_duplicates_seal_and_only_one_counts(
     """Scenario 4: with speculation, two attempts of one partition both seal; the commit keeps one.
 
     Partition 1's first attempt seals, then lingers (a failpoint after the seal), so
-    the scheduler launches a speculative copy on the other worker, which writes and
-    seals again. The first seal is the valid one; the copy's files are orphans.
+    the scheduler launches a speculative copy on the other worker once the attempt has
+    run 8 s, which writes and seals again. The first seal is the valid one; the copy's
+    files are orphans.
     """
     inputs = make_inputs(tmp_path / "in")
     operator = FakeOperator(target)
@@ -147,9 +148,11 @@ def test_speculative_duplicates_seal_and_only_one_counts(
         "spark.speculation.interval": "100ms",
         "spark.speculation.multiplier": "1.5",
         "spark.speculation.quantile": "0.5",
-        "spark.speculation.minTaskRuntime": "500ms",
+        # No copy before 8 s: a first task pays the executor's Python start (seconds), so with a threshold
+        # of 1.5x the median alone the copy could start, seal and win before attempt 0 sealed at all.
+        "spark.speculation.minTaskRuntime": "8s",
         "spark.speculation.efficiency.enabled": "false",
-        "spark.executorEnv.CKPT_FAILPOINTS": f"spark.task.after_seal.e{epoch}.p1.a0=sleep:15",
+        "spark.executorEnv.CKPT_FAILPOINTS": f"spark.task.after_seal.e{epoch}.p1.a0=sleep:30",
     }
     submitted = _submit(spark_cluster, operator, epoch, spec, conf=speculation)
     assert submitted.returncode == 0, submitted.tail()
