@@ -275,6 +275,21 @@ class CpuSampler:
         return sum(self._seen.values())
 
 
+def _spark_submit_prefix() -> list[str]:
+    """``spark-submit`` as every run of this benchmark starts it: local[2], no UI, loopback only."""
+    return [
+        os.path.join(SPARK_HOME, "bin", "spark-submit"),
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.driver.host=127.0.0.1",
+        "--conf",
+        "spark.driver.bindAddress=127.0.0.1",
+    ]
+
+
 def spark_submit(
     spec: dict[str, Any],
     confs: dict[str, str],
@@ -288,17 +303,9 @@ def spark_submit(
     shutil.rmtree(event_dir, ignore_errors=True)
     event_dir.mkdir(parents=True)
     argv = [
-        os.path.join(SPARK_HOME, "bin", "spark-submit"),
-        "--master",
-        "local[2]",
+        *_spark_submit_prefix(),
         "--driver-memory",
         "1536m",
-        "--conf",
-        "spark.ui.enabled=false",
-        "--conf",
-        "spark.driver.host=127.0.0.1",
-        "--conf",
-        "spark.driver.bindAddress=127.0.0.1",
         "--conf",
         "spark.eventLog.enabled=true",
         "--conf",
@@ -716,18 +723,7 @@ def startup_seconds(base: Path) -> float:
     script.write_text(
         "from pyspark.sql import SparkSession\ns = SparkSession.builder.getOrCreate()\ns.range(10).count()\ns.stop()\n"
     )
-    argv = [
-        os.path.join(SPARK_HOME, "bin", "spark-submit"),
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.ui.enabled=false",
-        "--conf",
-        "spark.driver.host=127.0.0.1",
-        "--conf",
-        "spark.driver.bindAddress=127.0.0.1",
-        str(script),
-    ]
+    argv = [*_spark_submit_prefix(), str(script)]
     started = time.monotonic()
     subprocess.run(argv, env=spark_env(), check=True, capture_output=True, cwd=ROOT)
     return time.monotonic() - started

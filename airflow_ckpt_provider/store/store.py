@@ -583,8 +583,8 @@ class CheckpointStore:
         number = (latest.number if latest else 0) + 1
         snapshot_number = None if state.snapshot is None else int(state.snapshot["snapshot"])
         folded = set(state.snapshot["checkpoint_ids"]) if state.snapshot else set()
-        base = tuple(sorted(c.checkpoint_id for c in state.valid if c.checkpoint_id not in folded))
         base_checkpoints = [c for c in state.valid if c.checkpoint_id not in folded]
+        base = tuple(sorted(c.checkpoint_id for c in base_checkpoints))
         epoch = Epoch(
             number=number,
             owner=owner,

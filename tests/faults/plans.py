@@ -38,14 +38,10 @@ COMMIT_FAILPOINTS = (
     "store.cleanup.after_snapshot_manifest",
 )
 #: Executor failpoints where a worker killed with ``os._exit`` leaves a written file behind (an orphan).
-ORPHAN_POINTS = (
-    "spark.sink.after_file",
-    "spark.task.after_write",
-    "store.after_stage_files",
-    "store.after_stage_keys",
-    "spark.task.before_seal",
-    "store.checkpoint.before_manifest",
-)
+#: Those from the first complete output file up to (not including) the manifest.
+ORPHAN_POINTS = EXECUTOR_FAILPOINTS[
+    EXECUTOR_FAILPOINTS.index("spark.sink.after_file") : EXECUTOR_FAILPOINTS.index("store.checkpoint.after_manifest")
+]
 #: Commit failpoints that are reached only when there are orphans to delete.
 ORPHAN_COMMIT_POINTS = ("store.commit.before_delete_orphans", "store.commit.during_delete_orphans")
 #: Not a failpoint: SIGKILL of the spark-submit process group at a random moment.
