@@ -117,6 +117,39 @@ def _under_root(path: str, roots: Sequence[str]) -> bool:
     return any(path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
+@dataclass(frozen=True)
+class _NamePattern:
+    """A write's intent for every file under ``root`` whose name holds ``marker`` (a native Spark write)."""
+
+    root: str
+    marker: str
+    checkpoint_id: str
+    epoch: int | None
+
+    def matches(self, path: str) -> bool:
+        if not path.startswith(self.root.rstrip("/") + "/"):
+            return False
+        return self.marker in path.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class _Intents:
+    """Every intent record: exact output paths, and name patterns of native writes."""
+
+    paths: dict[str, tuple[str, int | None]]
+    patterns: tuple[_NamePattern, ...]
+
+    def owner(self, path: str) -> tuple[str, int | None] | None:
+        """Who intended to write ``path``: (checkpoint id, epoch), or None."""
+        found = self.paths.get(path)
+        if found is not None:
+            return found
+        for pattern in self.patterns:
+            if pattern.matches(path):
+                return pattern.checkpoint_id, pattern.epoch
+        return None
+
+
 @dataclass
 class _Pending:
     """What this process staged into a checkpoint that it has not sealed yet."""
@@ -285,6 +318,32 @@ class CheckpointStore:
             self.blobs.put(f"checkpoints/{checkpoint_id}/intents/{part:04d}.json", _dumps(record))
 
         return self._guarded(checkpoint_id, "record_intent", write)
+
+    def record_name_intent(self, write_id: str, root: str, marker: str, *, epoch: int | None = None) -> None:
+        """Record that a write is about to create files under ``root`` whose names contain ``marker``.
+
+        For writers that cannot record each file before creating it (Spark's own
+        Parquet writer, whose tasks have no store client): the driver records one
+        pattern before the job, and the commit treats every matching file that no
+        valid checkpoint owns as an orphan. ``marker`` must be unique to this write
+        (at least 12 characters; a random token) so that no other writer's file
+        matches. ``write_id`` is a fresh :func:`new_checkpoint_id` that is never
+        sealed; the commit deletes its record with the other unsealed directories.
+        Not breaker-guarded: without the record the write must not start.
+        Raises :class:`InvalidCheckpointIdError`, :class:`StoreUnavailableError`.
+        """
+        validate_checkpoint_id(write_id)
+        if len(marker) < 12 or "/" in marker:
+            raise ValueError(f"name marker {marker!r} must be a unique token of at least 12 characters, without '/'")
+        record: dict[str, Any] = {
+            "checkpoint_id": write_id,
+            "epoch": epoch,
+            "paths": [],
+            "root": str(root).rstrip("/"),
+            "name_marker": marker,
+            "created_at": _now(),
+        }
+        self.blobs.put(f"checkpoints/{write_id}/intents/0000.json", _dumps(record), if_absent=True)
 
     def stage_keys(self, checkpoint_id: str, keys: pa.Array | pa.ChunkedArray | Sequence[Any]) -> bool:
         """Append a batch of input keys to checkpoint ``checkpoint_id``.
@@ -857,8 +916,8 @@ class CheckpointStore:
 
     # ------------------------------------------------------------------ commit
 
-    def _intents(self, skip: Iterable[str] = ()) -> dict[str, tuple[str, int | None]]:
-        """Recorded output path → (checkpoint id, epoch) that intended to write it.
+    def _intents(self, skip: Iterable[str] = ()) -> _Intents:
+        """Recorded output path → (checkpoint id, epoch) that intended to write it, and name patterns.
 
         ``skip``: checkpoints whose records are not needed (valid ones: their files are
         authoritative anyway), so a healthy commit reads almost no intent records.
@@ -877,10 +936,20 @@ class CheckpointStore:
                 return {}
 
         out: dict[str, tuple[str, int | None]] = {}
+        patterns: list[_NamePattern] = []
         for record in self._map(load, [i.key for i in infos]):
             for path in record.get("paths", []):
                 out[str(path)] = (str(record["checkpoint_id"]), record.get("epoch"))
-        return out
+            if record.get("name_marker") and record.get("root"):
+                patterns.append(
+                    _NamePattern(
+                        root=str(record["root"]).rstrip("/"),
+                        marker=str(record["name_marker"]),
+                        checkpoint_id=str(record["checkpoint_id"]),
+                        epoch=record.get("epoch"),
+                    )
+                )
+        return _Intents(out, tuple(patterns))
 
     def commit(self, output_roots: Sequence[str] | None = None, *, degraded: bool = False) -> CommitResult:
         """Make the latest epoch's output authoritative, then delete its orphans.
@@ -963,9 +1032,14 @@ class CheckpointStore:
         return {str(f["path"]) for record in records for f in record.get("files", [])}
 
     def _delete_recorded(
-        self, roots: Sequence[str], doomed: Mapping[str, str], known: set[str]
+        self,
+        roots: Sequence[str],
+        doomed: Mapping[str, str],
+        known: set[str],
+        doomed_by_name: Callable[[str], bool] = lambda path: False,
     ) -> tuple[list[str], list[str], list[str], int]:
-        """List each output root once; delete files in ``doomed``; report the unrecorded ones.
+        """List each output root once; delete files in ``doomed`` (or that ``doomed_by_name`` picks);
+        report the unrecorded ones.
 
         Returns (deleted, aborted uploads, unknown files, bytes freed). ``known``: paths
         that are authoritative or recorded, so not reported as unknown.
@@ -974,12 +1048,14 @@ class CheckpointStore:
         unknown: list[str] = []
         aborted: list[str] = []
         bytes_freed = 0
+        # Listing is recursive: a root under another root would list (and delete) twice.
+        roots = [r for r in roots if not _under_root(r, [o for o in roots if o != r])]
         for root in roots:
             blobs = self._output_store(root)
             to_delete: list[str] = []
             for info in blobs.list(""):
                 path = blobs.child_uri(info.key)
-                if path in doomed:
+                if path in doomed or (path not in known and doomed_by_name(path)):
                     to_delete.append(info.key)
                     bytes_freed += info.size
                 elif path not in known and not _hidden(info.key):
@@ -991,7 +1067,8 @@ class CheckpointStore:
                 deleted.extend(blobs.child_uri(k) for k in chunk)
                 failpoint("store.commit.during_delete_orphans")
             for upload in blobs.list_pending_uploads(""):
-                if blobs.child_uri(upload.key) in doomed:
+                upload_path = blobs.child_uri(upload.key)
+                if upload_path in doomed or (upload_path not in known and doomed_by_name(upload_path)):
                     blobs.abort_upload(upload)
                     aborted.append(blobs.child_uri(upload.key))
         return deleted, aborted, unknown, bytes_freed
@@ -1008,10 +1085,11 @@ class CheckpointStore:
         committed_files = tuple(FileMetadata.from_json(f) for f in record["files"])
         authoritative = {f.path for f in committed_files}
         valid_ids = {c.checkpoint_id for c in state.valid} | set(record["checkpoint_ids"])
-        intents = self._intents(skip=valid_ids)
+        recorded = self._intents(skip=valid_ids)
+        intents = recorded.paths
         # Normalized like the writers' paths (file:///abs, s3://bucket/key), whatever form the caller used.
         roots = [self._output_store(r).uri for r in (output_roots or [])] or sorted(
-            {p.rsplit("/", 1)[0] for p in intents} - {""}
+            ({p.rsplit("/", 1)[0] for p in intents} | {p.root for p in recorded.patterns}) - {""}
         )
 
         def unprovable(checkpoint_id: str, epoch: int | None) -> bool:
@@ -1031,9 +1109,23 @@ class CheckpointStore:
                 candidates[path] = checkpoint_id
 
         known = authoritative | set(intents) | self._committed_paths()
-        deleted, aborted, unknown, bytes_freed = self._delete_recorded(roots, candidates, known)
+        kept_by_name: dict[str, str] = {}
 
-        kept_ids = {intents[p][0] for p in kept}
+        def doomed_by_name(path: str) -> bool:
+            # A native write's file: an orphan unless a valid checkpoint owns it (then it is in ``known``).
+            for pattern in recorded.patterns:
+                if pattern.matches(path) and _under_root(path, roots):
+                    if unprovable(pattern.checkpoint_id, pattern.epoch):
+                        kept_by_name[path] = pattern.checkpoint_id
+                        return False
+                    return True
+            return False
+
+        deleted, aborted, unknown, bytes_freed = self._delete_recorded(roots, candidates, known, doomed_by_name)
+        unknown = [p for p in unknown if p not in kept_by_name]
+        kept.extend(sorted(kept_by_name))
+
+        kept_ids = {intents[p][0] for p in kept if p in intents} | set(kept_by_name.values())
         stale_ids = sorted(({c for c in state.manifests if c not in valid_ids} | set(state.unsealed)) - kept_ids)
         self._delete_checkpoint_dirs(stale_ids)
         return CommitResult(
@@ -1163,7 +1255,8 @@ class CheckpointStore:
             if created is not None and created < cutoff:
                 deleted.extend(self.blobs.delete_many([info.key]))
         valid_ids = {c.checkpoint_id for c in state.valid}
-        intents = self._intents(skip=valid_ids)
+        recorded = self._intents(skip=valid_ids)
+        intents = recorded.paths
         for checkpoint_id in sorted((set(state.manifests) - valid_ids) | set(state.unsealed)):
             records = [i.key for i in self.blobs.list(f"checkpoints/{checkpoint_id}/") if i.key.endswith(".json")]
             times = [_record_time(self.blobs.get(key)[0]) for key in records]
@@ -1172,9 +1265,19 @@ class CheckpointStore:
             paths = [p for p, (cid, _) in intents.items() if cid == checkpoint_id]
             if any(self._output_exists(p) for p in paths):
                 continue
+            if any(p.checkpoint_id == checkpoint_id and self._pattern_has_files(p) for p in recorded.patterns):
+                continue
             self._delete_checkpoint_dirs([checkpoint_id])
             deleted.append(f"checkpoints/{checkpoint_id}/")
         return deleted
+
+    def _pattern_has_files(self, pattern: _NamePattern) -> bool:
+        """Whether any file a native write's name pattern covers exists (True when unsure: keep the record)."""
+        try:
+            blobs = self._output_store(pattern.root)
+            return any(pattern.matches(blobs.child_uri(i.key)) for i in blobs.list(""))
+        except CheckpointError:
+            return True
 
     def _output_exists(self, path: str) -> bool:
         root, _, name = path.rpartition("/")
@@ -1210,10 +1313,15 @@ class CheckpointStore:
         if state.latest is not None and state.latest.status is EpochStatus.OPEN:
             self._write_epoch_end(state.latest.number, EpochStatus.FAILED, {"reason": f"{owner} (epoch {number})"})
         committed_paths = self._committed_paths() | {f.path for f in self._files_of(committed)}
-        intents = self._intents(skip=keep_ids)
-        doomed = {p: cid for p, (cid, _) in intents.items() if cid not in keep_ids and p not in committed_paths}
-        roots = sorted({p.rsplit("/", 1)[0] for p in doomed})
-        deleted, _, _, bytes_freed = self._delete_recorded(roots, doomed, set())
+        recorded = self._intents(skip=keep_ids)
+        doomed = {p: cid for p, (cid, _) in recorded.paths.items() if cid not in keep_ids and p not in committed_paths}
+        patterns = [p for p in recorded.patterns if p.checkpoint_id not in keep_ids]
+        roots = sorted({p.rsplit("/", 1)[0] for p in doomed} | {p.root for p in patterns})
+
+        def doomed_by_name(path: str) -> bool:
+            return any(p.matches(path) for p in patterns)
+
+        deleted, _, _, bytes_freed = self._delete_recorded(roots, doomed, committed_paths, doomed_by_name)
         drop_ids = sorted((set(state.manifests) | set(state.unsealed) | set(state.corrupt)) - keep_ids)
         self._delete_checkpoint_dirs(drop_ids)
         snapshots: list[int] = []

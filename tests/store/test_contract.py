@@ -17,6 +17,7 @@ from airflow_ckpt_provider import failpoints
 from airflow_ckpt_provider.store import (
     CheckpointAlreadySealedError,
     CheckpointStatus,
+    CheckpointStore,
     CommitRefusedError,
     EpochConflictError,
     EpochFencedError,
@@ -520,3 +521,133 @@ def test_commit_record_is_the_authority_on_committed(backend: Backend) -> None:
 def test_file_metadata_roundtrip() -> None:
     meta = FileMetadata(path="s3://b/k.parquet", size_bytes=3, num_rows=2, format="parquet")
     assert FileMetadata.from_json(json.loads(json.dumps(meta.to_json()))) == meta
+
+
+# ---------------------------------------------------------------- name intents (native Spark writes)
+
+
+def _native_write(
+    store: CheckpointStore, backend: Backend, *, epoch: int, marker: str, tasks: dict[str, tuple[int, list[str]]]
+) -> dict[str, str]:
+    """Play Spark's own writer: one name intent for the write, files named with ``marker``, sealed by the driver.
+
+    ``tasks``: file name → (partition, keys); a partition with keys ``[]`` is written but never sealed.
+    Returns file name → checkpoint id (None for unsealed files).
+    """
+    store.record_name_intent(new_checkpoint_id(), backend.output_uri, marker, epoch=epoch)
+    owners: dict[str, str] = {}
+    for name, (partition, keys) in tasks.items():
+        path = backend.write_output(name, b"y" * 20)
+        if not keys:
+            continue
+        checkpoint_id = new_checkpoint_id()
+        store.stage_files(checkpoint_id, [FileMetadata(path=path, size_bytes=20, num_rows=len(keys))])
+        store.stage_keys(checkpoint_id, keys)
+        store.checkpoint(checkpoint_id, epoch=epoch, partition=partition)
+        owners[name] = checkpoint_id
+    return owners
+
+
+def test_commit_deletes_orphans_of_a_native_write_by_its_name_marker(backend: Backend) -> None:
+    store = backend.store()
+    epoch = store.begin_epoch(owner="t")
+    marker = "-ckwA1B2C3D4E5F6-"
+    good = {f"part-00000{marker}a0-1.parquet", f"x=1/part-00001{marker}a1-2.parquet"}
+    _native_write(
+        store,
+        backend,
+        epoch=epoch.number,
+        marker=marker,
+        tasks={
+            f"part-00000{marker}a0-1.parquet": (0, ["k0"]),
+            f"x=1/part-00001{marker}a1-2.parquet": (1, ["k1"]),
+            f"part-00002{marker}a2-3.parquet": (2, []),  # the task failed after writing: never sealed
+        },
+    )
+    # A duplicate attempt of partition 0 that sealed second (not valid).
+    duplicate = f"part-00000{marker}a7-4.parquet"
+    late = new_checkpoint_id()
+    path = backend.write_output(duplicate, b"y" * 20)
+    store.stage_files(late, [FileMetadata(path=path, size_bytes=20, num_rows=1)])
+    store.stage_keys(late, ["k0"])
+    store.checkpoint(late, epoch=epoch.number, partition=0)
+    foreign = {"someone-elses.parquet", "part-00003-ckwOTHERWRITE00-a0-5.parquet"}
+    for name in foreign:
+        backend.write_output(name)
+    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+
+    result = store.commit()  # roots come from the name intent
+    assert names(result.deleted_files) == {f"part-00002{marker}a2-3.parquet", duplicate}
+    assert names(result.unknown_files) == names(sorted(foreign))
+    assert backend.output_names() == good | foreign
+    assert store.check().ok
+    assert done_keys(store) == ["k0", "k1"]
+    # The write's intent record is gone with the other unsealed directories; a second commit is a no-op.
+    assert not [k for k in backend.store_keys() if k.endswith("intents/0000.json")]
+    assert store.commit().already_committed
+
+
+def test_degraded_commit_keeps_files_of_a_native_write_it_cannot_prove_orphaned(backend: Backend) -> None:
+    store = backend.store()
+    epoch = store.begin_epoch(owner="t")
+    marker = "-ckwDEGRADED0001-"
+    tasks = {f"part-00000{marker}a0-1.parquet": (0, ["k0"]), f"part-00001{marker}a1-2.parquet": (1, [])}
+    _native_write(store, backend, epoch=epoch.number, marker=marker, tasks=tasks)
+    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    result = store.commit(degraded=True)
+    assert result.deleted_files == ()
+    assert names(result.kept_unprovable) == {f"part-00001{marker}a1-2.parquet"}
+    assert result.unknown_files == ()
+    assert backend.output_names() == set(tasks)
+
+
+def test_orphans_of_an_older_native_write_are_deleted_by_the_next_commit(backend: Backend) -> None:
+    store = backend.store()
+    first = store.begin_epoch(owner="run1")
+    old = "-ckwFIRSTWRITE01-"
+    _native_write(
+        store,
+        backend,
+        epoch=first.number,
+        marker=old,
+        tasks={f"part-00000{old}a0-1.parquet": (0, ["k0"]), f"part-00001{old}a1-2.parquet": (1, [])},
+    )
+    store.end_epoch(first.number, status=EpochStatus.FAILED)  # the driver died
+    second = store.begin_epoch(owner="run2")
+    new = "-ckwSECONDWRITE1-"
+    _native_write(store, backend, epoch=second.number, marker=new, tasks={f"part-00001{new}a0-3.parquet": (1, ["k1"])})
+    store.end_epoch(second.number, status=EpochStatus.SUCCEEDED)
+    result = store.commit()
+    assert names(result.deleted_files) == {f"part-00001{old}a1-2.parquet"}
+    assert backend.output_names() == {f"part-00000{old}a0-1.parquet", f"part-00001{new}a0-3.parquet"}
+    assert done_keys(store) == ["k0", "k1"]
+
+
+def test_discard_deletes_uncommitted_files_of_a_native_write_and_keeps_committed_ones(backend: Backend) -> None:
+    store = backend.store()
+    first = store.begin_epoch(owner="run1")
+    m1 = "-ckwCOMMITTED001-"
+    _native_write(store, backend, epoch=first.number, marker=m1, tasks={f"part-00000{m1}a0-1.parquet": (0, ["k0"])})
+    store.end_epoch(first.number, status=EpochStatus.SUCCEEDED)
+    store.commit()
+    second = store.begin_epoch(owner="run2")
+    m2 = "-ckwUNCOMMITTED1-"
+    _native_write(
+        store,
+        backend,
+        epoch=second.number,
+        marker=m2,
+        tasks={f"part-00001{m2}a0-2.parquet": (1, ["k1"]), f"part-00002{m2}a0-3.parquet": (2, [])},
+    )
+    result = store.discard_uncommitted()
+    assert names(result.deleted_files) == {f"part-00001{m2}a0-2.parquet", f"part-00002{m2}a0-3.parquet"}
+    assert backend.output_names() == {f"part-00000{m1}a0-1.parquet"}
+    assert done_keys(store) == ["k0"]
+
+
+def test_a_name_marker_must_be_a_unique_token(backend: Backend) -> None:
+    store = backend.store()
+    for bad in ["-short-", "has/slash-0123456789"]:
+        with pytest.raises(ValueError, match="unique token"):
+            store.record_name_intent(new_checkpoint_id(), backend.output_uri, bad, epoch=1)
+    assert backend.store_keys() == set()
