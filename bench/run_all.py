@@ -78,7 +78,7 @@ def parse_spark_overhead(stdout: str) -> dict[str, Any]:
         if not re.match(r"^[\d.]+x?$", value):
             continue
         rows.append([("\u2003" * (len(indent) // 2)) + name.strip(), f"{value} {rest}".strip()])
-        if "overhead ratio" in name:
+        if "overhead ratio" in name and ratio is None:  # the first engine's (the default one)
             ratio = float(value.rstrip("x"))
     return {"input": input_line, "rows": rows, "ratio": ratio}
 

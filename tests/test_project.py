@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -42,9 +45,7 @@ def test_mypy_clean() -> None:
 def test_layering(layer: str, forbidden: str) -> None:
     pattern = re.compile(rf"^\s*(from|import)\s+({forbidden})(\.|\s|$)", re.MULTILINE)
     offenders = [
-        str(path.relative_to(ROOT))
-        for path in (PACKAGE / layer).rglob("*.py")
-        if pattern.search(path.read_text())
+        str(path.relative_to(ROOT)) for path in (PACKAGE / layer).rglob("*.py") if pattern.search(path.read_text())
     ]
     assert offenders == []
 
@@ -57,3 +58,26 @@ def test_store_imports_without_airflow_or_spark() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_committed_jar_is_built_from_the_committed_source(tmp_path: Path) -> None:
+    """The native writer's jar must match its Java source (rebuild with scripts/build_jar.sh after a change)."""
+    jar = ROOT / "airflow_ckpt_provider" / "spark" / "jvm" / "airflow-ckpt-spark.jar"
+    with zipfile.ZipFile(jar) as archive:
+        committed = {n: archive.read(n) for n in archive.namelist() if n.endswith(".class")}
+        manifest = archive.read("META-INF/MANIFEST.MF").decode()
+    assert committed, "the jar holds no classes"
+    javac = shutil.which("javac")
+    if javac is None:
+        pytest.skip("no javac here: the committed jar is used as is")
+    version = subprocess.run([javac, "-version"], capture_output=True, text=True, check=True).stdout.split()[-1]
+    if f"Created-By: {version}" not in manifest:
+        pytest.skip(f"the jar was built by another JDK than javac {version}; class files may differ byte-wise")
+    env = {**os.environ, "PY": sys.executable}
+    copy = tmp_path / "repo"
+    shutil.copytree(ROOT / "airflow_ckpt_provider" / "spark" / "jvm", copy / "airflow_ckpt_provider/spark/jvm")
+    shutil.copytree(ROOT / "scripts", copy / "scripts")
+    subprocess.run(["bash", "scripts/build_jar.sh"], cwd=copy, env=env, check=True, capture_output=True)
+    with zipfile.ZipFile(copy / "airflow_ckpt_provider/spark/jvm/airflow-ckpt-spark.jar") as archive:
+        rebuilt = {n: archive.read(n) for n in archive.namelist() if n.endswith(".class")}
+    assert rebuilt == committed, "the committed jar is stale: run scripts/build_jar.sh and commit the jar"

@@ -21,12 +21,14 @@ from airflow_ckpt_provider.spark.errors import (
     KeyColumnNotFoundError,
     KeyDefinitionConflictError,
     MissingStoreConfigError,
+    NativeWriterUnavailableError,
     NullKeyError,
     SourceKeyLostError,
     WriterContractError,
 )
 from airflow_ckpt_provider.spark.job import CheckpointedJob
 from airflow_ckpt_provider.spark.keys import SOURCE_FILE_COLUMN, SOURCE_KEY_COLUMN
+from airflow_ckpt_provider.spark.native import CONF_WRITER_ENGINE, jar_path
 from airflow_ckpt_provider.spark.paths import file_key
 from airflow_ckpt_provider.spark.sink import ParquetSink
 from airflow_ckpt_provider.spark.summary import RESULT_LINE_PREFIX, TaskReport, WriteSummary, parse_result_line
@@ -37,6 +39,7 @@ __all__ = [
     "CONF_RESULT_PATH",
     "CONF_STORE_OPTIONS",
     "CONF_STORE_URI",
+    "CONF_WRITER_ENGINE",
     "ENV_SECRETS",
     "RESULT_LINE_PREFIX",
     "SOURCE_FILE_COLUMN",
@@ -47,6 +50,7 @@ __all__ = [
     "KeyColumnNotFoundError",
     "KeyDefinitionConflictError",
     "MissingStoreConfigError",
+    "NativeWriterUnavailableError",
     "NullKeyError",
     "ParquetSink",
     "SourceKeyLostError",
@@ -55,5 +59,6 @@ __all__ = [
     "WriteSummary",
     "WriterContractError",
     "file_key",
+    "jar_path",
     "parse_result_line",
 ]

@@ -49,3 +49,7 @@ class WriterContractError(CheckpointError):
 
 class InputFilesError(CheckpointError, ValueError):
     """``read_parquet`` cannot determine the input: no files and no ``schema``, or an unreadable file."""
+
+
+class NativeWriterUnavailableError(CheckpointError):
+    """``write_parquet(engine="spark")`` cannot use Spark's own writer for this DataFrame or output."""

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
@@ -40,6 +41,7 @@ from airflow_ckpt_provider.spark.confs import DEFAULT_BROADCAST_THRESHOLD, setti
 from airflow_ckpt_provider.spark.errors import (
     KeyColumnNotFoundError,
     KeyDefinitionConflictError,
+    NativeWriterUnavailableError,
     NullKeyError,
     SourceKeyLostError,
     WriterContractError,
@@ -51,6 +53,13 @@ from airflow_ckpt_provider.spark.keys import (
     SOURCE_KEY_COLUMN,
     key_columns,
     normalize_key_type,
+)
+from airflow_ckpt_provider.spark.native import (
+    CONF_WRITER_ENGINE,
+    NativeWrite,
+    check_engine,
+    native_unsupported_reason,
+    run_native_write,
 )
 from airflow_ckpt_provider.spark.paths import file_key
 from airflow_ckpt_provider.spark.plan import PlanShape, plan_shape
@@ -65,6 +74,7 @@ from airflow_ckpt_provider.store import (
     KeyTypeMismatchError,
     NoEpochError,
     StoreUnavailableError,
+    new_checkpoint_id,
     open_store,
 )
 
@@ -375,22 +385,37 @@ class CheckpointedJob:
         compression: str = "snappy",
         num_partitions: int | None = None,
         max_records_per_file: int | None = None,
+        engine: str | None = None,
     ) -> WriteSummary:
         """Write ``df`` as Parquet under ``path`` (local or ``s3://``), checkpointed per task.
 
-        Each task writes its own files directly (names unique per attempt), records
-        an intent before each, stages their metadata and the distinct source keys it
-        consumed, and seals one checkpoint for its Spark partition. Files appear
+        Each task writes its own files directly (names unique per attempt, recorded
+        as intents before they exist), and one checkpoint per Spark partition records
+        their metadata and the distinct source keys the task consumed. Files appear
         under ``path`` at once, but only the commit makes them authoritative (it
         deletes the files of failed, duplicate and zombie attempts).
+
+        ``engine`` (default: the conf ``spark.ckpt.writer.engine``, else ``"auto"``):
+
+        * ``"spark"``: Spark's own Parquet writer, about as fast as ``df.write.parquet``
+          (the rows never leave the JVM; the driver seals each task's checkpoint as
+          Spark reports it done). Needs file keys read whole per task with no shuffle
+          before the writer (``read_parquet`` + narrow transformations) and an output
+          Spark can write (local disk, or ``s3a://`` where the cluster has it); see
+          :mod:`airflow_ckpt_provider.spark.native`;
+        * ``"arrow"``: every task converts its rows to Arrow and writes with pyarrow
+          (row keys, any pipeline, ``s3://`` without a Hadoop S3 connector);
+        * ``"auto"``: ``"spark"`` when it can, else ``"arrow"`` (the log says why).
 
         ``key``: needed only when the source was not read with ``skip_completed`` or
         ``read_parquet``. Not idempotent by itself: a rerun processes only keys no
         valid checkpoint holds. Raises (before writing anything)
         :class:`KeyColumnNotFoundError`, :class:`KeyTypeMismatchError`,
-        :class:`SourceKeyLostError`, :class:`NullKeyError`; :class:`EpochFencedError`
-        if a newer submit took over the store.
+        :class:`SourceKeyLostError`, :class:`NullKeyError`,
+        :class:`NativeWriterUnavailableError` (``engine="spark"`` where it cannot run);
+        :class:`EpochFencedError` if a newer submit took over the store.
         """
+        chosen = check_engine(engine or str(self.spark.conf.get(CONF_WRITER_ENGINE, None) or "auto"))
         partition_by = tuple(partition_by or ())
         missing = [c for c in partition_by if c not in df.columns]
         if missing:
@@ -398,7 +423,7 @@ class CheckpointedJob:
         sink = ParquetSink(
             partition_by=partition_by, compression=compression, max_records_per_file=max_records_per_file
         )
-        return self.write(df, sink, key=key, output=path, num_partitions=num_partitions)
+        return self._write(df, sink, key=key, output=path, num_partitions=num_partitions, engine=chosen)
 
     def write(
         self,
@@ -418,8 +443,56 @@ class CheckpointedJob:
         failure exactly as :meth:`write_parquet`. Raises as :meth:`write_parquet` and
         :class:`WriterContractError`.
         """
+        return self._write(df, writer_fn, output=output, key=key, num_partitions=num_partitions, engine="arrow")
+
+    def _write(
+        self,
+        df: DataFrame,
+        writer_fn: WriterFn,
+        *,
+        output: str,
+        key: str | Sequence[str] | None,
+        num_partitions: int | None,
+        engine: str,
+    ) -> WriteSummary:
         output_root = file_key(output).rstrip("/")
         prepared, column = self._prepare(df, key)
+        with self._pinned_file_packing():
+            return self._write_partitioned(prepared, column, writer_fn, output_root, num_partitions, engine)
+
+    @contextmanager
+    def _pinned_file_packing(self) -> Iterator[None]:
+        """Keep Spark's packing of input files into tasks fixed from plan inspection to execution.
+
+        The writer learns each task's input files from the plan; Spark packs files by
+        ``spark.sql.files.minPartitionNum`` (default: the cluster's cores, which grow as
+        executors register). Pinning it makes the executed plan pack as the inspected one.
+        """
+        name = "spark.sql.files.minPartitionNum"
+        if self.spark.conf.get(name, None):
+            yield
+            return
+        try:
+            cores = int(self.spark.conf.get("spark.sql.leafNodeDefaultParallelism", None) or 0)
+            cores = cores or int(self.spark.sparkContext.defaultParallelism)
+        except Exception:
+            yield
+            return
+        self.spark.conf.set(name, str(cores))
+        try:
+            yield
+        finally:
+            self.spark.conf.unset(name)
+
+    def _write_partitioned(
+        self,
+        prepared: DataFrame,
+        column: str,
+        writer_fn: WriterFn,
+        output_root: str,
+        num_partitions: int | None,
+        engine: str,
+    ) -> WriteSummary:
         partitioned, shape, shuffled = self._co_partition(prepared, column, num_partitions)
         driver_degraded = False
         if shape.num_partitions is not None:
@@ -429,6 +502,18 @@ class CheckpointedJob:
             task_files = tuple(tuple(file_key(p) for p in files) for files in shape.task_files)
             # Task p reads exactly these files: the per-row key column need not travel to the writer.
             partitioned = partitioned.drop(SOURCE_FILE_COLUMN)
+        if engine != "arrow" and isinstance(writer_fn, ParquetSink):
+            spark_path, why_not = native_unsupported_reason(self.spark, task_files, output_root)
+            if spark_path is not None and task_files is not None:
+                return self._write_native(
+                    partitioned, writer_fn, output_root, spark_path, task_files, shuffled, driver_degraded
+                )
+            if engine == "spark":
+                raise NativeWriterUnavailableError(
+                    f"engine='spark' cannot write {output_root}: {why_not}. Use engine='auto' (falls back to the "
+                    "Arrow writer) or engine='arrow'. Nothing was written"
+                )
+            log.info("writing %s with the Arrow writer: %s", output_root, why_not)
         spec = TaskSpec(
             store_uri=self.store.uri,
             store_options=self._options,
@@ -468,6 +553,92 @@ class CheckpointedJob:
         self._summaries.append(summary)
         self._emit()
         return summary
+
+    def _write_native(
+        self,
+        partitioned: DataFrame,
+        sink: ParquetSink,
+        output_root: str,
+        spark_path: str,
+        task_files: tuple[tuple[str, ...], ...],
+        shuffled: bool,
+        driver_degraded: bool,
+    ) -> WriteSummary:
+        hidden = [c for c in (SOURCE_KEY_COLUMN, SOURCE_FILE_COLUMN) if c in partitioned.columns]
+        write = NativeWrite(
+            store=self.store,
+            epoch=self.epoch,
+            output_root=output_root,
+            spark_path=spark_path,
+            task_files=task_files,
+            partition_by=sink.partition_by,
+            compression=sink.compression,
+            max_records_per_file=sink.max_records_per_file,
+        )
+        started = time.monotonic()
+        try:
+            reports, intent_recorded = run_native_write(
+                self.spark, partitioned.drop(*hidden) if hidden else partitioned, write
+            )
+            driver_degraded = driver_degraded or not intent_recorded
+        except EpochFencedError:
+            raise
+        except Exception as exc:
+            translated = self._translate(exc)
+            if translated is None:
+                raise
+            raise translated from exc
+        if len(reports) != len(task_files):
+            # Spark writes nothing for a task with no rows (except the first): record those inputs as done too.
+            reports = self._seal_empty_tasks(reports, task_files)
+        summary = WriteSummary.from_reports(
+            reports,
+            epoch=self.epoch,
+            output=output_root,
+            expected_partitions=len(task_files),
+            seconds=time.monotonic() - started,
+            shuffled=shuffled,
+            driver_degraded=driver_degraded,
+            engine="spark",
+        )
+        if summary.degraded:
+            self.store.mark_degraded(self.epoch, f"checkpointing was off in {output_root} (breaker tripped)")
+        self._summaries.append(summary)
+        self._emit()
+        return summary
+
+    def _seal_empty_tasks(self, reports: list[TaskReport], task_files: tuple[tuple[str, ...], ...]) -> list[TaskReport]:
+        """Seal a checkpoint without files for every task Spark reported no commit for: it had no rows.
+
+        Called only after the whole job succeeded, so every task ran to its end.
+        """
+        done = {r.partition for r in reports}
+        out = list(reports)
+        for partition, files in enumerate(task_files):
+            if partition in done:
+                continue
+            checkpoint_id = new_checkpoint_id()
+            keys = pa.array(sorted(files), pa.string())
+            self.store.stage_keys(checkpoint_id, keys)
+            sealed = self.store.checkpoint(
+                checkpoint_id, epoch=self.epoch, partition=partition, metadata={"writer": "spark", "empty": True}
+            )
+            out.append(
+                TaskReport(
+                    partition=partition,
+                    attempt=0,
+                    checkpoint_id=checkpoint_id if sealed is not None else None,
+                    rows=0,
+                    files=0,
+                    bytes=0,
+                    keys=len(keys),
+                    sealed=sealed is not None,
+                    degraded=self.store.degraded or sealed is None,
+                    seconds=0.0,
+                    host="",
+                )
+            )
+        return sorted(out, key=lambda r: r.partition)
 
     def _set_expected(self, count: int) -> bool:
         try:

@@ -62,6 +62,8 @@ class WriteSummary:
     seconds: float
     shuffled: bool
     checkpoint_ids: tuple[str, ...] = field(default=(), repr=False)
+    #: ``"spark"`` (Spark's own Parquet writer) or ``"arrow"`` (pyarrow in each task).
+    engine: str = "arrow"
 
     @classmethod
     def from_reports(
@@ -74,6 +76,7 @@ class WriteSummary:
         seconds: float,
         shuffled: bool,
         driver_degraded: bool = False,
+        engine: str = "arrow",
     ) -> WriteSummary:
         items = sorted(reports, key=lambda r: r.partition)
         return cls(
@@ -90,6 +93,7 @@ class WriteSummary:
             seconds=seconds,
             shuffled=shuffled,
             checkpoint_ids=tuple(r.checkpoint_id for r in items if r.checkpoint_id),
+            engine=engine,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -105,6 +109,7 @@ class WriteSummary:
             "keys": self.keys,
             "degraded": self.degraded,
             "seconds": round(self.seconds, 3),
+            "engine": self.engine,
             "shuffled": self.shuffled,
         }
 

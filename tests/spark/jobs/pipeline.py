@@ -102,6 +102,7 @@ def run_pipeline(
     num_partitions: int = 4,
     partition_by: Sequence[str] | None = None,
     python_transform: bool = True,
+    engine: str | None = None,
 ) -> WriteSummary:
     """Read (skipping done keys), transform, write checkpointed Parquet. ``mode``: ``files`` or ``rows``.
 
@@ -121,4 +122,6 @@ def run_pipeline(
         transformed = df.mapInArrow(make_transform(faults, job.epoch), schema)
     else:
         transformed = df.withColumn("account", F.upper(F.trim("account"))).withColumn("amount2", F.col("amount") * 2.0)
-    return job.write_parquet(transformed, output, partition_by=partition_by, num_partitions=num_partitions)
+    return job.write_parquet(
+        transformed, output, partition_by=partition_by, num_partitions=num_partitions, engine=engine
+    )
