@@ -195,6 +195,7 @@ class Campaign:
                     "num_partitions": plan.num_partitions,
                     "max_records_per_file": plan.max_records_per_file,
                     "owner": f"campaign-{plan.trial_id}",
+                    "engine": plan.engine,
                 }
                 crash = plan.crash if round_number == 1 else plan.round2_crash
                 resume = plan.resume_crash if round_number == 1 else None

@@ -28,6 +28,9 @@ EXECUTOR_FAILPOINTS = (
 )
 #: Failpoints in the driver (the job opens its own epoch).
 DRIVER_FAILPOINTS = ("store.begin_epoch.before_create", "store.begin_epoch.after_create")
+#: Failpoints of the native (Spark) writer: in the driver, around the seal of one committed task.
+#: Only file-key jobs with local output use that writer, so only the local backend deals them.
+NATIVE_FAILPOINTS = ("spark.native.before_seal", "spark.native.after_seal")
 #: Failpoints of the commit task (commit, then retention cleanup).
 COMMIT_FAILPOINTS = (
     "store.commit.between_phases",
@@ -46,7 +49,7 @@ ORPHAN_POINTS = EXECUTOR_FAILPOINTS[
 ORPHAN_COMMIT_POINTS = ("store.commit.before_delete_orphans", "store.commit.during_delete_orphans")
 #: Not a failpoint: SIGKILL of the spark-submit process group at a random moment.
 SIGKILL = "sigkill.driver"
-CRASH_POINTS = (*EXECUTOR_FAILPOINTS, *DRIVER_FAILPOINTS, SIGKILL)
+CRASH_POINTS = (*EXECUTOR_FAILPOINTS, *DRIVER_FAILPOINTS, *NATIVE_FAILPOINTS, SIGKILL)
 STORE_FAULTS = ("reset", "stall", "http500", "http503", "revoke")
 
 
@@ -70,7 +73,8 @@ class Crash:
     @property
     def needs_own_driver(self) -> bool:
         """Crashes that end the driver process: run with spark-submit, not in the resident host."""
-        return self.point == SIGKILL or (self.point in DRIVER_FAILPOINTS and self.kind == "exit")
+        in_driver = self.point in DRIVER_FAILPOINTS or self.point in NATIVE_FAILPOINTS
+        return self.point == SIGKILL or (in_driver and self.kind == "exit")
 
     def label(self) -> str:
         if self.point == SIGKILL:
@@ -101,6 +105,9 @@ class TrialPlan:
     round2_crash: Crash | None = None
     master: str = "local[2]"
     own_driver: bool = False
+    #: ``write_parquet``'s engine: ``arrow`` whenever a Python-worker failpoint is armed (the native
+    #: writer has no Python workers to crash), ``spark`` for native failpoints, else either.
+    engine: str = "auto"
 
     @property
     def trial_id(self) -> str:
@@ -113,7 +120,7 @@ class TrialPlan:
             f"resume_crash={self.resume_crash.label() if self.resume_crash else '-'}",
             f"commit_crashes={[c.label() for c in self.commit_crashes] or '-'}",
             f"mode={self.mode} partitions={self.num_partitions} max_records_per_file={self.max_records_per_file}",
-            f"policy={self.policy.value} rounds={self.rounds}",
+            f"policy={self.policy.value} rounds={self.rounds} engine={self.engine}",
         ]
         if self.round2_crash:
             parts.append(f"round2_crash={self.round2_crash.label()}")
@@ -177,30 +184,39 @@ class Planner:
             return Crash(SIGKILL, "kill", kill_fraction=round(rng.uniform(0.2, 0.95), 2))
         if point in DRIVER_FAILPOINTS:
             return Crash(point, rng.choice(("raise", "exit")), 1)
+        if point in NATIVE_FAILPOINTS:
+            return Crash(point, rng.choice(("raise", "exit")), rng.randint(1, 3))
         return self._executor_crash(rng, point)
 
     def trial(self, backend: str, index: int, *, own_driver: bool = False) -> TrialPlan:
         """Trial ``index`` on ``backend``. ``own_driver``: deal from the crashes that need spark-submit."""
         rng = random.Random(f"{self.seed}/{backend}/{index}/{own_driver}")
+        native = NATIVE_FAILPOINTS if backend == "local" else ()
         if own_driver:
-            point = self._deal(f"{backend}/driver", (SIGKILL, *DRIVER_FAILPOINTS), index)
+            point = self._deal(f"{backend}/driver", (SIGKILL, *DRIVER_FAILPOINTS, *native), index)
             crash = self._crash(rng, point)
-            if point in DRIVER_FAILPOINTS:
-                crash = Crash(point, "exit", 1)
+            if point in DRIVER_FAILPOINTS or point in NATIVE_FAILPOINTS:
+                crash = dataclasses.replace(crash, kind="exit")
         else:
-            point = self._deal(f"{backend}/host", (*EXECUTOR_FAILPOINTS, *DRIVER_FAILPOINTS), index)
+            point = self._deal(f"{backend}/host", (*EXECUTOR_FAILPOINTS, *DRIVER_FAILPOINTS, *native), index)
             crash = self._crash(rng, point)
-            if point in DRIVER_FAILPOINTS:
-                crash = Crash(point, "raise", 1)
-        resume_crash = self._executor_crash(rng) if rng.random() < 0.35 else None
+            if point in DRIVER_FAILPOINTS or point in NATIVE_FAILPOINTS:
+                crash = dataclasses.replace(crash, kind="raise")
+        if crash.point in NATIVE_FAILPOINTS:
+            # The native writer's own crash, then maybe a failing seal in the resumed run too.
+            resume_crash = Crash(rng.choice(NATIVE_FAILPOINTS), "raise", 1) if rng.random() < 0.35 else None
+        else:
+            resume_crash = self._executor_crash(rng) if rng.random() < 0.35 else None
         commit_crashes: list[Crash] = []
         if rng.random() < 0.8:
             first = self._deal(f"{backend}/commit", COMMIT_FAILPOINTS, index)
             commit_crashes.append(Crash(first, rng.choice(("raise", "exit")), 1))
             if rng.random() < 0.3:
                 commit_crashes.append(Crash(rng.choice(COMMIT_FAILPOINTS), rng.choice(("raise", "exit")), 1))
-        leaves_orphans = crash.point == SIGKILL or (
-            crash.kind == "exit" and crash.point in ORPHAN_POINTS and crash.hit == 1
+        leaves_orphans = (
+            crash.point == SIGKILL
+            or crash.point == "spark.native.before_seal"  # the committed task's files are never sealed
+            or (crash.kind == "exit" and crash.point in ORPHAN_POINTS and crash.hit == 1)
         )
         if commit_crashes and commit_crashes[0].point in ORPHAN_COMMIT_POINTS and not leaves_orphans:
             # Those failpoints sit in the loop over orphans: without one they can never fire (the first
@@ -210,6 +226,16 @@ class Planner:
             resume_crash = Crash(rng.choice(ORPHAN_POINTS), "exit", 1)
         policy = rng.choice((RetentionPolicy.DELETE_AFTER_SUCCESS, RetentionPolicy.RETAIN))
         rounds = 2 if policy is RetentionPolicy.RETAIN and rng.random() < 0.4 else 1
+        mode = rng.choice(("rows", "files"))
+        round2_crash = self._executor_crash(rng) if rounds == 2 else None
+        armed = [c.point for c in (crash, resume_crash, round2_crash) if c is not None]
+        if crash.point in NATIVE_FAILPOINTS:
+            mode, engine = "files", "spark"
+            round2_crash = Crash(rng.choice(NATIVE_FAILPOINTS), "raise", 1) if rounds == 2 else None
+        elif any(p in EXECUTOR_FAILPOINTS for p in armed):
+            engine = "arrow"
+        else:
+            engine = rng.choice(("auto", "arrow"))
         return TrialPlan(
             campaign_seed=self.seed,
             backend=backend,
@@ -217,14 +243,15 @@ class Planner:
             crash=crash,
             resume_crash=resume_crash,
             commit_crashes=tuple(commit_crashes),
-            mode=rng.choice(("rows", "files")),
+            mode=mode,
             num_partitions=rng.randint(4, 8),
             max_records_per_file=rng.choice((None, 25)),
             policy=policy,
             rounds=rounds,
-            round2_crash=self._executor_crash(rng) if rounds == 2 else None,
+            round2_crash=round2_crash,
             master=rng.choice(("local[2]", "local[2,2]")),
             own_driver=own_driver,
+            engine=engine,
         )
 
     def store_fault(self, index: int) -> StoreFaultPlan:

@@ -3,6 +3,7 @@
 ``SPEC`` is JSON: ``store_uri``, ``output``, ``inputs``, ``mode`` (``rows``: row
 keys with ``skip_completed`` and a shuffle; ``files``: file keys with
 ``read_parquet``), ``num_partitions``, ``max_records_per_file``, and either
+``engine`` (``write_parquet``'s; default ``auto``), and either
 ``owner`` (the job opens its own epoch, as without Airflow, and ends it) or
 ``epoch`` (the caller, playing the operator, opened it and ends it). Store
 options, credentials included, come from the environment variable
@@ -65,7 +66,10 @@ def run_job(spark: SparkSession, spec: Mapping[str, Any], options: Mapping[str, 
     )
     with job:  # ends the epoch only if the job opened it
         job.write_parquet(
-            _pipeline(spark, job, spec), spec["output"], max_records_per_file=spec.get("max_records_per_file")
+            _pipeline(spark, job, spec),
+            spec["output"],
+            max_records_per_file=spec.get("max_records_per_file"),
+            engine=spec.get("engine"),
         )
     return job.result()
 
