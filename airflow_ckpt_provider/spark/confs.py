@@ -20,6 +20,10 @@ command line:
 ``spark.ckpt.broadcast.threshold``
     Optional. Up to this many done keys, ``skip_completed`` broadcasts them; above
     it, executors read them in parallel (default 1,000,000).
+``spark.ckpt.writer.engine``
+    Optional, set by the user (e.g. ``conf={...}`` of the operator), not by the
+    operator: ``auto`` (default), ``spark`` or ``arrow`` — the default engine of
+    ``write_parquet`` (see :mod:`airflow_ckpt_provider.spark.native`).
 
 Secrets (``aws_access_key_id``, ``aws_secret_access_key``, ``aws_session_token``)
 come from the driver's environment variable ``CKPT_STORE_SECRETS`` (a JSON

@@ -105,9 +105,10 @@ class TrialPlan:
     round2_crash: Crash | None = None
     master: str = "local[2]"
     own_driver: bool = False
-    #: ``write_parquet``'s engine: ``arrow`` whenever a Python-worker failpoint is armed (the native
-    #: writer has no Python workers to crash), ``spark`` for native failpoints, else either.
-    engine: str = "auto"
+    #: ``write_parquet``'s engine: ``spark`` (file keys, local output) for the native writer's seal
+    #: failpoints and half the SIGKILL and driver trials of the local backend, else ``arrow`` (the
+    #: Python-worker failpoints exist only there).
+    engine: str = "arrow"
 
     @property
     def trial_id(self) -> str:
@@ -228,14 +229,17 @@ class Planner:
         rounds = 2 if policy is RetentionPolicy.RETAIN and rng.random() < 0.4 else 1
         mode = rng.choice(("rows", "files"))
         round2_crash = self._executor_crash(rng) if rounds == 2 else None
-        armed = [c.point for c in (crash, resume_crash, round2_crash) if c is not None]
-        if crash.point in NATIVE_FAILPOINTS:
+        engine = "arrow"
+        native_run = crash.point in NATIVE_FAILPOINTS or (
+            crash.point not in EXECUTOR_FAILPOINTS and native and rng.random() < 0.5
+        )
+        if native_run:
+            # Spark's writer: file keys, local output; its crashes are the driver's seal failpoints.
             mode, engine = "files", "spark"
-            round2_crash = Crash(rng.choice(NATIVE_FAILPOINTS), "raise", 1) if rounds == 2 else None
-        elif any(p in EXECUTOR_FAILPOINTS for p in armed):
-            engine = "arrow"
-        else:
-            engine = rng.choice(("auto", "arrow"))
+            if resume_crash is not None and resume_crash.point in EXECUTOR_FAILPOINTS:
+                resume_crash = Crash(rng.choice(NATIVE_FAILPOINTS), "raise", rng.randint(1, 2))
+            if round2_crash is not None:
+                round2_crash = Crash(rng.choice(NATIVE_FAILPOINTS), "raise", 1)
         return TrialPlan(
             campaign_seed=self.seed,
             backend=backend,
