@@ -302,6 +302,8 @@ def run_native_write(spark: SparkSession, df: DataFrame, write: NativeWrite) -> 
         writer = writer.option("maxRecordsPerFile", str(write.max_records_per_file))
     if write.partition_by:
         writer = writer.partitionBy(*write.partition_by)
+    group_properties = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+    previous = {name: sc.getLocalProperty(name) for name in group_properties}
     sc.setJobGroup(group, f"checkpointed write to {write.output_root} (epoch {write.epoch}, Spark writer)", True)
     started = time.monotonic()
     failure: BaseException | None = None
@@ -319,8 +321,8 @@ def run_native_write(spark: SparkSession, df: DataFrame, write: NativeWrite) -> 
                 log.warning("native writer: %d task commits arrived after the write ended", len(rest.splitlines()))
         except Exception:
             pass
-        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-        sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
+        for name, value in previous.items():  # the caller's job group, if it had one
+            sc.setLocalProperty(name, value)  # type: ignore[arg-type]
     log.info(
         "native write of %s: %d tasks sealed in %.1fs",
         write.output_root,

@@ -172,7 +172,13 @@ class FakeOperator:
 
 
 def job_spec(
-    mode: str, inputs: Sequence[str], output: str, num_partitions: int = 4, *, python_transform: bool = True
+    mode: str,
+    inputs: Sequence[str],
+    output: str,
+    num_partitions: int = 4,
+    *,
+    python_transform: bool = True,
+    engine: str | None = None,
 ) -> str:
     return json.dumps(
         {
@@ -181,6 +187,7 @@ def job_spec(
             "output": output,
             "num_partitions": num_partitions,
             "python_transform": python_transform,
+            "engine": engine,
         }
     )
 

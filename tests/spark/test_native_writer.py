@@ -87,9 +87,15 @@ def test_auto_engine_picks_spark_for_file_keys_and_arrow_for_row_keys(spark: Spa
     target = Target("local", f"file://{tmp_path}/store", f"file://{tmp_path}/out")
     inputs = make_inputs(tmp_path / "in", files=3)
     operator = FakeOperator(target)
-    files = run_pipeline(
-        spark, _job(spark, target, operator.begin()), mode="files", inputs=inputs, output=target.output_uri
-    )
+    spark.sparkContext.setJobGroup("users-group", "the caller's own job group")
+    try:
+        files = run_pipeline(
+            spark, _job(spark, target, operator.begin()), mode="files", inputs=inputs, output=target.output_uri
+        )
+        assert spark.sparkContext.getLocalProperty("spark.jobGroup.id") == "users-group", "the caller's group is back"
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        spark.sparkContext.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
     assert files.engine == "spark"
     # The files carry the write's token (the name intent the commit matches).
     names = [Path(p).name for p in target.output_files()]

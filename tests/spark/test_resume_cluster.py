@@ -172,3 +172,39 @@ def test_speculative_duplicates_seal_and_only_one_counts(
     result = operator.store.commit(output_roots=[target.output_uri])
     assert duplicate_files and duplicate_files <= set(result.deleted_files)
     assert_exactly_once(target, inputs)
+
+
+def test_speculative_copy_with_spark_writer_wins_and_the_lingering_attempt_leaves_nothing(
+    spark_cluster: SparkStandaloneCluster, tmp_path: Path
+) -> None:
+    """Scenario 4 with Spark's own writer: the driver seals the first attempt Spark reports; the other is no output.
+
+    Partition 1's first attempt hangs after its rows reached the writer (its file is
+    open), so the scheduler launches a copy on the other worker after 8 s. The copy
+    commits and is sealed; the first attempt is killed (its file deleted by the
+    protocol's abort) or, if it commits late, ignored by Spark and deleted by the commit.
+    """
+    target = Target("local", f"file://{tmp_path}/store", f"file://{tmp_path}/out")
+    inputs = make_inputs(tmp_path / "in")
+    operator = FakeOperator(target)
+    spec = job_spec("files", inputs, target.output_uri, 8, engine="spark")
+    epoch = operator.begin()
+    speculation = {
+        "spark.speculation": "true",
+        "spark.speculation.interval": "100ms",
+        "spark.speculation.multiplier": "1.5",
+        "spark.speculation.quantile": "0.5",
+        "spark.speculation.minTaskRuntime": "8s",
+        "spark.speculation.efficiency.enabled": "false",
+    }
+    faults = [{"partition": 1, "attempt": 0, "action": "sleep", "seconds": 40, "at": "end"}]
+    submitted = _submit(spark_cluster, operator, epoch, spec, conf=speculation, faults=faults)
+    assert submitted.returncode == 0, submitted.tail()
+    summary = json.loads(next(line for line in submitted.stdout.splitlines() if line.startswith("SUMMARY "))[8:])
+    assert summary["engine"] == "spark"
+    sealed = [c for c in operator.store.list_checkpoints() if c.partition == 1]
+    assert [c.metadata["attempt"] for c in sealed] == [1], "only the speculative copy, reported by Spark, is sealed"
+    assert [c.metadata["writer"] for c in sealed] == ["spark"]
+    operator.store.commit(output_roots=[target.output_uri])
+    assert_exactly_once(target, inputs)
+    assert operator.store.check().ok

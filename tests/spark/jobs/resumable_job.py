@@ -2,7 +2,7 @@
 
 It gets the store from the operator's confs (``CheckpointedJob.from_spark``) and
 its work from one JSON argument: ``{"mode", "inputs", "output", "num_partitions",
-"partition_by", "python_transform"}``. Faults come from ``CKPT_TEST_FAULTS`` (see ``pipeline.py``).
+"partition_by", "python_transform", "engine"}``. Faults come from ``CKPT_TEST_FAULTS`` (see ``pipeline.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ def main() -> int:
         num_partitions=int(spec.get("num_partitions", 4)),
         partition_by=spec.get("partition_by"),
         python_transform=bool(spec.get("python_transform", True)),
+        engine=spec.get("engine"),
     )
     job.finish()
     print(f"SUMMARY {json.dumps(summary.to_json())}", flush=True)
