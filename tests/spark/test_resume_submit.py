@@ -83,9 +83,16 @@ def test_driver_killed_mid_job_then_rerun_resumes(
     assert_exactly_once(target, inputs)
 
 
-@pytest.mark.parametrize("target", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
-def test_flaky_tasks_are_retried_within_one_run(tmp_path: Path, target: Target) -> None:
-    """Scenario 3: local[2,4] retries failed tasks; failed attempts' files never reach the committed output."""
+@pytest.mark.parametrize(
+    ("mode", "target"),
+    [("rows", "local"), pytest.param("rows", "s3", marks=pytest.mark.s3), ("files", "local")],
+    indirect=["target"],
+)
+def test_flaky_tasks_are_retried_within_one_run(tmp_path: Path, target: Target, mode: str) -> None:
+    """Scenario 3: local[2,4] retries failed tasks; failed attempts' files never reach the committed output.
+
+    Row keys go through the Arrow writer; file keys with local output through Spark's own writer.
+    """
     inputs = make_inputs(tmp_path / "in", files=8)
     operator = FakeOperator(target)
     epoch = operator.begin()
@@ -96,13 +103,16 @@ def test_flaky_tasks_are_retried_within_one_run(tmp_path: Path, target: Target) 
         {"partition": 5, "attempt": 0, "action": "raise", "at": "start"},
     ]
     submitted = run(
-        local_submit_argv("local[2,4]", operator.confs(epoch), job_spec("rows", inputs, target.output_uri, 8)),
+        local_submit_argv("local[2,4]", operator.confs(epoch), job_spec(mode, inputs, target.output_uri, 8)),
         operator.env(faults=faults),
     )
     assert submitted.returncode == 0, submitted.tail()
     operator.end(epoch, 0)
     assert submitted.result is not None
-    assert submitted.result["keys"] == 24 and submitted.result["sealed_partitions"] == 8
+    keys = 24 if mode == "rows" else 8
+    assert submitted.result["keys"] == keys and submitted.result["sealed_partitions"] == 8
+    engine = submitted.result["writes"][0]["engine"]
+    assert engine == ("arrow" if mode == "rows" else "spark")
     assert not submitted.result["degraded"]
     sealed = operator.store.list_checkpoints()
     assert sorted(c.partition for c in sealed) == list(range(8)), "failed attempts seal nothing"
