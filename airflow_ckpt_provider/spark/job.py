@@ -63,6 +63,7 @@ from airflow_ckpt_provider.spark.native import (
 )
 from airflow_ckpt_provider.spark.paths import file_key
 from airflow_ckpt_provider.spark.plan import PlanShape, plan_shape
+from airflow_ckpt_provider.spark.sessionconf import session_conf
 from airflow_ckpt_provider.spark.sink import ParquetSink
 from airflow_ckpt_provider.spark.skip import anti_join, done_keys_frame
 from airflow_ckpt_provider.spark.summary import TaskReport, WriteSummary, emit_result
@@ -478,11 +479,8 @@ class CheckpointedJob:
         except Exception:
             yield
             return
-        self.spark.conf.set(name, str(cores))
-        try:
+        with session_conf(self.spark, name, str(cores)):
             yield
-        finally:
-            self.spark.conf.unset(name)
 
     def _write_partitioned(
         self,

@@ -38,8 +38,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +48,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from airflow_ckpt_provider.failpoints import failpoint
+from airflow_ckpt_provider.spark.sessionconf import session_conf
 from airflow_ckpt_provider.spark.summary import TaskReport
 from airflow_ckpt_provider.store import (
     CheckpointStore,
@@ -122,19 +122,6 @@ def spark_output_path(spark: SparkSession, output_root: str) -> str:
             continue
         return f"{candidate}://{parsed.netloc}{parsed.path}"
     raise ValueError(f"Spark has no Hadoop filesystem for {scheme}:// here (no {'/'.join(candidates)} connector)")
-
-
-@contextmanager
-def _session_conf(spark: SparkSession, name: str, value: str) -> Iterator[None]:
-    previous = spark.conf.get(name, None)
-    spark.conf.set(name, value)
-    try:
-        yield
-    finally:
-        if previous is None:
-            spark.conf.unset(name)
-        else:
-            spark.conf.set(name, previous)
 
 
 @dataclass(frozen=True)
@@ -309,7 +296,7 @@ def run_native_write(spark: SparkSession, df: DataFrame, write: NativeWrite) -> 
     failure: BaseException | None = None
     sealer.start()
     try:
-        with _session_conf(spark, _COMMIT_PROTOCOL_CONF, PROTOCOL_CLASS):
+        with session_conf(spark, _COMMIT_PROTOCOL_CONF, PROTOCOL_CLASS):
             writer.parquet(write.spark_path)
     except BaseException as exc:
         failure = exc

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -274,3 +274,23 @@ def test_s3_input_is_read_by_pyarrow_and_resumes(spark: SparkSession, s3_target:
     assert job2.result()["input"]["pyarrow_files_read"] == len(s3_inputs) - len(done_before)
     operator.store.commit(output_roots=[target.output_uri])
     assert_exactly_once(target, local_inputs)
+
+
+def test_reading_many_local_files_lists_them_on_the_driver(spark: SparkSession, tmp_path: Path) -> None:
+    """Above 32 paths Spark lists input files with a Spark job; read_parquet stats local files on the driver.
+
+    A small resumed run would otherwise pay a listing job (a few hundred ms) for files it has named itself.
+    """
+    inputs = make_inputs(tmp_path / "in", files=40, rows_per_file=5)
+    tracker = spark.sparkContext.statusTracker()
+
+    def jobs_started_by(action: Callable[[], object]) -> int:
+        before = set(tracker.getJobIdsForGroup(None))
+        action()
+        return len(set(tracker.getJobIdsForGroup(None)) - before)
+
+    plain = jobs_started_by(lambda: spark.read.parquet(*inputs))
+    job = CheckpointedJob(spark, f"file://{tmp_path}/store")
+    ours = jobs_started_by(lambda: job.read_parquet(inputs))
+    assert ours == plain - 1, f"Spark alone started {plain} jobs (listing + schema), read_parquet {ours}"
+    assert spark.conf.get("spark.sql.sources.parallelPartitionDiscovery.threshold") == "32", "the conf is put back"
