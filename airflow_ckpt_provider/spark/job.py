@@ -75,7 +75,6 @@ from airflow_ckpt_provider.store import (
     KeyTypeMismatchError,
     NoEpochError,
     StoreUnavailableError,
-    new_checkpoint_id,
     open_store,
 )
 
@@ -586,9 +585,14 @@ class CheckpointedJob:
             if translated is None:
                 raise
             raise translated from exc
-        if len(reports) != len(task_files):
-            # Spark writes nothing for a task with no rows (except the first): record those inputs as done too.
-            reports = self._seal_empty_tasks(reports, task_files)
+        missing = sorted(set(range(len(task_files))) - {r.partition for r in reports})
+        if missing:
+            # Spark commits every task, even one without rows; a task it did not report cannot be sealed
+            # (its input would count as done without its output). Fail: a rerun redoes exactly those.
+            raise RuntimeError(
+                f"the Spark writer reported no committed task for partitions {missing[:10]} of {output_root}; "
+                "their input stays pending and their files are orphans the commit deletes. Run the job again"
+            )
         summary = WriteSummary.from_reports(
             reports,
             epoch=self.epoch,
@@ -604,39 +608,6 @@ class CheckpointedJob:
         self._summaries.append(summary)
         self._emit()
         return summary
-
-    def _seal_empty_tasks(self, reports: list[TaskReport], task_files: tuple[tuple[str, ...], ...]) -> list[TaskReport]:
-        """Seal a checkpoint without files for every task Spark reported no commit for: it had no rows.
-
-        Called only after the whole job succeeded, so every task ran to its end.
-        """
-        done = {r.partition for r in reports}
-        out = list(reports)
-        for partition, files in enumerate(task_files):
-            if partition in done:
-                continue
-            checkpoint_id = new_checkpoint_id()
-            keys = pa.array(sorted(files), pa.string())
-            self.store.stage_keys(checkpoint_id, keys)
-            sealed = self.store.checkpoint(
-                checkpoint_id, epoch=self.epoch, partition=partition, metadata={"writer": "spark", "empty": True}
-            )
-            out.append(
-                TaskReport(
-                    partition=partition,
-                    attempt=0,
-                    checkpoint_id=checkpoint_id if sealed is not None else None,
-                    rows=0,
-                    files=0,
-                    bytes=0,
-                    keys=len(keys),
-                    sealed=sealed is not None,
-                    degraded=self.store.degraded or sealed is None,
-                    seconds=0.0,
-                    host="",
-                )
-            )
-        return sorted(out, key=lambda r: r.partition)
 
     def _set_expected(self, count: int) -> bool:
         try:

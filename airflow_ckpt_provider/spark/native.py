@@ -165,15 +165,17 @@ class _Sealer:
         self._thread.join()
         self.seal_pending()
 
-    def seal_pending(self) -> None:
+    def seal_pending(self, lines: str | None = None) -> None:
+        """Seal the tasks committed since the last call (or those in ``lines``)."""
         with self._lock:
             if self.fenced is not None or self.error is not None:
                 return
-            try:
-                lines = self._drain()
-            except Exception as exc:  # py4j gone (the session stopped): nothing more to seal
-                log.warning("native writer: could not read committed tasks: %s", exc)
-                return
+            if lines is None:
+                try:
+                    lines = self._drain()
+                except Exception as exc:  # a py4j hiccup: the commits stay queued for the next drain
+                    log.warning("native writer: could not read committed tasks: %s", exc)
+                    return
             for line in lines.splitlines():
                 if not line.strip():
                     continue
@@ -303,11 +305,9 @@ def run_native_write(spark: SparkSession, df: DataFrame, write: NativeWrite) -> 
     finally:
         sealer.finish()
         try:
-            rest = str(commits.close())
-            if rest.strip():  # committed after the last drain (cannot happen once the job ended; kept safe)
-                log.warning("native writer: %d task commits arrived after the write ended", len(rest.splitlines()))
-        except Exception:
-            pass
+            sealer.seal_pending(str(commits.close()))  # anything the last drain did not see
+        except Exception as exc:
+            log.warning("native writer: could not read the last committed tasks: %s", exc)
         for name, value in previous.items():  # the caller's job group, if it had one
             sc.setLocalProperty(name, value)  # type: ignore[arg-type]
     log.info(
