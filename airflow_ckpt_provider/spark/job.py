@@ -536,14 +536,37 @@ class CheckpointedJob:
         reports = [TaskReport.from_row(row.asDict()) for row in rows]
         if shape.num_partitions != len(reports):
             driver_degraded = not self._set_expected(len(reports)) or driver_degraded
+        return self._record_write(
+            reports,
+            output_root=output_root,
+            expected_partitions=len(reports),
+            started=started,
+            shuffled=shuffled,
+            driver_degraded=driver_degraded,
+            engine="arrow",
+        )
+
+    def _record_write(
+        self,
+        reports: list[TaskReport],
+        *,
+        output_root: str,
+        expected_partitions: int,
+        started: float,
+        shuffled: bool,
+        driver_degraded: bool,
+        engine: str,
+    ) -> WriteSummary:
+        """The write's summary, recorded: degraded flag in the store, the job's result re-emitted."""
         summary = WriteSummary.from_reports(
             reports,
             epoch=self.epoch,
             output=output_root,
-            expected_partitions=len(reports),
+            expected_partitions=expected_partitions,
             seconds=time.monotonic() - started,
             shuffled=shuffled,
             driver_degraded=driver_degraded,
+            engine=engine,
         )
         if summary.degraded:
             self.store.mark_degraded(self.epoch, f"checkpointing was off in {output_root} (breaker tripped)")
@@ -593,21 +616,15 @@ class CheckpointedJob:
                 f"the Spark writer reported no committed task for partitions {missing[:10]} of {output_root}; "
                 "their input stays pending and their files are orphans the commit deletes. Run the job again"
             )
-        summary = WriteSummary.from_reports(
+        return self._record_write(
             reports,
-            epoch=self.epoch,
-            output=output_root,
+            output_root=output_root,
             expected_partitions=len(task_files),
-            seconds=time.monotonic() - started,
+            started=started,
             shuffled=shuffled,
             driver_degraded=driver_degraded,
             engine="spark",
         )
-        if summary.degraded:
-            self.store.mark_degraded(self.epoch, f"checkpointing was off in {output_root} (breaker tripped)")
-        self._summaries.append(summary)
-        self._emit()
-        return summary
 
     def _set_expected(self, count: int) -> bool:
         try:

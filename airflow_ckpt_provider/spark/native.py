@@ -73,12 +73,17 @@ def jar_path() -> str:
     return str(Path(__file__).parent / "jvm" / "airflow-ckpt-spark.jar")
 
 
-def _protocol_loadable(spark: SparkSession) -> bool:
+def _protocol_class(spark: SparkSession) -> Any:
+    """The protocol's Java class, looked up through this thread's class loader (it sees a jar added at run time)."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    return jvm.java.lang.Class.forName(PROTOCOL_CLASS, True, loader)
+
+
+def _protocol_loadable(spark: SparkSession) -> bool:
     try:
-        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
-        jvm.java.lang.Class.forName(PROTOCOL_CLASS, True, loader)
+        _protocol_class(spark)
         return True
     except Exception:
         return False
@@ -326,11 +331,10 @@ def run_native_write(spark: SparkSession, df: DataFrame, write: NativeWrite) -> 
 
 
 def _open_commits(spark: SparkSession, token: str) -> Any:
-    """The JVM handle on this write's committed tasks (looked up in this thread: its class loader sees the jar)."""
+    """The JVM handle on this write's committed tasks (``CheckpointCommitProtocol.open(token)``, by reflection)."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
-    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
-    cls = jvm.java.lang.Class.forName(PROTOCOL_CLASS, True, loader)
+    cls = _protocol_class(spark)
     string_class = jvm.java.lang.Class.forName("java.lang.String")
     classes = spark.sparkContext._gateway.new_array(jvm.java.lang.Class, 1)  # type: ignore[union-attr]
     classes[0] = string_class

@@ -10,13 +10,14 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from airflow_ckpt_provider.spark import CheckpointedJob, NativeWriterUnavailableError
+from airflow_ckpt_provider.spark import CheckpointedJob, NativeWriterUnavailableError, WriteSummary
 from airflow_ckpt_provider.spark.paths import file_key
 from airflow_ckpt_provider.store import EpochFencedError
 from tests.spark.helpers import FakeOperator, Target, assert_exactly_once, done_keys, make_inputs
@@ -39,6 +40,16 @@ def _job(spark: SparkSession, target: Target, epoch: int) -> CheckpointedJob:
     return CheckpointedJob(spark, target.store_uri, epoch=epoch, **target.options)
 
 
+def _run_files(
+    spark: SparkSession, target: Target, epoch: int, inputs: list[str], faults: list[dict[str, Any]] | None = None
+) -> WriteSummary:
+    """The test pipeline with file keys through Spark's writer, as one submit of ``epoch``."""
+    job = _job(spark, target, epoch)
+    return run_pipeline(
+        spark, job, mode="files", inputs=inputs, output=target.output_uri, faults=faults or (), engine="spark"
+    )
+
+
 def test_native_writer_resumes_after_a_task_failure_exactly_once(
     spark: SparkSession, native_target: Target, tmp_path: Path
 ) -> None:
@@ -50,15 +61,7 @@ def test_native_writer_resumes_after_a_task_failure_exactly_once(
     epoch1 = operator.begin()
     faults = [{"partition": 5, "attempt": 0, "action": "raise", "at": "end"}]
     with pytest.raises(Exception, match="injected fault"):
-        run_pipeline(
-            spark,
-            _job(spark, target, epoch1),
-            mode="files",
-            inputs=inputs,
-            output=target.output_uri,
-            faults=faults,
-            engine="spark",
-        )
+        _run_files(spark, target, epoch1, inputs, faults)
     operator.end(epoch1, 1)
     written = target.output_files()
     failed_task_files = [f for f in written if Path(f).name.startswith("part-00005-")]
@@ -69,9 +72,7 @@ def test_native_writer_resumes_after_a_task_failure_exactly_once(
     done_before = done_keys(store)
     everything = {file_key(p) for p in inputs}
     assert 0 < len(done_before) < len(everything), "finished tasks of the failed run must be sealed"
-    summary = run_pipeline(
-        spark, _job(spark, target, epoch2), mode="files", inputs=inputs, output=target.output_uri, engine="spark"
-    )
+    summary = _run_files(spark, target, epoch2, inputs)
     operator.end(epoch2, 0)
     assert summary.engine == "spark"
     assert summary.keys == len(everything - done_before), "the rerun must process exactly the pending files"
@@ -180,15 +181,7 @@ def test_a_newer_epoch_fences_a_running_native_write(spark: SparkSession, tmp_pa
     started = time.monotonic()
     try:
         with pytest.raises(EpochFencedError, match="superseded"):
-            run_pipeline(
-                spark,
-                _job(spark, target, epoch1),
-                mode="files",
-                inputs=inputs,
-                output=target.output_uri,
-                faults=faults,
-                engine="spark",
-            )
+            _run_files(spark, target, epoch1, inputs, faults)
     finally:
         takeover.join()
     assert time.monotonic() - started < 12, "the write must stop soon after the takeover, not run to its end"

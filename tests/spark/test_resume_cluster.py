@@ -34,6 +34,17 @@ from tests.support.spark_cluster import SparkStandaloneCluster
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
 ACCOUNTS = 24
+#: Speculation that launches a copy of a task lingering past 1.5x the median once it ran 8 s. No copy
+#: before 8 s: a first task pays the executor's Python start (seconds), so with a threshold of 1.5x
+#: the median alone the copy could start, seal and win before attempt 0 sealed at all.
+SPECULATION = {
+    "spark.speculation": "true",
+    "spark.speculation.interval": "100ms",
+    "spark.speculation.multiplier": "1.5",
+    "spark.speculation.quantile": "0.5",
+    "spark.speculation.minTaskRuntime": "8s",
+    "spark.speculation.efficiency.enabled": "false",
+}
 
 
 def _argv(
@@ -143,15 +154,7 @@ def test_speculative_duplicates_seal_and_only_one_counts(
     operator = FakeOperator(target)
     spec = job_spec("rows", inputs, target.output_uri, 8)
     epoch = operator.begin()
-    speculation = {
-        "spark.speculation": "true",
-        "spark.speculation.interval": "100ms",
-        "spark.speculation.multiplier": "1.5",
-        "spark.speculation.quantile": "0.5",
-        # No copy before 8 s: a first task pays the executor's Python start (seconds), so with a threshold
-        # of 1.5x the median alone the copy could start, seal and win before attempt 0 sealed at all.
-        "spark.speculation.minTaskRuntime": "8s",
-        "spark.speculation.efficiency.enabled": "false",
+    speculation = SPECULATION | {
         "spark.executorEnv.CKPT_FAILPOINTS": f"spark.task.after_seal.e{epoch}.p1.a0=sleep:30",
     }
     submitted = _submit(spark_cluster, operator, epoch, spec, conf=speculation)
@@ -189,16 +192,8 @@ def test_speculative_copy_with_spark_writer_wins_and_the_lingering_attempt_leave
     operator = FakeOperator(target)
     spec = job_spec("files", inputs, target.output_uri, 8, engine="spark")
     epoch = operator.begin()
-    speculation = {
-        "spark.speculation": "true",
-        "spark.speculation.interval": "100ms",
-        "spark.speculation.multiplier": "1.5",
-        "spark.speculation.quantile": "0.5",
-        "spark.speculation.minTaskRuntime": "8s",
-        "spark.speculation.efficiency.enabled": "false",
-    }
     faults = [{"partition": 1, "attempt": 0, "action": "sleep", "seconds": 40, "at": "end"}]
-    submitted = _submit(spark_cluster, operator, epoch, spec, conf=speculation, faults=faults)
+    submitted = _submit(spark_cluster, operator, epoch, spec, conf=SPECULATION, faults=faults)
     assert submitted.returncode == 0, submitted.tail()
     summary = json.loads(next(line for line in submitted.stdout.splitlines() if line.startswith("SUMMARY "))[8:])
     assert summary["engine"] == "spark"
