@@ -24,7 +24,7 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": "Checkpointed Spark",
                 "python-modules": [
-                    "airflow_ckpt_provider.operators.spark",
+                    "airflow_ckpt_provider.operators.spark_submit",
                     "airflow_ckpt_provider.operators.commit",
                     "airflow_ckpt_provider.operators.clear",
                 ],

@@ -84,7 +84,7 @@ class StandInJob:
         self.offset = 10**9  # keys of the stand-in job never overlap the filled ones
 
     def __call__(self, hook: Any, application: str = "", **kwargs: Any) -> None:
-        from airflow_ckpt_provider.operators.handoff import EPOCH_CONF, RESULT_PATH_CONF, STORE_URI_CONF
+        from airflow_ckpt_provider.contract import EPOCH_CONF, RESULT_PATH_CONF, STORE_URI_CONF
         from airflow_ckpt_provider.store import FileMetadata, open_store
 
         self.submitted_at = time.perf_counter()
@@ -136,7 +136,7 @@ def one_run(uri: str, aws_conn_id: str | None, options: dict[str, Any], new: int
     from airflow.sdk import DAG
 
     from airflow_ckpt_provider.operators.commit import CheckpointCommitOperator
-    from airflow_ckpt_provider.operators.spark import CheckpointedSparkSubmitOperator
+    from airflow_ckpt_provider.operators.spark_submit import CheckpointedSparkSubmitOperator
 
     with DAG("bench_overhead", schedule=None, start_date=dt.datetime(2024, 1, 1, tzinfo=dt.UTC)):
         submit = CheckpointedSparkSubmitOperator(
@@ -205,7 +205,7 @@ def run(local_done: list[int], s3_done: list[int], new: int, keys: int, repeats:
         for done in local_done:
             result["rows"].append(scenario("local", base, {}, done, new, keys, repeats if done < 10_000 else 1))
         if s3_done:
-            from tests.support.seaweed import SeaweedServer
+            from ckpt_testkit.seaweed import SeaweedServer
 
             server = SeaweedServer(Path(tmp) / "seaweed")
             server.start()

@@ -1,6 +1,6 @@
 """The large fault-injection campaign (issue 7): many seeded trials, one report, zero violations expected.
 
-    .venv/bin/python bench/fault_campaign.py [--seed S] [--trials 30] [--submit-trials 6] \
+    .venv/bin/python -m bench.fault_campaign [--seed S] [--trials 30] [--submit-trials 6] \
         [--store-trials 20] [--races 100] [--double-submits 3] [--backends local,s3] [--only s3#12]
 
 Per backend: ``--trials`` failpoint trials in one resident Spark session (a
@@ -28,16 +28,15 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from ckpt_testkit.faults.campaign import Backend, Campaign
+from ckpt_testkit.faults.plans import Planner
+from ckpt_testkit.faults.processes import SparkHost
+from ckpt_testkit.faults.races import race_begin_epoch, race_spark_submits
+from ckpt_testkit.faults.store_faults import S3Target, run_store_fault_trial
+from ckpt_testkit.faults.workload import make_inputs
+from ckpt_testkit.seaweed import SeaweedServer
 
-from tests.faults.campaign import Backend, Campaign  # noqa: E402
-from tests.faults.plans import Planner  # noqa: E402
-from tests.faults.processes import SparkHost  # noqa: E402
-from tests.faults.races import race_begin_epoch, race_spark_submits  # noqa: E402
-from tests.faults.store_faults import S3Target, run_store_fault_trial  # noqa: E402
-from tests.faults.workload import make_inputs  # noqa: E402
-from tests.support.seaweed import SeaweedServer  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def parse_args() -> argparse.Namespace:

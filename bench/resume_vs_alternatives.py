@@ -58,7 +58,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from airflow_ckpt_provider.store import EpochStatus, RetentionPolicy, open_store  # noqa: E402
-from tests.support.spark_cluster import SPARK_HOME, spark_env  # noqa: E402
+from ckpt_testkit.spark_cluster import SPARK_HOME, spark_env  # noqa: E402
 
 JOB = ROOT / "bench" / "jobs" / "sessions_job.py"
 WORK = ROOT / "bench" / "work"

@@ -114,7 +114,7 @@ def main() -> int:
             if backend == "local":
                 rows += run("local", f"file://{tmp}/store", {}, args.checkpoints, args.keys)
             elif backend == "s3":
-                from tests.support.seaweed import SeaweedServer
+                from ckpt_testkit.seaweed import SeaweedServer
 
                 server = SeaweedServer(Path(tmp) / "seaweed")
                 server.start()

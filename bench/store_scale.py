@@ -148,7 +148,7 @@ def run(local_sizes: list[int], s3_sizes: list[int], keys: int = 100) -> dict[st
             base = Path(tmp) / f"local-{n}"
             result["rows"].append(measure("local", f"file://{base}/store", f"file://{base}/out", {}, n, keys))
         if s3_sizes:
-            from tests.support.seaweed import SeaweedServer
+            from ckpt_testkit.seaweed import SeaweedServer
 
             server = SeaweedServer(Path(tmp) / "seaweed")
             server.start()

@@ -29,7 +29,7 @@ import os
 from airflow.sdk import DAG, Param
 
 from airflow_ckpt_provider.operators.commit import CheckpointCommitOperator
-from airflow_ckpt_provider.operators.spark import CheckpointedSparkSubmitOperator
+from airflow_ckpt_provider.operators.spark_submit import CheckpointedSparkSubmitOperator
 from airflow_ckpt_provider.sensors.checkpoint import CheckpointSensor
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -19,7 +19,7 @@ import os
 from airflow.sdk import DAG, Asset, Param
 
 from airflow_ckpt_provider.operators.commit import CheckpointCommitOperator
-from airflow_ckpt_provider.operators.spark import CheckpointedSparkSubmitOperator
+from airflow_ckpt_provider.operators.spark_submit import CheckpointedSparkSubmitOperator
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAKE = os.environ.get("CKPT_EXAMPLE_LAKE") or os.path.join(

@@ -21,7 +21,7 @@ import os
 from airflow.sdk import DAG, Asset
 
 from airflow_ckpt_provider.operators.commit import CheckpointCommitOperator
-from airflow_ckpt_provider.operators.spark import CheckpointedSparkSubmitOperator
+from airflow_ckpt_provider.operators.spark_submit import CheckpointedSparkSubmitOperator
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUCKET = os.environ.get("CKPT_EXAMPLE_BUCKET", "ckpt-examples")

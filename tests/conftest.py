@@ -1,4 +1,5 @@
-"""Fixtures shared by every test folder: the real S3 server (SeaweedFS) and the fault proxy."""
+"""Fixtures shared by every test folder: the real S3 server (SeaweedFS), the fault proxy, and one
+isolated, migrated Airflow (metadata DB) for the tests of the Airflow side."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.faultproxy import FaultProxy
-from tests.support.seaweed import SeaweedServer
+from ckpt_testkit.faultproxy import FaultProxy
+from ckpt_testkit.seaweed import SeaweedServer
+from tests.support.airflow_harness import AirflowHarness
 
 
 @pytest.fixture(scope="session")
@@ -56,3 +58,11 @@ def fault_proxy(s3_server: SeaweedServer) -> Iterator[FaultProxy]:
     Point clients at ``fault_proxy.endpoint_url``."""
     with FaultProxy(s3_server.s3_port) as proxy:
         yield proxy
+
+
+@pytest.fixture(scope="session")
+def airflow_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowHarness]:
+    """A fresh AIRFLOW_HOME with a migrated SQLite DB (``airflow db migrate`` runs once: ~8 s)."""
+    harness = AirflowHarness.create(tmp_path_factory.mktemp("airflow_home"))
+    print(f"\nairflow db migrate: {harness.migrate_seconds:.1f} s")
+    yield harness

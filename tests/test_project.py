@@ -21,7 +21,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff_clean() -> None:
-    proc = _run("ruff", "check", "airflow_ckpt_provider", "tests", "bench", "dags_examples", "scripts")
+    proc = _run("ruff", "check", "airflow_ckpt_provider", "ckpt_testkit", "tests", "bench", "dags_examples", "scripts")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from airflow_ckpt_provider.cli import render
-from airflow_ckpt_provider.cli.preview import DeletionPreview, preview
+from airflow_ckpt_provider.display.deletion_preview import DeletionPreview, preview
 from airflow_ckpt_provider.store import CheckpointStore
 from airflow_ckpt_provider.store.errors import CheckpointError, UnknownCheckpointError
 

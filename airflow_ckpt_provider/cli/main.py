@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 from airflow_ckpt_provider import __version__
 from airflow_ckpt_provider.cli import commands
-from airflow_ckpt_provider.cli.target import StoreTarget, TargetError, open_target
+from airflow_ckpt_provider.cli.store_selection import StoreTarget, TargetError, open_target
 from airflow_ckpt_provider.store.errors import CheckpointError, StoreUnavailableError
 
 EXIT_OK = 0

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
+from airflow_ckpt_provider.hooks.store_location import resolve_store_uri
 from airflow_ckpt_provider.operators import metrics
-from airflow_ckpt_provider.operators.target import resolve_store_uri
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -11,8 +11,8 @@ from airflow.sdk import BaseOperator
 
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
+from airflow_ckpt_provider.hooks.store_location import resolve_store_uri, submit_task_result
 from airflow_ckpt_provider.operators import metrics
-from airflow_ckpt_provider.operators.target import resolve_store_uri, submit_task_result
 from airflow_ckpt_provider.store import RetentionPolicy
 
 if TYPE_CHECKING:

@@ -31,7 +31,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 
-from airflow_ckpt_provider.cli.preview import preview
+from airflow_ckpt_provider.display.deletion_preview import preview
 from airflow_ckpt_provider.plugins import pages
 from airflow_ckpt_provider.plugins.access import can_access_dag, require_dag_access, require_same_origin_json
 from airflow_ckpt_provider.plugins.audit import write_audit_entry
@@ -43,7 +43,7 @@ from airflow_ckpt_provider.plugins.locator import (
     locate_task_store,
     open_ref,
 )
-from airflow_ckpt_provider.plugins.report import (
+from airflow_ckpt_provider.plugins.task_view import (
     StoreProblem,
     build_task_report,
     display_uri,

@@ -169,7 +169,7 @@ def locate_task_store(session: Session, dag_id: str, task_id: str, run_id: str) 
 def open_ref(ref: TaskStoreRef) -> tuple[CheckpointStore, list[str]]:
     """Open the store with the operator's connection; returns it and the secret values to scrub."""
     from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
-    from airflow_ckpt_provider.plugins.report import secret_values
+    from airflow_ckpt_provider.plugins.task_view import secret_values
 
     hook = CheckpointHook(checkpoint_uri=ref.uri, aws_conn_id=ref.aws_conn_id)
     try:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator
 
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
-from airflow_ckpt_provider.operators.target import resolve_store_uri
+from airflow_ckpt_provider.hooks.store_location import resolve_store_uri
 from airflow_ckpt_provider.store import CheckpointError
 from airflow_ckpt_provider.triggers.checkpoint import (
     CheckpointTrigger,

@@ -3,18 +3,9 @@
 ``CheckpointedJob.from_spark(spark)`` reads the confs the Airflow operator sets
 (``spark.ckpt.store.uri``, ``spark.ckpt.epoch``, ``spark.ckpt.store.options``,
 ``spark.ckpt.result.path``, ``spark.ckpt.broadcast.threshold``; credentials from
-the environment variable ``CKPT_STORE_SECRETS``) — see :mod:`.confs` for each.
+the environment variable ``CKPT_STORE_SECRETS``) — see :mod:`.job_settings` for each.
 """
 
-from airflow_ckpt_provider.spark.confs import (
-    CONF_BROADCAST_THRESHOLD,
-    CONF_EPOCH,
-    CONF_RESULT_PATH,
-    CONF_STORE_OPTIONS,
-    CONF_STORE_URI,
-    ENV_SECRETS,
-)
-from airflow_ckpt_provider.spark.context import WriteContext
 from airflow_ckpt_provider.spark.errors import (
     InputFilesError,
     InvalidSparkConfError,
@@ -27,11 +18,20 @@ from airflow_ckpt_provider.spark.errors import (
     WriterContractError,
 )
 from airflow_ckpt_provider.spark.job import CheckpointedJob
+from airflow_ckpt_provider.spark.job_settings import (
+    CONF_BROADCAST_THRESHOLD,
+    CONF_EPOCH,
+    CONF_RESULT_PATH,
+    CONF_STORE_OPTIONS,
+    CONF_STORE_URI,
+    ENV_SECRETS,
+)
 from airflow_ckpt_provider.spark.keys import SOURCE_FILE_COLUMN, SOURCE_KEY_COLUMN
-from airflow_ckpt_provider.spark.native import CONF_WRITER_ENGINE, jar_path
 from airflow_ckpt_provider.spark.paths import file_key
-from airflow_ckpt_provider.spark.sink import ParquetSink
 from airflow_ckpt_provider.spark.summary import RESULT_LINE_PREFIX, TaskReport, WriteSummary, parse_result_line
+from airflow_ckpt_provider.spark.writers.arrow_parquet import ParquetSink
+from airflow_ckpt_provider.spark.writers.context import WriteContext
+from airflow_ckpt_provider.spark.writers.native import CONF_WRITER_ENGINE, jar_path
 
 __all__ = [
     "CONF_BROADCAST_THRESHOLD",

@@ -37,7 +37,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import StructType
 
-from airflow_ckpt_provider.spark.confs import DEFAULT_BROADCAST_THRESHOLD, settings_from_conf
 from airflow_ckpt_provider.spark.errors import (
     KeyColumnNotFoundError,
     KeyDefinitionConflictError,
@@ -46,7 +45,7 @@ from airflow_ckpt_provider.spark.errors import (
     SourceKeyLostError,
     WriterContractError,
 )
-from airflow_ckpt_provider.spark.inputs import FileInputs
+from airflow_ckpt_provider.spark.job_settings import DEFAULT_BROADCAST_THRESHOLD, settings_from_conf
 from airflow_ckpt_provider.spark.keys import (
     NULL_KEY_MARKER,
     SOURCE_FILE_COLUMN,
@@ -54,20 +53,21 @@ from airflow_ckpt_provider.spark.keys import (
     key_columns,
     normalize_key_type,
 )
-from airflow_ckpt_provider.spark.native import (
+from airflow_ckpt_provider.spark.paths import file_key
+from airflow_ckpt_provider.spark.plan import PlanShape, plan_shape
+from airflow_ckpt_provider.spark.readers.file_inputs import FileInputs
+from airflow_ckpt_provider.spark.skip import anti_join, done_keys_frame
+from airflow_ckpt_provider.spark.summary import TaskReport, WriteSummary, emit_result
+from airflow_ckpt_provider.spark.temporary_conf import session_conf
+from airflow_ckpt_provider.spark.writers.arrow_parquet import ParquetSink
+from airflow_ckpt_provider.spark.writers.arrow_task import REPORT_DDL, TaskSpec, WriterFn, make_task_function
+from airflow_ckpt_provider.spark.writers.native import (
     CONF_WRITER_ENGINE,
     NativeWrite,
     check_engine,
     native_unsupported_reason,
     run_native_write,
 )
-from airflow_ckpt_provider.spark.paths import file_key
-from airflow_ckpt_provider.spark.plan import PlanShape, plan_shape
-from airflow_ckpt_provider.spark.sessionconf import session_conf
-from airflow_ckpt_provider.spark.sink import ParquetSink
-from airflow_ckpt_provider.spark.skip import anti_join, done_keys_frame
-from airflow_ckpt_provider.spark.summary import TaskReport, WriteSummary, emit_result
-from airflow_ckpt_provider.spark.task import REPORT_DDL, TaskSpec, WriterFn, make_task_function
 from airflow_ckpt_provider.store import (
     CheckpointStore,
     EpochFencedError,
@@ -135,7 +135,7 @@ class CheckpointedJob:
 
     @classmethod
     def from_spark(cls, spark: SparkSession) -> CheckpointedJob:
-        """The job as configured by the Airflow operator (``spark.ckpt.*`` confs, see ``confs.py``).
+        """The job as configured by the Airflow operator (``spark.ckpt.*`` confs, see ``job_settings.py``).
 
         Raises :class:`MissingStoreConfigError` (how to run without Airflow),
         :class:`InvalidSparkConfError`, :class:`EpochFencedError` (a newer submit began).
@@ -402,7 +402,7 @@ class CheckpointedJob:
           Spark reports it done). Needs file keys read whole per task with no shuffle
           before the writer (``read_parquet`` + narrow transformations) and an output
           Spark can write (local disk, or ``s3a://`` where the cluster has it); see
-          :mod:`airflow_ckpt_provider.spark.native`;
+          :mod:`airflow_ckpt_provider.spark.writers.native`;
         * ``"arrow"``: every task converts its rows to Arrow and writes with pyarrow
           (row keys, any pipeline, ``s3://`` without a Hadoop S3 connector);
         * ``"auto"``: ``"spark"`` when it can, else ``"arrow"`` (the log says why).

@@ -17,7 +17,7 @@ from airflow_ckpt_provider.cli.main import EXIT_OK, EXIT_UNAVAILABLE, main
 from airflow_ckpt_provider.store import open_store
 from tests.cli.console import airflow_ckpt
 from tests.cli.sample_store import fill_store
-from tests.ui.server import free_port
+from tests.support.api_server import free_port
 
 pytestmark = pytest.mark.s3
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.campaign import Backend, Campaign, CampaignReport
-from tests.faults.plans import Planner
-from tests.faults.processes import SparkHost
-from tests.faults.settings import CampaignSettings
-from tests.faults.workload import make_inputs
-from tests.support.seaweed import SeaweedServer
+from ckpt_testkit.faults.campaign import Backend, Campaign, CampaignReport
+from ckpt_testkit.faults.plans import Planner
+from ckpt_testkit.faults.processes import SparkHost
+from ckpt_testkit.faults.settings import CampaignSettings
+from ckpt_testkit.faults.workload import make_inputs
+from ckpt_testkit.seaweed import SeaweedServer
 
 REPORT_PATH = Path(__file__).resolve().parents[2] / "test-output" / "fault-campaign.txt"
 _reports: list[CampaignReport] = []

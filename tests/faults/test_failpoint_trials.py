@@ -3,17 +3,17 @@
 Each trial crashes the example job at a failpoint (raise or exit, at some hit) or
 SIGKILLs its driver, resumes it (maybe crashing again), commits (maybe crashing
 in the commit and retrying) and audits the output and the store
-(:mod:`tests.faults.oracle`). The trial count is small here (see
-``tests/faults/settings.py``); ``bench/fault_campaign.py`` runs the large campaign.
+(:mod:`ckpt_testkit.faults.oracle`). The trial count is small here (see
+``ckpt_testkit/faults/settings.py``); ``python -m bench.fault_campaign`` runs the large campaign.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.faults.campaign import Campaign
-from tests.faults.plans import Planner
-from tests.faults.settings import CampaignSettings
+from ckpt_testkit.faults.campaign import Campaign
+from ckpt_testkit.faults.plans import Planner
+from ckpt_testkit.faults.settings import CampaignSettings
 
 pytestmark = [pytest.mark.faults, pytest.mark.spark]
 

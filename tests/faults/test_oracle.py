@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from airflow_ckpt_provider.store import CheckpointStore, RetentionPolicy, open_store
-from tests.faults.oracle import audit_after_commit
+from ckpt_testkit.faults.oracle import audit_after_commit
+from ckpt_testkit.faults.workload import OutputLocation
 from tests.faults.store_api_job import run_job, write_task
-from tests.faults.workload import OutputLocation
 
 pytestmark = pytest.mark.faults
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.campaign import CampaignReport
-from tests.faults.races import race_begin_epoch, race_spark_submits
-from tests.faults.settings import CampaignSettings
-from tests.support.seaweed import SeaweedServer
+from ckpt_testkit.faults.campaign import CampaignReport
+from ckpt_testkit.faults.races import race_begin_epoch, race_spark_submits
+from ckpt_testkit.faults.settings import CampaignSettings
+from ckpt_testkit.seaweed import SeaweedServer
 
 pytestmark = pytest.mark.faults
 

@@ -2,7 +2,7 @@
 
 The S3 store sits behind the fault proxy; the output is on local disk. The job
 must complete (circuit breaker), report ``degraded`` truthfully, and the later
-commit must delete nothing it cannot prove orphaned (see :mod:`tests.faults.store_faults`).
+commit must delete nothing it cannot prove orphaned (see :mod:`ckpt_testkit.faults.store_faults`).
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.campaign import CampaignReport
-from tests.faults.plans import Planner
-from tests.faults.processes import SparkHost
-from tests.faults.settings import CampaignSettings
-from tests.faults.store_faults import S3Target, run_store_fault_trial
-from tests.support.seaweed import SeaweedServer
+from ckpt_testkit.faults.campaign import CampaignReport
+from ckpt_testkit.faults.plans import Planner
+from ckpt_testkit.faults.processes import SparkHost
+from ckpt_testkit.faults.settings import CampaignSettings
+from ckpt_testkit.faults.store_faults import S3Target, run_store_fault_trial
+from ckpt_testkit.seaweed import SeaweedServer
 
 pytestmark = [pytest.mark.faults, pytest.mark.spark, pytest.mark.s3]
 

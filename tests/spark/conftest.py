@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from ckpt_testkit.spark_cluster import SPARK_HOME, SparkStandaloneCluster
 from tests.spark.helpers import Target
-from tests.support.spark_cluster import SPARK_HOME, SparkStandaloneCluster
 
 
 @pytest.fixture(scope="session")

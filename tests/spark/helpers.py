@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from airflow_ckpt_provider.spark import parse_result_line
 from airflow_ckpt_provider.spark.paths import arrow_filesystem, arrow_path
 from airflow_ckpt_provider.store import CheckpointStore, EpochStatus, open_store
-from tests.support.spark_cluster import SPARK_HOME, spark_env
+from ckpt_testkit.spark_cluster import SPARK_HOME, spark_env
 
 JOB_SCRIPT = Path(__file__).parent / "jobs" / "resumable_job.py"
 REPO_ROOT = Path(__file__).resolve().parents[2]

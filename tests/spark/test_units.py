@@ -8,10 +8,10 @@ import pyarrow as pa
 import pytest
 
 from airflow_ckpt_provider.spark import InvalidSparkConfError, MissingStoreConfigError, file_key, parse_result_line
-from airflow_ckpt_provider.spark.confs import settings_from_conf
+from airflow_ckpt_provider.spark.job_settings import settings_from_conf
 from airflow_ckpt_provider.spark.keys import distinct_keys, key_columns, normalize_key_type
-from airflow_ckpt_provider.spark.reader import SourceFile, plan_groups
-from airflow_ckpt_provider.spark.sink import hive_value
+from airflow_ckpt_provider.spark.readers.arrow import SourceFile, plan_groups
+from airflow_ckpt_provider.spark.writers.arrow_parquet import hive_value
 
 
 def _conf(values: dict[str, str]):  # type: ignore[no-untyped-def]

@@ -1,6 +1,6 @@
 """One contract suite, two backends: every test taking ``backend`` runs on local disk and on S3.
 
-The S3 runs use the real SeaweedFS server the suite starts (tests/support/seaweed.py).
+The S3 runs use the real SeaweedFS server the suite starts (ckpt_testkit/seaweed.py).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from airflow_ckpt_provider.store import EpochStatus, FileMetadata, new_checkpoint_id, open_store
-from tests.support.seaweed import SeaweedServer
+from ckpt_testkit.seaweed import SeaweedServer
 
 pytestmark = pytest.mark.s3
 

@@ -1,0 +1,348 @@
+"""``CheckpointedSparkSubmitOperator``: ``SparkSubmitOperator`` plus a checkpoint store.
+
+Each real submit opens a new epoch of the store (fencing every older writer),
+tells the job where the store is and which epoch it runs in, and records how the
+submit ended. A retry that re-attaches to a still-running (or finished) driver —
+``SparkSubmitOperator``'s durable mode in cluster deploy modes — keeps the epoch of
+that driver: opening a new one would turn the live job into its own zombie.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from airflow_ckpt_provider.contract import RESULT_LINE_PREFIX, Handoff, parse_job_result, read_job_result
+from airflow_ckpt_provider.failpoints import failpoint
+from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
+from airflow_ckpt_provider.operators import metrics
+from airflow_ckpt_provider.store import CheckpointStore, Epoch, EpochStatus
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+#: task_state_store key holding the epoch (and result file) of the submitted driver.
+EPOCH_STATE_KEY = "ckpt_epoch"
+#: XCom key of what the submit skips (pushed before the job starts).
+PLAN_XCOM_KEY = "checkpoint_plan"
+
+
+class _CheckpointedSubmitHook(SparkSubmitHook):
+    """Calls back into the operator right before every real ``spark-submit`` run.
+
+    Every deploy mode (client, standalone cluster, YARN, Kubernetes) submits through
+    ``SparkSubmitHook.submit``; a durable re-attach never does. So this is the one
+    place where "a new submit really happens" is known for sure.
+    """
+
+    _before_submit: Callable[[], Handoff] | None = None
+    #: The driver's ``CKPT_RESULT`` line, when its stdout reaches spark-submit (client mode).
+    result_line: str | None = None
+
+    def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
+        def tap() -> Iterator[Any]:
+            for line in itr:
+                text = str(line).strip()
+                if text.startswith(RESULT_LINE_PREFIX):
+                    self.result_line = text[len(RESULT_LINE_PREFIX) :]
+                yield line
+
+        super()._process_spark_submit_log(tap())
+
+    def submit(self, application: str = "", **kwargs: Any) -> str | None:
+        if self._before_submit is None:  # pragma: no cover - the operator always sets it
+            raise RuntimeError("a checkpointed submit needs its operator's before_submit callback")
+        handoff = self._before_submit()
+        self._conf = {**self._conf, **handoff.spark_conf()}
+        secret_env = handoff.secret_env()
+        if secret_env:
+            if self._is_yarn or self._is_kubernetes:
+                # The provider turns env_vars into --conf spark.yarn.appMasterEnv.* /
+                # spark.kubernetes.driverEnv.* flags: visible in `ps`. Refuse to ship keys that way.
+                self.log.warning(
+                    "Not passing store credentials to a %s driver (they would be on the spark-submit "
+                    "command line): give the cluster its own S3 credentials (instance role, IRSA, ...)",
+                    "YARN" if self._is_yarn else "Kubernetes",
+                )
+            elif self._env_vars:
+                # With env_vars the provider builds the child environment from _env_vars itself.
+                self._env_vars = {**self._env_vars, **secret_env}
+            else:
+                kwargs["env"] = {**os.environ, **(kwargs.get("env") or {}), **secret_env}
+        return super().submit(application, **kwargs)
+
+
+class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
+    """Submit a Spark job that checkpoints its progress, so that a retry skips finished keys.
+
+    Takes every ``SparkSubmitOperator`` parameter (cluster modes, durable re-attach,
+    ``env_vars``, ...) plus:
+
+    :param checkpoint_uri: the store (``file:///…``, ``/abs/path`` or ``s3://bucket/prefix``).
+        Templated. Default: ``{[ckpt] base_uri}/{dag_id}/{task_id}/{run_id}``, or with no
+        base URI ``$AIRFLOW_HOME/checkpoints/{dag_id}/{task_id}/{run_id}``.
+    :param aws_conn_id: ``aws`` connection for ``s3://`` stores (default ``[ckpt] aws_conn_id``).
+    :param takeover_open_epoch: take over an epoch that another owner holds open (use when
+        that submit is known to be dead). Without it such a submit fails fast with
+        ``EpochConflictError`` and nothing is changed.
+    :param wait_for_completion: in cluster deploy modes, ``False`` returns as soon as the
+        driver is accepted and leaves the epoch open: a deferrable ``CheckpointSensor`` then
+        waits for the partitions without holding a worker slot, and the commit closes the
+        epoch. (In client mode spark-submit runs the driver itself, so the task always waits.)
+
+    Before the submit, XCom ``checkpoint_plan`` holds what will be skipped. The return value
+    (XCom ``return_value``) holds the store URI, the epoch, ``degraded`` and the job's counters.
+    The job gets the store through the Spark confs ``spark.ckpt.*`` and credentials through
+    the ``CKPT_STORE_SECRETS`` environment variable of the ``spark-submit`` process only.
+    """
+
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "checkpoint_uri")
+    ui_color = "#f7c873"
+
+    def __init__(
+        self,
+        *,
+        checkpoint_uri: str | None = None,
+        aws_conn_id: str | None = None,
+        takeover_open_epoch: bool = False,
+        wait_for_completion: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.checkpoint_uri = checkpoint_uri
+        self.aws_conn_id = aws_conn_id
+        self.takeover_open_epoch = takeover_open_epoch
+        self.wait_for_completion = wait_for_completion
+        self._context: Context | None = None
+        self._ckpt_hook: CheckpointHook | None = None
+        self._submitted: Handoff | None = None
+        self._reattached = False
+        self._detached = False
+        self._external_id: Any = None
+
+    # ------------------------------------------------------------------ helpers
+
+    def _owner(self, context: Context) -> str:
+        return f"{self.dag_id}/{self.task_id}/{context['run_id']}"
+
+    def checkpoint_hook(self, context: Context) -> CheckpointHook:
+        if self._ckpt_hook is None:
+            uri = CheckpointHook.resolve_uri(
+                self.checkpoint_uri, dag_id=self.dag_id, task_id=self.task_id, run_id=context["run_id"]
+            )
+            self._ckpt_hook = CheckpointHook(uri, aws_conn_id=self.aws_conn_id)
+        return self._ckpt_hook
+
+    def _get_hook(self) -> SparkSubmitHook:
+        base = super()._get_hook()
+        # Rebuild as our subclass with the same arguments: the base class builds its hook in
+        # one place, and copying __dict__ keeps every resolved field (connection, deploy mode).
+        hook = _CheckpointedSubmitHook.__new__(_CheckpointedSubmitHook)
+        hook.__dict__.update(base.__dict__)
+        hook._before_submit = self._open_epoch_for_submit
+        return hook
+
+    # ------------------------------------------------------------------ the submit
+
+    def _open_epoch_for_submit(self) -> Handoff:
+        context = self._context
+        if context is None:  # pragma: no cover - execute() always sets it
+            raise RuntimeError("submit outside execute()")
+        ckpt = self.checkpoint_hook(context)
+        store = ckpt.get_store()
+        ti = context.get("ti")
+        epoch = store.begin_epoch(
+            owner=self._owner(context),
+            takeover=self.takeover_open_epoch,
+            metadata={
+                "dag_id": self.dag_id,
+                "task_id": self.task_id,
+                "run_id": context["run_id"],
+                "try_number": getattr(ti, "try_number", None),
+            },
+        )
+        plan = self._plan(store, epoch) | {"aws_conn_id": self.aws_conn_id}
+        self.log.info(
+            "Opened epoch %d of %s: skipping %d keys already done in %d valid checkpoints%s",
+            epoch.number,
+            store.uri,
+            plan["keys_skipped"],
+            plan["checkpoints_skipped"],
+            " (plus a snapshot of committed keys)" if epoch.base_snapshot is not None else "",
+        )
+        if ti is not None:
+            ti.xcom_push(key=PLAN_XCOM_KEY, value=plan)
+        tags = metrics.task_tags(context)
+        metrics.count(metrics.SUBMITS, 1, tags)
+        metrics.count(metrics.KEYS_SKIPPED, plan["keys_skipped"], tags)
+        metrics.count(metrics.CHECKPOINTS_SKIPPED, plan["checkpoints_skipped"], tags)
+
+        result_dir = os.path.join(tempfile.gettempdir(), "airflow-ckpt-results")
+        os.makedirs(result_dir, mode=0o700, exist_ok=True)
+        handoff = Handoff(
+            store_uri=store.uri,
+            epoch=epoch.number,
+            public_options=ckpt.public_store_options,
+            secret_options=ckpt.secret_store_options,
+            result_path=os.path.join(result_dir, f"{uuid.uuid4().hex}.json"),
+        )
+        task_state_store = context.get("task_state_store")
+        if task_state_store is not None:
+            # Read back by a retry that re-attaches to this driver instead of submitting.
+            task_state_store.set(
+                EPOCH_STATE_KEY,
+                {"store_uri": store.uri, "epoch": epoch.number, "result_path": handoff.result_path},
+            )
+        self._submitted = handoff
+        return handoff
+
+    @staticmethod
+    def _plan(store: CheckpointStore, epoch: Epoch) -> dict[str, Any]:
+        if epoch.base_keys is not None and epoch.base_rows is not None:
+            # Counted by begin_epoch from the state it just read: no second pass over every manifest.
+            keys, rows = epoch.base_keys, epoch.base_rows
+        else:
+            progress = store.progress()
+            keys, rows = progress.keys_done, progress.rows
+        return {
+            "checkpoint_uri": store.uri,
+            "epoch": epoch.number,
+            "checkpoints_skipped": len(epoch.base),
+            "keys_skipped": keys,
+            "rows_skipped": rows,
+            "snapshot": epoch.base_snapshot,
+        }
+
+    def _reattached_handoff(self, context: Context, store: CheckpointStore) -> Handoff | None:
+        """The epoch of the driver a durable retry re-attached to (no submit happened)."""
+        recorded: Any = None
+        task_state_store = context.get("task_state_store")
+        if task_state_store is not None:
+            recorded = task_state_store.get(EPOCH_STATE_KEY)
+        if isinstance(recorded, Mapping) and recorded.get("store_uri") == store.uri:
+            return Handoff(store.uri, int(recorded["epoch"]), {}, {}, str(recorded.get("result_path") or ""))
+        current = store.current_epoch()
+        if current is not None and current.owner == self._owner(context):
+            return Handoff(store.uri, current.number, {}, {}, "")
+        return None
+
+    def poll_until_complete(self, external_id: Any, context: Context) -> None:
+        # Reached after a submit, or directly when a durable retry re-attaches to a live driver.
+        self._reattached = self._submitted is None
+        self._external_id = external_id
+        if not self.wait_for_completion and not self._reattached:
+            self._detached = True
+            self.log.info(
+                "Driver %s accepted; not waiting for it (wait_for_completion=False). "
+                "A CheckpointSensor can wait for its partitions; the commit closes the epoch",
+                external_id,
+            )
+            return
+        failpoint("operator.spark.before_poll")  # fault injection: an attempt dies while its driver runs
+        super().poll_until_complete(external_id, context)
+
+    def _driver_may_be_running(self) -> bool:
+        """After a failed attempt: could the cluster driver it submitted still be running?"""
+        if self._external_id is None or not self.durable:
+            return False  # client mode: the driver was spark-submit's child and died with the attempt
+        status = str(getattr(self._hook, "_driver_status", None) or "").upper()
+        return status not in ("FINISHED", "FAILED", "KILLED", "ERROR", "SUCCEEDED")
+
+    def execute(self, context: Context) -> Any:  # the job summary (a dict), pushed as return_value
+        self._context = context
+        self._submitted = None
+        self._reattached = False
+        self._detached = False
+        self._external_id = None
+        started = time.monotonic()
+        store = self.checkpoint_hook(context).get_store()
+        try:
+            super().execute(context)
+        except BaseException:
+            handoff = self._submitted
+            if handoff is None and self._reattached:
+                handoff = self._reattached_handoff(context, store)
+            if handoff is not None and self._driver_may_be_running():
+                # Durable mode: a retry re-attaches to this driver and keeps its epoch; marking
+                # the epoch failed now would make its (possibly successful) output uncommittable.
+                self.log.warning(
+                    "Epoch %d left open: driver %s may still be running; a retry re-attaches to it",
+                    handoff.epoch,
+                    self._external_id,
+                )
+            elif handoff is not None:
+                self._end_epoch(store, handoff, EpochStatus.FAILED, read_job_result(handoff.result_path))
+            raise
+        handoff = self._submitted
+        if handoff is None:
+            handoff = self._reattached_handoff(context, store)
+            metrics.count(metrics.REATTACHES, 1, metrics.task_tags(context))
+            if handoff is None:
+                raise RuntimeError(
+                    f"the job finished but no epoch of {store.uri} belongs to {self._owner(context)}: "
+                    "it was taken over by another submit; run the task again"
+                )
+            self.log.info("Re-attached to the driver of epoch %d: no new epoch was opened", handoff.epoch)
+        if self._detached:
+            return {
+                "checkpoint_uri": store.uri,
+                "aws_conn_id": self.aws_conn_id,
+                "epoch": handoff.epoch,
+                "driver_id": self._external_id,
+                "detached": True,
+                "degraded": self._epoch_degraded(store, handoff.epoch),
+            }
+        job_result = read_job_result(handoff.result_path) or self._result_from_log() or {}
+        degraded = bool(job_result.get("degraded")) or self._epoch_degraded(store, handoff.epoch)
+        self._end_epoch(store, handoff, EpochStatus.SUCCEEDED, job_result)
+        summary: dict[str, Any] = {
+            **job_result,
+            "checkpoint_uri": store.uri,
+            "aws_conn_id": self.aws_conn_id,  # not a secret: lets the UI open the same store
+            "epoch": handoff.epoch,
+            "degraded": degraded,
+            "reattached": self._submitted is None,
+            "duration_seconds": round(time.monotonic() - started, 3),
+        }
+        tags = metrics.task_tags(context)
+        metrics.count(metrics.CHECKPOINTS_SEALED, int(job_result.get("sealed_partitions") or 0), tags)
+        metrics.count(metrics.ROWS_WRITTEN, int(job_result.get("rows") or 0), tags)
+        if degraded:
+            metrics.count(metrics.BREAKER_TRIPS, 1, tags)
+            self.log.warning(
+                "Epoch %d ran degraded (the store was unreachable for a while, checkpointing stopped): "
+                "the job finished, and the commit will keep every file it cannot prove orphaned",
+                handoff.epoch,
+            )
+        self.log.info("Checkpointed job finished: %s", summary)
+        return summary
+
+    def _result_from_log(self) -> dict[str, Any] | None:
+        hook = self._hook
+        line = getattr(hook, "result_line", None)
+        return parse_job_result(line) if line else None
+
+    def _epoch_degraded(self, store: CheckpointStore, epoch: int) -> bool:
+        try:
+            return store.is_degraded(epoch)
+        except Exception as exc:  # the store may be the thing that is down
+            self.log.warning("Could not read the degraded state of epoch %d: %s", epoch, exc)
+            return False
+
+    def _end_epoch(
+        self, store: CheckpointStore, handoff: Handoff, status: EpochStatus, result: Mapping[str, Any] | None
+    ) -> None:
+        try:
+            store.end_epoch(handoff.epoch, status=status, summary=dict(result or {}))
+        except Exception as exc:
+            # An unrecorded end only costs the UI its status; a later epoch supersedes it.
+            self.log.warning("Could not record the end of epoch %d (%s): %s", handoff.epoch, status, exc)
+        if handoff.result_path and os.path.exists(handoff.result_path):
+            os.unlink(handoff.result_path)

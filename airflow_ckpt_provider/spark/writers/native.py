@@ -1,0 +1,375 @@
+"""The native writer: Spark's own (JVM) Parquet writer, checkpointed per task by the driver.
+
+``write_parquet`` uses it when it can (``engine="auto"``): the rows never leave
+the JVM, so a checkpointed write costs about what ``df.write.parquet`` costs,
+instead of the JVM → Arrow → Python conversion of the Arrow writer. It needs
+
+* file keys whose files each writer task reads whole (``read_parquet`` and a
+  pipeline without a shuffle: the writer then knows each task's keys from the
+  plan and needs no key column in the data),
+* a Hadoop filesystem for the output (local disk; ``s3a://`` where the cluster
+  has it), and
+* the package's small commit-protocol jar on the driver's classpath (added at
+  run time; or ``--jars`` with :func:`jar_path`).
+
+How the checkpoint protocol is kept (seed 004's direct write, DESIGN invariants):
+
+1. before the job, the driver records one *name intent* in the store: every file
+   of this write carries a random token in its name, so the commit can delete
+   the files of failed, duplicate and zombie attempts, and nothing else;
+2. each task writes its files directly under the output with names no other
+   attempt can produce (``part-PPPPP-TOKEN-aID-RAND.c000.snappy.parquet``); a
+   task that fails deletes them before the failure propagates;
+3. Spark reports each partition's first successful attempt to the driver
+   (``FileCommitProtocol.onTaskCommit``); a driver thread stages that task's files
+   and its input files (the keys) and seals one checkpoint for the partition,
+   while the job runs. Tasks that finished before a job failure are sealed
+   before the failure is raised; a driver killed outright loses at most the
+   seals of the last moments (those partitions are redone, never lost);
+4. fencing: a seal refuses a superseded epoch (and the write is cancelled at
+   once); with a store on local disk, a task also checks the next epoch's record
+   before writing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+from airflow_ckpt_provider.failpoints import failpoint
+from airflow_ckpt_provider.spark.summary import TaskReport
+from airflow_ckpt_provider.spark.temporary_conf import session_conf
+from airflow_ckpt_provider.store import (
+    CheckpointStore,
+    EpochFencedError,
+    FileMetadata,
+    StoreUnavailableError,
+    new_checkpoint_id,
+)
+
+log = logging.getLogger(__name__)
+
+PROTOCOL_CLASS = "io.airflowckpt.spark.CheckpointCommitProtocol"
+ENGINES = ("auto", "spark", "arrow")
+#: Spark conf that picks the engine when ``write_parquet(engine=None)``.
+CONF_WRITER_ENGINE = "spark.ckpt.writer.engine"
+_COMMIT_PROTOCOL_CONF = "spark.sql.sources.commitProtocolClass"
+_POLL_SECONDS = 0.1
+
+
+def jar_path() -> str:
+    """The commit-protocol jar shipped in this package (for ``--jars`` / ``spark.jars``)."""
+    return str(Path(__file__).parents[1] / "jvm" / "airflow-ckpt-spark.jar")
+
+
+def _protocol_class(spark: SparkSession) -> Any:
+    """The protocol's Java class, looked up through this thread's class loader (it sees a jar added at run time)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    return jvm.java.lang.Class.forName(PROTOCOL_CLASS, True, loader)
+
+
+def _protocol_loadable(spark: SparkSession) -> bool:
+    try:
+        _protocol_class(spark)
+        return True
+    except Exception:
+        return False
+
+
+def protocol_available(spark: SparkSession) -> str | None:
+    """None if the commit protocol can be used by this thread's session, else why not.
+
+    Adds the package's jar to the session when the class is not on the classpath
+    (``ADD JAR`` reaches the calling thread's class loader and the executors).
+    """
+    if getattr(spark.sparkContext, "_jvm", None) is None:
+        return "Spark Connect has no JVM access"
+    if _protocol_loadable(spark):
+        return None
+    if Path(jar_path()).is_file():
+        try:
+            spark.sparkContext._jsc.addJar(jar_path())  # executors
+            spark.sql(f"ADD JAR '{jar_path()}'")  # the driver's session class loader
+        except Exception as exc:
+            log.info("could not add %s to the session: %s", jar_path(), exc)
+        if _protocol_loadable(spark):
+            return None
+    return f"the class {PROTOCOL_CLASS} cannot be loaded (add {jar_path()} to spark.jars)"
+
+
+def spark_output_path(spark: SparkSession, output_root: str) -> str:
+    """The output as Spark's Hadoop filesystems name it, or raise ValueError saying why it cannot write there."""
+    parsed = urlparse(output_root)
+    scheme = parsed.scheme.lower()
+    if scheme == "file":
+        return output_root
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    candidates = ["s3a", "s3"] if scheme == "s3" else [scheme]
+    for candidate in candidates:
+        try:
+            jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(candidate, conf)
+        except Exception:
+            continue
+        return f"{candidate}://{parsed.netloc}{parsed.path}"
+    raise ValueError(f"Spark has no Hadoop filesystem for {scheme}:// here (no {'/'.join(candidates)} connector)")
+
+
+@dataclass(frozen=True)
+class NativeWrite:
+    """One native write: where, how, and which input files each writer task reads (its keys)."""
+
+    store: CheckpointStore
+    epoch: int
+    output_root: str
+    spark_path: str
+    task_files: tuple[tuple[str, ...], ...]
+    partition_by: tuple[str, ...] = ()
+    compression: str = "snappy"
+    max_records_per_file: int | None = None
+
+
+class _Sealer:
+    """Seals one checkpoint per committed task, on a driver thread, while the write runs."""
+
+    def __init__(self, write: NativeWrite, drain: Callable[[], str], on_fenced: Callable[[], None]) -> None:
+        self.write = write
+        self._drain = drain
+        self._on_fenced = on_fenced
+        self.reports: dict[int, TaskReport] = {}
+        self.fenced: EpochFencedError | None = None
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="ckpt-native-sealer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(_POLL_SECONDS):
+            self.seal_pending()
+
+    def finish(self) -> None:
+        """Stop the thread, then seal what is left (tasks that committed before the job ended)."""
+        self._stop.set()
+        self._thread.join()
+        self.seal_pending()
+
+    def seal_pending(self, lines: str | None = None) -> None:
+        """Seal the tasks committed since the last call (or those in ``lines``)."""
+        with self._lock:
+            if self.fenced is not None or self.error is not None:
+                return
+            if lines is None:
+                try:
+                    lines = self._drain()
+                except Exception as exc:  # a py4j hiccup: the commits stay queued for the next drain
+                    log.warning("native writer: could not read committed tasks: %s", exc)
+                    return
+            for line in lines.splitlines():
+                if not line.strip():
+                    continue
+                try:
+                    self._seal(json.loads(line))
+                except EpochFencedError as exc:
+                    self.fenced = exc
+                    self._on_fenced()
+                    return
+                except BaseException as exc:
+                    self.error = exc
+                    self._on_fenced()
+                    return
+
+    def _seal(self, message: dict[str, Any]) -> None:
+        write, store = self.write, self.write.store
+        partition = int(message["partition"])
+        if partition >= len(write.task_files):
+            raise RuntimeError(
+                f"native writer: task {partition} is not one of the {len(write.task_files)} tasks the plan showed; "
+                "the write's plan changed under it"
+            )
+        root = str(message["root"]).rstrip("/")
+        files = []
+        for f in message["files"]:
+            path = str(f["path"])
+            relative = path[len(root) :].lstrip("/") if path.startswith(root) else path.rsplit("/", 1)[-1]
+            files.append(
+                FileMetadata(
+                    path=f"{write.output_root}/{relative}",
+                    size_bytes=int(f["size"]),
+                    num_rows=max(int(f["rows"]), 0),
+                    format="parquet",
+                )
+            )
+        keys = pa.array(sorted(write.task_files[partition]), pa.string())
+        checkpoint_id = new_checkpoint_id()
+        failpoint("spark.native.before_seal")
+        failpoint(f"spark.native.before_seal.e{write.epoch}.p{partition}")
+        if files:
+            store.stage_files(checkpoint_id, files)
+        store.stage_keys(checkpoint_id, keys)
+        sealed = store.checkpoint(
+            checkpoint_id,
+            epoch=write.epoch,
+            partition=partition,
+            metadata={
+                "attempt": message.get("attempt"),
+                "stage": message.get("stage"),
+                "task_attempt_id": message.get("task_attempt_id"),
+                "host": message.get("host"),
+                "writer": "spark",
+            },
+        )
+        failpoint("spark.native.after_seal")
+        self.reports[partition] = TaskReport(
+            partition=partition,
+            attempt=int(message.get("attempt", 0)),
+            checkpoint_id=checkpoint_id if sealed is not None else None,
+            rows=sum(f.num_rows for f in files),
+            files=len(files),
+            bytes=sum(f.size_bytes for f in files),
+            keys=len(keys),
+            sealed=sealed is not None,
+            degraded=store.degraded or sealed is None,
+            seconds=float(message.get("seconds", 0.0)),
+            host=str(message.get("host", "")),
+        )
+
+
+def _record_name_intent(write: NativeWrite, token: str) -> bool:
+    """Record the write's name intent; False (counted by the breaker) if the store is down.
+
+    The store is off the critical path: without the record the write still runs,
+    degraded — its files are then never deleted automatically (the commit reports
+    the unrecorded ones), exactly like the Arrow writer's unrecorded files.
+    """
+    store = write.store
+    if store.breaker.tripped:
+        return False
+    try:
+        store.record_name_intent(new_checkpoint_id(), write.output_root, f"-{token}-", epoch=write.epoch)
+    except (StoreUnavailableError, OSError) as exc:
+        store.breaker.record_failure("record_name_intent", exc)
+        log.warning("native writer: could not record the write's intent (%s); this write runs degraded", exc)
+        return False
+    store.breaker.record_success()
+    return True
+
+
+def run_native_write(spark: SparkSession, df: DataFrame, write: NativeWrite) -> tuple[list[TaskReport], bool]:
+    """Write ``df`` with Spark's Parquet writer, sealing one checkpoint per task. Raises what the job raised.
+
+    Returns the task reports and whether the write's intent was recorded (False:
+    the run is degraded). On failure, the tasks that finished are sealed before the
+    error propagates. Raises :class:`EpochFencedError` when a newer submit took over the store.
+    """
+    token = "ckw" + uuid.uuid4().hex[:16]
+    intent_recorded = _record_name_intent(write, token)
+    group = f"ckpt-native-{token}"
+    sc = spark.sparkContext
+    commits = _open_commits(spark, token)
+    sealer = _Sealer(write, lambda: str(commits.drain()), lambda: sc.cancelJobGroup(group))
+    writer = df.write.mode("append").option("ckpt.write.token", token).option("compression", write.compression)
+    fence = _fence_path(write.store, write.epoch)
+    if fence:
+        writer = writer.option("ckpt.fence.path", fence)
+    if write.spark_path.startswith("file:"):
+        # No .crc side files (the Arrow writer writes none either, and the commit's listing skips hidden files).
+        writer = writer.option("fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem")
+        writer = writer.option("fs.file.impl.disable.cache", "true")
+    if write.max_records_per_file:
+        writer = writer.option("maxRecordsPerFile", str(write.max_records_per_file))
+    if write.partition_by:
+        writer = writer.partitionBy(*write.partition_by)
+    group_properties = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+    previous = {name: sc.getLocalProperty(name) for name in group_properties}
+    sc.setJobGroup(group, f"checkpointed write to {write.output_root} (epoch {write.epoch}, Spark writer)", True)
+    started = time.monotonic()
+    failure: BaseException | None = None
+    sealer.start()
+    try:
+        with session_conf(spark, _COMMIT_PROTOCOL_CONF, PROTOCOL_CLASS):
+            writer.parquet(write.spark_path)
+    except BaseException as exc:
+        failure = exc
+    finally:
+        sealer.finish()
+        try:
+            sealer.seal_pending(str(commits.close()))  # anything the last drain did not see
+        except Exception as exc:
+            log.warning("native writer: could not read the last committed tasks: %s", exc)
+        for name, value in previous.items():  # the caller's job group, if it had one
+            sc.setLocalProperty(name, value)  # type: ignore[arg-type]
+    log.info(
+        "native write of %s: %d tasks sealed in %.1fs",
+        write.output_root,
+        len(sealer.reports),
+        time.monotonic() - started,
+    )
+    if sealer.fenced is not None:
+        raise sealer.fenced from failure
+    if sealer.error is not None:
+        raise sealer.error from failure
+    if failure is not None:
+        raise failure
+    return [sealer.reports[p] for p in sorted(sealer.reports)], intent_recorded
+
+
+def _open_commits(spark: SparkSession, token: str) -> Any:
+    """The JVM handle on this write's committed tasks (``CheckpointCommitProtocol.open(token)``, by reflection)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    cls = _protocol_class(spark)
+    string_class = jvm.java.lang.Class.forName("java.lang.String")
+    classes = spark.sparkContext._gateway.new_array(jvm.java.lang.Class, 1)  # type: ignore[union-attr]
+    classes[0] = string_class
+    args = spark.sparkContext._gateway.new_array(jvm.java.lang.Object, 1)  # type: ignore[union-attr]
+    args[0] = token
+    return cls.getMethod("open", classes).invoke(None, args)
+
+
+def _fence_path(store: CheckpointStore, epoch: int) -> str | None:
+    """The next epoch's record as a Hadoop path, if the store is on local disk (tasks check it before writing)."""
+    uri = store.uri
+    if not uri.startswith("file://"):
+        return None
+    return f"{uri.rstrip('/')}/epochs/{epoch + 1:08d}.json"
+
+
+def check_engine(engine: str) -> str:
+    if engine not in ENGINES:
+        raise ValueError(f"engine={engine!r}: use one of {list(ENGINES)}")
+    return engine
+
+
+def native_unsupported_reason(
+    spark: SparkSession, task_files: Sequence[Sequence[str]] | None, output_root: str
+) -> tuple[str | None, str]:
+    """(Spark path of the output, "") when the native writer can run, else (None, why not)."""
+    if task_files is None:
+        return None, (
+            "the writer cannot tell each task's input files from the plan (row keys, a shuffle, a union, or a "
+            "source other than read_parquet)"
+        )
+    problem = protocol_available(spark)
+    if problem:
+        return None, problem
+    try:
+        return spark_output_path(spark, output_root), ""
+    except ValueError as exc:
+        return None, str(exc)

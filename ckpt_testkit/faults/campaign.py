@@ -1,0 +1,337 @@
+"""Run fault-injection trials and count them: crash, resume, commit (crashing there too), audit.
+
+A failpoint trial arms one crash in the example job (a failpoint of the write
+task, of the driver, or a SIGKILL of the whole driver), runs the job until it
+crashes, resumes it (maybe crashing again), commits (maybe crashing in the commit,
+then retrying), and audits the result with :mod:`ckpt_testkit.faults.oracle`. Every
+trial's seed and plan are printed, so any trial can be replayed alone.
+
+Used by ``tests/faults`` (a few trials per run) and ``python -m bench.fault_campaign``
+(as many as you like).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_ckpt_provider.store import CheckpointStore, open_store
+from ckpt_testkit.faults.oracle import audit_after_commit, check_store
+from ckpt_testkit.faults.plans import EXECUTOR_FAILPOINTS, SIGKILL, Crash, TrialPlan
+from ckpt_testkit.faults.processes import RunOutcome, SparkHost, run_commit, run_submit
+from ckpt_testkit.faults.workload import OutputLocation, inputs_of_round
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where trials put their store and output: a local directory or an S3 bucket."""
+
+    name: str
+    root: str  # file:///abs/dir or s3://bucket/prefix
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def locate(self, trial_id: str) -> tuple[str, str]:
+        """A fresh (store URI, output URI) pair for one trial."""
+        base = f"{self.root.rstrip('/')}/{trial_id.replace('#', '-')}-{uuid.uuid4().hex[:6]}"
+        return f"{base}/store", f"{base}/out"
+
+
+@dataclass
+class TrialResult:
+    trial_id: str
+    backend: str
+    description: str
+    violations: list[str] = field(default_factory=list)
+    #: (failpoint or SIGKILL, fired?) for every crash armed in this trial.
+    armed: list[tuple[str, bool]] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    degraded: bool = False
+    kind: str = "failpoint"
+
+    def note(self, line: str) -> None:
+        self.log.append(line)
+
+
+@dataclass
+class CampaignReport:
+    """Counts per failpoint and backend, store-fault outcomes, races, and every violation."""
+
+    seed: int
+    trials: list[TrialResult] = field(default_factory=list)
+    races: list[dict[str, Any]] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    #: When the last trial or race was recorded: in pytest other tests run after the campaign's.
+    last: float = field(default_factory=time.monotonic)
+
+    def add(self, result: TrialResult) -> None:
+        self.trials.append(result)
+        self.last = time.monotonic()
+
+    def add_race(self, race: dict[str, Any]) -> None:
+        self.races.append(race)
+        self.last = time.monotonic()
+
+    @property
+    def violations(self) -> list[str]:
+        found = [f"[{t.trial_id}] {v}  ({t.description})" for t in self.trials for v in t.violations]
+        found += [f"[race {r['name']}] {v}" for r in self.races for v in r.get("violations", ())]
+        return found
+
+    def format(self) -> str:
+        backends = sorted({t.backend for t in self.trials if t.kind == "failpoint"})
+        armed: Counter[tuple[str, str]] = Counter()
+        fired: Counter[tuple[str, str]] = Counter()
+        for trial in self.trials:
+            for point, did_fire in trial.armed:
+                armed[(point, trial.backend)] += 1
+                fired[(point, trial.backend)] += int(did_fire)
+        lines = [
+            f"Fault campaign seed={self.seed}: {len(self.trials)} trials, {len(self.violations)} violations, "
+            f"wall {self.last - self.started:.0f}s",
+            "",
+        ]
+        if armed:
+            width = max(len(p) for p, _ in armed) + 2
+            header = "crash point".ljust(width) + "".join(f"{b + ' armed/fired':>20}" for b in backends)
+            lines += [header, "-" * len(header)]
+            for point in sorted({p for p, _ in armed}):
+                cells = "".join(f"{f'{armed[(point, b)]}/{fired[(point, b)]}':>20}" for b in backends)
+                lines.append(point.ljust(width) + cells)
+            per_backend = Counter(t.backend for t in self.trials if t.kind == "failpoint")
+            lines.append("trials".ljust(width) + "".join(f"{per_backend[b]:>20}" for b in backends))
+            lines.append("")
+        faults = [t for t in self.trials if t.kind == "store-fault"]
+        if faults:
+            lines.append("Store faults (S3 store through the TCP proxy; output on local disk)")
+            by_fault: dict[str, list[TrialResult]] = {}
+            for trial in faults:
+                by_fault.setdefault(trial.description.split("fault=")[1].split()[0], []).append(trial)
+            for fault, group in sorted(by_fault.items()):
+                degraded = sum(t.degraded for t in group)
+                bad = sum(bool(t.violations) for t in group)
+                lines.append(f"  {fault:<10} trials {len(group):>3}   degraded {degraded:>3}   with violations {bad}")
+            lines.append("")
+        for race in self.races:
+            lines.append(f"Race {race['name']}: {race['summary']}")
+        if self.races:
+            lines.append("")
+        seconds = [t.seconds for t in self.trials]
+        if seconds:
+            lines.append(
+                f"trial seconds: median {statistics.median(seconds):.1f}, max {max(seconds):.1f}, "
+                f"sum {sum(seconds):.0f}"
+            )
+        if self.violations:
+            lines.append("VIOLATIONS:")
+            lines += [f"  {v}" for v in self.violations]
+        return "\n".join(lines)
+
+
+def _fired(crash: Crash, outcome: RunOutcome) -> bool:
+    """Did this run end at its armed crash (and not for some other reason)?
+
+    A crash on an executor fails the job with the failpoint's error or, when Spark
+    reports a sibling Python worker of the failed task first, "Python worker
+    exited unexpectedly"; both count. Any other failure is a finding.
+    """
+    if outcome.ok:
+        return False
+    if crash.point == SIGKILL:
+        return outcome.killed
+    if outcome.returncode == 17 or f"failpoint {crash.point} " in outcome.error:
+        return True
+    return crash.point in EXECUTOR_FAILPOINTS and "exited unexpectedly" in outcome.error
+
+
+class Campaign:
+    """Runs trials against backends with one resident Spark host; collects a :class:`CampaignReport`."""
+
+    def __init__(
+        self,
+        seed: int,
+        work_dir: Path,
+        host: SparkHost,
+        inputs: Sequence[str],
+        backends: Mapping[str, Backend],
+        *,
+        report: CampaignReport | None = None,
+        echo: Callable[[str], None] = print,
+    ) -> None:
+        self.seed = seed
+        self.work_dir = work_dir
+        self.host = host
+        self.inputs = list(inputs)
+        self.backends = dict(backends)
+        self.echo = echo
+        self.report = report if report is not None else CampaignReport(seed)
+        self._submit_seconds: list[float] = []
+
+    # ------------------------------------------------------------------ one trial
+
+    def run_trial(self, plan: TrialPlan) -> TrialResult:
+        backend = self.backends[plan.backend]
+        result = TrialResult(plan.trial_id, plan.backend, plan.describe())
+        self.echo(f"trial {plan.describe()}")
+        started = time.monotonic()
+        store_uri, output_uri = backend.locate(plan.trial_id)
+        store = open_store(store_uri, **backend.options)
+        output = OutputLocation(output_uri, backend.options)
+        try:
+            for round_number in range(1, plan.rounds + 1):
+                inputs = inputs_of_round(self.inputs, round_number)
+                spec = {
+                    "store_uri": store_uri,
+                    "output": output_uri,
+                    "inputs": inputs,
+                    "mode": plan.mode,
+                    "num_partitions": plan.num_partitions,
+                    "max_records_per_file": plan.max_records_per_file,
+                    "owner": f"campaign-{plan.trial_id}",
+                    "engine": plan.engine,
+                }
+                crash = plan.crash if round_number == 1 else plan.round2_crash
+                resume = plan.resume_crash if round_number == 1 else None
+                if not self._run_to_completion(plan, spec, crash, resume, backend, store, result):
+                    break
+                if not self._commit(plan, store_uri, output_uri, backend, store, result):
+                    break
+                audit = audit_after_commit(
+                    store, output, inputs, mode=plan.mode, policy=plan.policy, store_faults=False
+                )
+                result.violations += [f"round {round_number}: {v}" for v in audit.violations]
+        except Exception as exc:  # the harness must report, not die: a crash here is a finding too
+            result.violations.append(f"trial raised {type(exc).__name__}: {exc}")
+        finally:
+            store.close()
+        result.seconds = time.monotonic() - started
+        verdict = "OK" if not result.violations else f"{len(result.violations)} VIOLATIONS: {result.violations}"
+        self.echo(f"  -> {verdict} in {result.seconds:.1f}s")
+        self.report.add(result)
+        return result
+
+    def _run_to_completion(
+        self,
+        plan: TrialPlan,
+        spec: dict[str, Any],
+        crash: Crash | None,
+        resume: Crash | None,
+        backend: Backend,
+        store: CheckpointStore,
+        result: TrialResult,
+    ) -> bool:
+        """Run, resume after each crash; True once a run succeeded. Violations go to ``result``."""
+        attempts: list[Crash | None] = [crash]
+        if resume is not None:
+            attempts.append(resume)
+        attempts.append(None)
+        for number, armed in enumerate(attempts):
+            outcome = self._run(plan, spec, armed, backend, store, number)
+            fired = armed is not None and _fired(armed, outcome)
+            if armed is not None:
+                result.armed.append((armed.point, fired))
+            what = armed.label() if armed else "unarmed"
+            state = "ok" if outcome.ok else f"failed ({outcome.short_error(160)})"
+            result.note(f"run {number} [{what}] via {outcome.where}: {state} in {outcome.seconds:.1f}s")
+            self.echo(f"  run {number} [{what}] via {outcome.where}: {state} in {outcome.seconds:.1f}s")
+            if outcome.ok:
+                writes = (outcome.result or {}).get("writes") or [{}]
+                result.note(
+                    f"  result: rows {writes[0].get('rows')} files {writes[0].get('files')} keys "
+                    f"{writes[0].get('keys')} sealed {writes[0].get('sealed_partitions')}/{writes[0].get('partitions')}"
+                )
+                if outcome.result is not None and outcome.result.get("degraded"):
+                    result.violations.append(f"run {number} reported degraded=True without any store fault")
+                return True
+            if armed is None:
+                result.violations.append(f"a run without failpoints failed: {outcome.short_error(600)}")
+                return False
+            if not fired:
+                result.violations.append(f"run {number} failed, but not at {what}: {outcome.short_error(600)}")
+            result.violations += [f"after the crash at {what}: {p}" for p in check_store(store)]
+        return False
+
+    def _run(
+        self,
+        plan: TrialPlan,
+        spec: Mapping[str, Any],
+        armed: Crash | None,
+        backend: Backend,
+        store: CheckpointStore,
+        number: int,
+    ) -> RunOutcome:
+        run_id = f"{plan.trial_id}/{number}/{uuid.uuid4().hex[:6]}"
+        if armed is None or not armed.needs_own_driver:
+            return self.host.run(spec, backend.options, armed.spec if armed else "", run_id=run_id)
+        kill_when = self._kill_condition(armed, store) if armed.point == SIGKILL else None
+        outcome = run_submit(
+            spec,
+            backend.options,
+            armed.spec,
+            log_prefix=self.work_dir / "logs" / run_id.replace("/", "_").replace("#", "-"),
+            master=plan.master,
+            kill_when=kill_when,
+        )
+        if outcome.ok:
+            self._submit_seconds.append(outcome.seconds)
+        return outcome
+
+    def _kill_condition(self, crash: Crash, store: CheckpointStore) -> Callable[[], bool]:
+        """When to SIGKILL: a moment after the first new checkpoint directory appears, or at a blind time."""
+        started = time.monotonic()
+        if crash.kill_after_first_checkpoint is None:
+            typical = statistics.median(self._submit_seconds) if self._submit_seconds else 30.0
+            deadline = crash.kill_fraction * typical
+            return lambda: time.monotonic() - started >= deadline
+        before = set(store.blobs.list_dirs("checkpoints/"))
+        seen_at: list[float] = []
+        last_poll = [0.0]
+
+        def condition() -> bool:
+            now = time.monotonic()
+            if not seen_at and now - last_poll[0] >= 0.2:
+                last_poll[0] = now
+                if set(store.blobs.list_dirs("checkpoints/")) - before:
+                    seen_at.append(now)
+            assert crash.kill_after_first_checkpoint is not None
+            return bool(seen_at) and now - seen_at[0] >= crash.kill_after_first_checkpoint
+
+        return condition
+
+    def _commit(
+        self,
+        plan: TrialPlan,
+        store_uri: str,
+        output_uri: str,
+        backend: Backend,
+        store: CheckpointStore,
+        result: TrialResult,
+    ) -> bool:
+        spec = {"store_uri": store_uri, "output_roots": [output_uri], "degraded": False, "policy": plan.policy.value}
+        for crash in plan.commit_crashes:
+            outcome = run_commit(spec, backend.options, crash.spec)
+            fired = outcome.returncode == 17 or f"failpoint {crash.point} " in outcome.error
+            result.armed.append((crash.point, fired))
+            state = "ok" if outcome.ok else f"failed ({outcome.short_error(120)})"
+            result.note(f"commit [{crash.label()}]: {state}")
+            self.echo(f"  commit [{crash.label()}]: {state} in {outcome.seconds:.1f}s")
+            if outcome.ok:
+                return True
+            if not fired:
+                result.violations.append(f"the commit failed, but not at {crash.label()}: {outcome.short_error(600)}")
+            result.violations += [f"after the commit crash at {crash.label()}: {p}" for p in check_store(store)]
+        outcome = run_commit(spec, backend.options, "")
+        self.echo(f"  commit [unarmed]: {'ok' if outcome.ok else 'FAILED'} in {outcome.seconds:.1f}s")
+        if not outcome.ok:
+            result.violations.append(f"the commit did not succeed on retry: {outcome.short_error(600)}")
+            return False
+        summary = (outcome.result or {}).get("result", {})
+        result.note(f"commit: {json.dumps({k: len(v) if isinstance(v, list) else v for k, v in summary.items()})}")
+        return True

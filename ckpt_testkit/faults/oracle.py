@@ -1,0 +1,132 @@
+"""The campaign's oracle: what must hold after a commit, however the run before it crashed.
+
+Every check reads the state back with plain tools — pyarrow for the output, the
+store's own records for the commits — and returns violations as sentences; an
+empty list means the trial kept every promise:
+
+* every input row exactly once in the output directory, read by a plain Parquet reader;
+* no file named by any commit record is gone;
+* no orphan after a successful commit: every file under the output root is in a
+  commit record, or the commit reported it (``unknown_files``, ``kept_unprovable``);
+* without store faults, nothing is unknown or kept (every file was announced);
+* ``store.check()`` reports no problem;
+* retention did what it says (``retain``: the done keys are exactly the input
+  keys, once each; ``delete_after_success``: no checkpoint directory is left).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_ckpt_provider.store import CheckpointStore, RetentionPolicy
+from ckpt_testkit.faults.workload import OutputLocation, exactly_once_violations, expected_keys, expected_rows
+
+
+@dataclass
+class Audit:
+    violations: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CommitRecords:
+    """Everything the store's commits say about the output."""
+
+    committed: frozenset[str]
+    unknown: frozenset[str]
+    kept: frozenset[str]
+    deleted: frozenset[str]
+    latest_done_epoch: int | None
+
+    @classmethod
+    def read(cls, store: CheckpointStore) -> CommitRecords:
+        committed: set[str] = set()
+        unknown: set[str] = set()
+        kept: set[str] = set()
+        deleted: set[str] = set()
+        latest: int | None = None
+        for info in store.blobs.list("commits/"):
+            record: dict[str, Any] = json.loads(store.blobs.get(info.key)[0])
+            if info.key.endswith(".done.json"):
+                unknown.update(record.get("unknown_files", ()))
+                kept.update(record.get("kept_unprovable", ()))
+                deleted.update(record.get("deleted_files", ()))
+                latest = max(latest or 0, int(record["epoch"]))
+            else:
+                committed.update(str(f["path"]) for f in record.get("files", ()))
+        return cls(frozenset(committed), frozenset(unknown), frozenset(kept), frozenset(deleted), latest)
+
+
+def check_store(store: CheckpointStore) -> list[str]:
+    """``store.check()`` problems (it must never raise either: a crash mid-way is its job to describe)."""
+    try:
+        report = store.check()
+    except Exception as exc:  # the checker itself failing is a finding
+        return [f"store.check() raised {type(exc).__name__}: {exc}"]
+    return [f"store.check(): {p}" for p in report.problems]
+
+
+def audit_after_commit(
+    store: CheckpointStore,
+    output: OutputLocation,
+    inputs: Sequence[str],
+    *,
+    mode: str,
+    policy: RetentionPolicy,
+    store_faults: bool,
+) -> Audit:
+    """Every promise of a successful commit (see the module doc)."""
+    audit = Audit()
+    violations = audit.violations
+    on_disk = output.files()
+    records = CommitRecords.read(store)
+    violations += exactly_once_violations(output.read_rows(), expected_rows(inputs))
+    gone = sorted(records.committed - on_disk)
+    if gone:
+        violations.append(f"{len(gone)} committed files were deleted, e.g. {gone[:3]}")
+    orphans = sorted(on_disk - records.committed - records.unknown - records.kept)
+    if orphans:
+        violations.append(f"{len(orphans)} orphans left after a successful commit, e.g. {orphans[:3]}")
+    if not store_faults and (records.unknown or records.kept):
+        violations.append(
+            f"without store faults every file has an intent, yet the commit reported {len(records.unknown)} "
+            f"unknown and kept {len(records.kept)} unprovable files"
+        )
+    deleted_committed = sorted(records.deleted & records.committed)
+    if deleted_committed:
+        violations.append(f"a commit deleted committed files: {deleted_committed[:3]}")
+    try:
+        epoch = store.current_epoch()
+        if epoch is None or records.latest_done_epoch != epoch.number:
+            violations.append(f"the latest epoch ({epoch and epoch.number}) is not the committed one")
+    except Exception as exc:  # an unreadable store is a finding, not a harness error
+        violations.append(f"the store's epochs cannot be read: {type(exc).__name__}: {exc}")
+    violations += check_store(store)
+    try:
+        violations += _retention_violations(store, inputs, mode=mode, policy=policy, store_faults=store_faults)
+    except Exception as exc:
+        violations.append(f"the store's done keys cannot be read: {type(exc).__name__}: {exc}")
+    return audit
+
+
+def _retention_violations(
+    store: CheckpointStore, inputs: Sequence[str], *, mode: str, policy: RetentionPolicy, store_faults: bool
+) -> list[str]:
+    violations: list[str] = []
+    if policy is RetentionPolicy.RETAIN and not store_faults:
+        keys = store.get_checkpointed_keys().column(0).to_pylist()
+        want = expected_keys(inputs, mode)
+        if len(keys) != len(set(keys)):
+            violations.append(f"the store holds {len(keys) - len(set(keys))} done keys twice")
+        if set(keys) != want:
+            lost, extra = sorted(want - set(keys)), sorted(set(keys) - want)
+            violations.append(
+                f"done keys differ from the input keys: {len(lost)} missing {lost[:3]}, extra {extra[:3]}"
+            )
+    if policy is RetentionPolicy.DELETE_AFTER_SUCCESS:
+        left = store.blobs.list_dirs("checkpoints/")
+        if left:
+            violations.append(f"delete_after_success left {len(left)} checkpoint directories")
+    return violations

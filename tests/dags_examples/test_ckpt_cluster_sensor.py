@@ -1,0 +1,137 @@
+"""Cluster deploy mode on a real Spark standalone cluster (master with its REST server, two workers).
+
+* Example DAG 3: the submit returns once the driver is accepted, the deferrable sensor
+  waits in the (inline) triggerer until every expected partition sealed, the commit
+  closes the epoch.
+* Durable re-attach: an attempt dies (failpoint) after its driver was accepted; Airflow's
+  retry re-attaches to that driver through SparkSubmitOperator's durable mode and must
+  keep the driver's epoch: one epoch, one driver, the output committed once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import glob
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_ckpt_provider.store import EpochStatus, open_store
+from ckpt_testkit.spark_cluster import SPARK_HOME, SparkStandaloneCluster, free_port
+from tests.support.airflow_harness import AirflowHarness
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.cluster]
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "dags_examples"
+DAGS = Path(__file__).resolve().parents[1] / "support" / "dags"
+
+
+@pytest.fixture(scope="module")
+def rest_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SparkStandaloneCluster, int]]:
+    """A standalone cluster whose master serves the REST API (driver status for re-attach)."""
+    rest_port = free_port()
+    options = (
+        f"-Dspark.master.rest.enabled=true -Dspark.master.rest.host=127.0.0.1 -Dspark.master.rest.port={rest_port}"
+    )
+    previous = os.environ.get("SPARK_MASTER_OPTS")
+    os.environ["SPARK_MASTER_OPTS"] = options  # read by the master's JVM at start only
+    try:
+        cluster = SparkStandaloneCluster(tmp_path_factory.mktemp("spark_cluster")).start()
+    finally:
+        if previous is None:
+            os.environ.pop("SPARK_MASTER_OPTS", None)
+        else:
+            os.environ["SPARK_MASTER_OPTS"] = previous
+    yield cluster, rest_port
+    cluster.stop()
+
+
+def _cluster_env(cluster: SparkStandaloneCluster, rest_port: int, lake: Path) -> dict[str, str]:
+    connection = {
+        "conn_type": "spark",
+        "host": "spark://127.0.0.1",
+        "port": cluster.master_port,
+        "extra": {"deploy-mode": "cluster", "rest-port": rest_port},
+    }
+    return {
+        "AIRFLOW_CONN_SPARK_CLUSTER": json.dumps(connection),
+        "CKPT_EXAMPLE_LAKE": str(lake),
+        "SPARK_HOME": SPARK_HOME,
+        "SPARK_CORE_JAR": glob.glob(os.path.join(SPARK_HOME, "jars", "spark-core_*.jar"))[0],
+    }
+
+
+def _event_ids(directory: Path) -> list[int]:
+    return sorted(
+        i
+        for path in directory.rglob("*.parquet")
+        for i in pq.read_table(path, columns=["event_id"]).column(0).to_pylist()
+    )
+
+
+def _drivers(cluster: SparkStandaloneCluster) -> list[dict[str, Any]]:
+    state: dict[str, Any] = cluster._master_state() or {}
+    return list(state.get("activedrivers") or []) + list(state.get("completeddrivers") or [])
+
+
+def test_cluster_submit_then_deferrable_sensor_then_commit(
+    airflow_harness: AirflowHarness, rest_cluster: tuple[SparkStandaloneCluster, int], tmp_path: Path
+) -> None:
+    cluster, rest_port = rest_cluster
+    airflow_harness.install_dag(EXAMPLES / "ckpt_cluster_sensor.py", EXAMPLES / "jobs")
+    run = airflow_harness.run_dag(
+        "ckpt_cluster_sensor",
+        logical_date=dt.datetime(2024, 9, 1, tzinfo=dt.UTC),
+        conf={"events": 20_000, "partitions": 4},
+        env=_cluster_env(cluster, rest_port, tmp_path / "lake"),
+        timeout=900,
+    )
+    assert run.state == "success", run.output[-5000:]
+    submitted = airflow_harness.xcom("ckpt_cluster_sensor", run.run_id, "submit_to_cluster")
+    assert submitted["detached"] is True and submitted["driver_id"].startswith("driver-")
+    # The first poke found the job unfinished, so the sensor deferred and the trigger waited.
+    assert "running trigger in line" in run.output
+    assert "4/4 partitions sealed" in run.output
+    progress = airflow_harness.xcom("ckpt_cluster_sensor", run.run_id, "wait_for_partitions")
+    assert (progress["sealed_partitions"], progress["expected_partitions"]) == (4, 4)
+    commit = airflow_harness.xcom("ckpt_cluster_sensor", run.run_id, "commit")
+    assert commit["rows_committed"] == 20_000 and commit["unknown_files"] == 0
+    epoch = open_store(submitted["checkpoint_uri"]).current_epoch()
+    assert epoch is not None and epoch.status is EpochStatus.COMMITTED
+    assert len(_event_ids(tmp_path / "lake" / "cluster_events")) == 20_000
+
+
+def test_retry_reattaches_to_the_running_driver_and_keeps_its_epoch(
+    airflow_harness: AirflowHarness, rest_cluster: tuple[SparkStandaloneCluster, int], tmp_path: Path
+) -> None:
+    cluster, rest_port = rest_cluster
+    airflow_harness.install_dag(DAGS / "reattach_dag.py", EXAMPLES / "jobs")
+    drivers_before = {d["id"] for d in _drivers(cluster)}
+    output = tmp_path / "out"
+    env = {
+        **_cluster_env(cluster, rest_port, tmp_path / "lake"),
+        "REATTACH_OUTPUT": str(output),
+        # Attempt 1 raises right after its driver was accepted, before polling it.
+        "CKPT_FAILPOINTS": "operator.spark.before_poll=raise@1",
+    }
+    run = airflow_harness.run_dag(
+        "ckpt_reattach", logical_date=dt.datetime(2024, 9, 2, tzinfo=dt.UTC), env=env, timeout=900
+    )
+    assert run.state == "success", run.output[-5000:]
+    assert airflow_harness.task_instances("ckpt_reattach", run.run_id)["submit"] == ("success", 2)
+    assert "left open: driver" in run.output and "Reconnecting to existing job" in run.output
+
+    result = airflow_harness.xcom("ckpt_reattach", run.run_id, "submit")
+    assert result["reattached"] is True and result["epoch"] == 1
+    store = open_store(result["checkpoint_uri"])
+    assert [e.number for e in store.list_epochs()] == [1]  # no second epoch: the live job was not fenced
+    new_drivers = [d for d in _drivers(cluster) if d["id"] not in drivers_before]
+    assert len(new_drivers) == 1  # the retry did not submit again
+    commit = airflow_harness.xcom("ckpt_reattach", run.run_id, "commit")
+    assert commit["rows_committed"] == 20_000
+    assert len(_event_ids(output)) == 20_000

@@ -1,0 +1,86 @@
+"""Example DAG 1 (ckpt_daily_events) and its CheckpointedJob through failed, cleared and retried runs.
+
+Real metadata DB, real spark-submit on local[2], the local store. The job's failing
+partition dies half-way through its file (like a killed executor), so the failed
+attempt leaves an orphan that only the commit can remove.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_ckpt_provider.store import EpochStatus, open_store
+from tests.support.airflow_harness import AirflowHarness
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark]
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "dags_examples"
+DAGS = Path(__file__).resolve().parents[1] / "support" / "dags"
+EVENTS = 20_000
+
+
+def _event_ids(directory: Path) -> list[int]:
+    return sorted(
+        i for p in directory.rglob("*.parquet") for i in pq.read_table(p, columns=["event_id"]).column(0).to_pylist()
+    )
+
+
+def test_cleared_run_processes_only_the_remaining_keys(airflow_harness: AirflowHarness, tmp_path: Path) -> None:
+    airflow_harness.install_dag(EXAMPLES / "ckpt_daily_events.py", EXAMPLES / "jobs")
+    env = {"CKPT_EXAMPLE_LAKE": str(tmp_path / "lake")}
+    day = dt.datetime(2024, 10, 2, tzinfo=dt.UTC)
+    output = tmp_path / "lake" / "daily_events" / "day=2024-10-02"
+    conf = {"events": EVENTS, "partitions": 4}
+
+    first = airflow_harness.run_dag("ckpt_daily_events", logical_date=day, conf={**conf, "fail_partition": 2}, env=env)
+    assert first.state == "failed", first.output[-4000:]
+    plan = airflow_harness.xcom("ckpt_daily_events", first.run_id, "process_events", "checkpoint_plan")
+    store = open_store(plan["checkpoint_uri"])
+    epoch = store.current_epoch()
+    assert epoch is not None and epoch.status is EpochStatus.FAILED
+    done = set(store.get_checkpointed_keys().column(0).to_pylist())
+    sealed = len(store.valid_checkpoints())
+    assert 0 < len(done) < EVENTS and 0 < sealed < 4
+    files_after_failure = set(output.rglob("*.parquet"))
+    assert len(files_after_failure) == sealed + 1  # the crashed writer's half-written file
+
+    second = airflow_harness.run_dag(
+        "ckpt_daily_events", logical_date=day, conf={**conf, "fail_partition": -1}, env=env
+    )
+    assert second.run_id == first.run_id and second.state == "success", second.output[-4000:]
+    plan = airflow_harness.xcom("ckpt_daily_events", second.run_id, "process_events", "checkpoint_plan")
+    assert (plan["epoch"], plan["keys_skipped"], plan["checkpoints_skipped"]) == (2, len(done), sealed)
+    result = airflow_harness.xcom("ckpt_daily_events", second.run_id, "process_events")
+    assert result["keys"] == EVENTS - len(done) and result["rows"] == EVENTS - len(done)  # only the rest
+    commit = airflow_harness.xcom("ckpt_daily_events", second.run_id, "commit")
+    assert (commit["rows_committed"], commit["orphans_deleted"], commit["unknown_files"]) == (EVENTS, 1, 0)
+    orphans = [p for p in files_after_failure if not p.exists()]
+    assert len(orphans) == 1
+    ids = _event_ids(output)
+    assert len(ids) == EVENTS and len(set(ids)) == EVENTS  # each key's row exactly once
+    assert store.list_checkpoints() == []
+
+
+def test_airflow_retry_resumes_with_checkpointed_job(airflow_harness: AirflowHarness, tmp_path: Path) -> None:
+    airflow_harness.install_dag(DAGS / "daily_retry_dag.py", EXAMPLES / "jobs")
+    output = tmp_path / "out"
+    env = {
+        "DAILY_RETRY_OUTPUT": str(output),
+        # Epoch 1 only: partition 2's Python worker dies right after writing its file.
+        "CKPT_FAILPOINTS": "spark.task.after_write.e1.p2.a0=exit",
+    }
+    run = airflow_harness.run_dag("ckpt_daily_retry", logical_date=dt.datetime(2024, 10, 3, tzinfo=dt.UTC), env=env)
+    assert run.state == "success", run.output[-4000:]
+    assert airflow_harness.task_instances("ckpt_daily_retry", run.run_id)["process_events"] == ("success", 2)
+    plan = airflow_harness.xcom("ckpt_daily_retry", run.run_id, "process_events", "checkpoint_plan")
+    result = airflow_harness.xcom("ckpt_daily_retry", run.run_id, "process_events")
+    assert plan["epoch"] == 2 and 0 < plan["keys_skipped"] < EVENTS
+    assert result["keys"] == EVENTS - plan["keys_skipped"]
+    commit = airflow_harness.xcom("ckpt_daily_retry", run.run_id, "commit")
+    assert commit["rows_committed"] == EVENTS and commit["orphans_deleted"] >= 1
+    ids = _event_ids(output)
+    assert len(ids) == EVENTS and len(set(ids)) == EVENTS

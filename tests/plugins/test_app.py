@@ -1,0 +1,311 @@
+"""The Checkpoints plugin's endpoints on a real ``airflow api-server`` with the simple auth manager.
+
+Every request goes over HTTP to the server subprocess; stores are real local stores
+at the default location the operator would use; audit entries are read back from
+the server's SQLite metadata DB.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from airflow_ckpt_provider.store import open_store
+from tests.cli.sample_store import FILE_BYTES, fill_store
+from tests.support.api_server import DAG_ID, OTHER_TASK, SPARK_TASK, UNREACHABLE_CONN_ID, UNREACHABLE_SECRET, ApiServer
+
+pytestmark = pytest.mark.airflow
+
+ACTION_HEADERS = {"X-Requested-With": "airflow-ckpt-test"}
+
+
+def new_run(server: ApiServer, *, fill: bool = True) -> tuple[str, Path]:
+    run_id = f"ui_{uuid.uuid4().hex[:12]}"
+    server.trigger_run(run_id)
+    root = server.default_store_path(run_id)
+    if fill:
+        fill_store(root.as_uri(), (server.home / "out" / run_id).as_uri())
+    return run_id, root
+
+
+def ti_params(run_id: str, task_id: str = SPARK_TASK) -> dict[str, str]:
+    return {"dag_id": DAG_ID, "run_id": run_id, "task_id": task_id}
+
+
+def action_body(run_id: str, task_id: str = SPARK_TASK, **extra: Any) -> dict[str, Any]:
+    return ti_params(run_id, task_id) | extra
+
+
+def checkpoints_left(root: Path) -> int:
+    return len(open_store(root.as_uri()).list_checkpoints())
+
+
+def test_plugin_is_registered_with_both_views(ui_server: ApiServer) -> None:
+    with ui_server.client("admin") as client:
+        plugins = client.get("/api/v2/plugins").json()["plugins"]
+    plugin = next(p for p in plugins if p["name"] == "checkpoints")
+    assert [a["url_prefix"] for a in plugin["fastapi_apps"]] == ["/checkpoints"]
+    views = {v["destination"]: v for v in plugin["external_views"]}
+    assert views["task_instance"]["href"].startswith("checkpoints/ui/task?")
+    assert "{DAG_ID}" in views["task_instance"]["href"] and "{TASK_ID}" in views["task_instance"]["href"]
+    assert views["dag"]["url_route"] == "dag-checkpoints"
+
+
+def test_without_login_everything_is_401_and_nothing_changes(ui_server: ApiServer) -> None:
+    run_id, root = new_run(ui_server)
+    with ui_server.client() as anonymous:
+        assert anonymous.get("/checkpoints/api/task", params=ti_params(run_id)).status_code == 401
+        assert anonymous.get("/checkpoints/api/dag", params={"dag_id": DAG_ID}).status_code == 401
+        response = anonymous.post("/checkpoints/api/task/clear", json=action_body(run_id), headers=ACTION_HEADERS)
+        assert response.status_code == 401
+        page = anonymous.get("/checkpoints/ui/task", params=ti_params(run_id))
+        assert page.status_code == 401
+        assert "Log in to Airflow" in page.text and "/auth/login" in page.text
+    assert checkpoints_left(root) == 3
+    assert ui_server.audit_entries(run_id) == []
+
+
+def test_viewer_reads_progress_but_clear_is_403(ui_server: ApiServer) -> None:
+    run_id, root = new_run(ui_server)
+    with ui_server.client("viewer") as viewer:
+        response = viewer.get("/checkpoints/api/task", params=ti_params(run_id))
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["can_edit"] is False
+        assert body["store_uri"] == root.as_uri() and body["store_source"] == "default location"
+        progress = body["report"]["progress"]
+        assert (progress["keys_done"], progress["files"], progress["bytes"]) == (150, 3, 3 * FILE_BYTES)
+        assert (progress["sealed_partitions"], progress["expected_partitions"]) == (3, 4)
+        assert body["report"]["previews"]["clear"]["checkpoints"] == 3
+        refused = viewer.post("/checkpoints/api/task/clear", json=action_body(run_id), headers=ACTION_HEADERS)
+        assert refused.status_code == 403
+        assert "needs edit access" in refused.json()["detail"]
+        page = viewer.get("/checkpoints/ui/task", params=ti_params(run_id))
+        assert page.status_code == 200 and 'data-testid="read-only"' in page.text
+    assert checkpoints_left(root) == 3
+    assert ui_server.audit_entries(run_id) == []
+
+
+def test_admin_clear_deletes_and_is_audited(ui_server: ApiServer) -> None:
+    run_id, root = new_run(ui_server)
+    out_dir = ui_server.home / "out" / run_id
+    assert len(list(out_dir.iterdir())) == 3
+    with ui_server.client("admin") as admin:
+        before = admin.get("/checkpoints/api/task", params=ti_params(run_id)).json()
+        assert before["can_edit"] is True
+        epoch = before["report"]["progress"]["epoch"]["number"]
+        response = admin.post(
+            "/checkpoints/api/task/clear",
+            json=action_body(run_id, expected_epoch=epoch),
+            headers=ACTION_HEADERS,
+        )
+        assert response.status_code == 200, response.text
+        result = response.json()["result"]
+        assert (result["deleted_checkpoints"], result["deleted_files"]) == (3, 3)
+        after = admin.get("/checkpoints/api/task", params=ti_params(run_id)).json()
+    assert after["report"]["progress"]["keys_done"] == 0
+    assert checkpoints_left(root) == 0
+    assert list(out_dir.iterdir()) == []  # uncommitted output went with its checkpoints
+    [entry] = ui_server.audit_entries(run_id)
+    assert entry["event"] == "checkpoints.clear"
+    assert (entry["owner"], entry["dag_id"], entry["task_id"], entry["run_id"]) == (
+        "admin",
+        DAG_ID,
+        SPARK_TASK,
+        run_id,
+    )
+    assert entry["extra"]["deleted_checkpoints"] == 3 and entry["extra"]["deleted_files"] == 3
+    assert entry["extra"]["keys_forgotten"] == 150 and entry["extra"]["bytes_freed"] == 3 * FILE_BYTES
+    assert entry["extra"]["store_uri"] == root.as_uri()
+    assert response.json()["audit_log_id"] > 0
+
+
+def test_user_role_can_discard_uncommitted(ui_server: ApiServer) -> None:
+    run_id, root = new_run(ui_server)
+    with ui_server.client("editor") as editor:
+        response = editor.post("/checkpoints/api/task/discard", json=action_body(run_id), headers=ACTION_HEADERS)
+    assert response.status_code == 200, response.text
+    assert checkpoints_left(root) == 0
+    [entry] = ui_server.audit_entries(run_id)
+    assert (entry["event"], entry["owner"]) == ("checkpoints.discard_uncommitted", "editor")
+
+
+@pytest.mark.parametrize(
+    ("headers", "content", "status"),
+    [
+        ({}, None, 403),  # no custom header
+        ({"Content-Type": "text/plain"}, "dag_id=x", 415),  # what a plain HTML form can send
+        ({"Origin": "http://evil.example"}, None, 403),
+        ({"Origin": "null"}, None, 403),
+        ({"Sec-Fetch-Site": "cross-site"}, None, 403),
+    ],
+)
+def test_cross_site_requests_are_refused(
+    ui_server: ApiServer, headers: dict[str, str], content: str | None, status: int
+) -> None:
+    run_id, root = new_run(ui_server)
+    # Authenticated the way a browser is: by the UI's session cookie.
+    cookies = {"_token": ui_server.token("admin")}
+    with httpx.Client(base_url=ui_server.base_url, cookies=cookies, timeout=60) as browser:
+        sent_headers = headers | ({} if not headers or "Content-Type" in headers else ACTION_HEADERS)
+        if headers == {}:
+            response = browser.post("/checkpoints/api/task/clear", json=action_body(run_id))
+        elif content is not None:
+            response = browser.post("/checkpoints/api/task/clear", content=content, headers=sent_headers)
+        else:
+            response = browser.post("/checkpoints/api/task/clear", json=action_body(run_id), headers=sent_headers)
+        assert response.status_code == status, response.text
+        # The same cookie with the page's own headers works: the refusals above are the guard's.
+        assert browser.get("/checkpoints/api/task", params=ti_params(run_id)).status_code == 200
+    assert checkpoints_left(root) == 3
+    assert ui_server.audit_entries(run_id) == []
+
+
+def test_same_origin_cookie_request_is_accepted(ui_server: ApiServer) -> None:
+    run_id, root = new_run(ui_server)
+    cookies = {"_token": ui_server.token("admin")}
+    headers = ACTION_HEADERS | {"Origin": ui_server.base_url, "Sec-Fetch-Site": "same-origin"}
+    with httpx.Client(base_url=ui_server.base_url, cookies=cookies, timeout=60) as browser:
+        response = browser.post("/checkpoints/api/task/clear", json=action_body(run_id), headers=headers)
+    assert response.status_code == 200, response.text
+    assert checkpoints_left(root) == 0
+
+
+def test_stale_confirmation_is_refused_and_audited(ui_server: ApiServer) -> None:
+    run_id, root = new_run(ui_server)
+    with ui_server.client("admin") as admin:
+        response = admin.post(
+            "/checkpoints/api/task/clear", json=action_body(run_id, expected_epoch=7), headers=ACTION_HEADERS
+        )
+    assert response.status_code == 409
+    assert "changed since the page was loaded" in response.json()["detail"]
+    assert checkpoints_left(root) == 3
+    [entry] = ui_server.audit_entries(run_id)
+    assert entry["event"] == "checkpoints.clear.failed" and "refused" in entry["extra"]
+
+
+def test_running_task_is_not_cleared(ui_server: ApiServer) -> None:
+    run_id, root = new_run(ui_server)
+    ui_server.set_task_state(run_id, SPARK_TASK, "running")
+    with ui_server.client("admin") as admin:
+        response = admin.post("/checkpoints/api/task/clear", json=action_body(run_id), headers=ACTION_HEADERS)
+    assert response.status_code == 409
+    assert "is running" in response.json()["detail"]
+    assert checkpoints_left(root) == 3
+
+
+def test_unknown_task_instance_is_404(ui_server: ApiServer) -> None:
+    run_id, _ = new_run(ui_server, fill=False)
+    with ui_server.client("admin") as admin:
+        assert admin.get("/checkpoints/api/task", params=ti_params(run_id, "nope")).status_code == 404
+        response = admin.post("/checkpoints/api/task/clear", json=action_body("no_such_run"), headers=ACTION_HEADERS)
+        assert response.status_code == 404
+
+
+def test_corrupt_store_is_a_message_not_a_trace_and_nothing_is_deleted(ui_server: ApiServer) -> None:
+    run_id, root = new_run(ui_server)
+    victim = sorted((root / "checkpoints").iterdir())[0]
+    (victim / "manifest.json").write_text('{"checkpoint_id": ')
+    with ui_server.client("admin") as admin:
+        response = admin.get("/checkpoints/api/task", params=ti_params(run_id))
+        assert response.status_code == 422
+        body = response.json()
+        assert body["error"] == "store_corrupt" and "cannot be read" in body["detail"]
+        assert "Traceback" not in response.text
+        page = admin.get("/checkpoints/ui/task", params=ti_params(run_id))
+        assert 'data-testid="store-error"' in page.text and "Traceback" not in page.text
+        refused = admin.post("/checkpoints/api/task/clear", json=action_body(run_id), headers=ACTION_HEADERS)
+    assert refused.status_code == 422
+    assert len(list((root / "checkpoints").iterdir())) == 3
+    assert len(list((ui_server.home / "out" / run_id).iterdir())) == 3
+    [entry] = ui_server.audit_entries(run_id)
+    assert entry["event"] == "checkpoints.clear.failed" and entry["extra"]["error"] == "store_corrupt"
+
+
+def test_store_reported_in_xcom_is_the_one_shown(ui_server: ApiServer) -> None:
+    run_id, spark_root = new_run(ui_server)
+    # The downstream task reports (as the commit operator does) that it worked on the submit task's store.
+    ui_server.push_xcom(run_id, OTHER_TASK, "return_value", {"checkpoint_uri": spark_root.as_uri(), "epoch": 1})
+    with ui_server.client("admin") as admin:
+        body = admin.get("/checkpoints/api/task", params=ti_params(run_id, OTHER_TASK)).json()
+        assert body["store_uri"] == spark_root.as_uri()
+        assert body["store_source"] == "used by the task"
+        assert body["report"]["progress"]["keys_done"] == 150
+        dag = admin.get("/checkpoints/api/dag", params={"dag_id": DAG_ID, "limit": 50}).json()
+    rows = [s for s in dag["stores"] if s["run_id"] == run_id]
+    assert len(rows) == 1, rows  # one store, two tasks
+    assert sorted(rows[0]["task_ids"]) == [OTHER_TASK, SPARK_TASK]
+
+
+def test_dag_view_lists_latest_runs_stores(ui_server: ApiServer) -> None:
+    run_id, root = new_run(ui_server)
+    with ui_server.client("viewer") as viewer:
+        response = viewer.get("/checkpoints/api/dag", params={"dag_id": DAG_ID})
+        assert response.status_code == 200, response.text
+        page = viewer.get("/checkpoints/ui/dag", params={"dag_id": DAG_ID})
+    stores = response.json()["stores"]
+    mine = next(s for s in stores if s["run_id"] == run_id)
+    assert mine["store_uri"] == root.as_uri()
+    assert mine["summary"]["keys_done"] == 150 and mine["summary"]["sealed_partitions"] == 3
+    assert mine["view_path"] == f"dags/{DAG_ID}/runs/{run_id}/tasks/{SPARK_TASK}/plugin/checkpoints"
+    assert page.status_code == 200 and run_id in page.text
+
+
+def test_pages_never_show_credentials(ui_server: ApiServer) -> None:
+    run_id, _ = new_run(ui_server, fill=False)
+    secret_uri = "s3://user:hunter2secret@bucket/prefix?X-Amz-Signature=abc"
+    ui_server.push_xcom(run_id, OTHER_TASK, "return_value", {"checkpoint_uri": secret_uri})
+    with ui_server.client("admin") as admin:
+        response = admin.get("/checkpoints/api/task", params=ti_params(run_id, OTHER_TASK))
+        page = admin.get("/checkpoints/ui/task", params=ti_params(run_id, OTHER_TASK))
+    for text in (response.text, page.text):
+        assert "hunter2secret" not in text and "X-Amz-Signature" not in text
+    assert json.loads(response.text)["store_uri"] == "s3://bucket/prefix"
+
+
+def test_unreachable_store_is_503_with_a_message_and_nothing_is_deleted(ui_server: ApiServer) -> None:
+    run_id, spark_root = new_run(ui_server)
+    # The task reported an S3 store behind a connection whose endpoint nobody listens on.
+    uri = "s3://ckpt-bucket/stores/unreachable"
+    ui_server.push_xcom(run_id, OTHER_TASK, "return_value", {"checkpoint_uri": uri, "aws_conn_id": UNREACHABLE_CONN_ID})
+    with ui_server.client("admin") as admin:
+        started = time.monotonic()
+        response = admin.get("/checkpoints/api/task", params=ti_params(run_id, OTHER_TASK))
+        seconds = time.monotonic() - started
+        page = admin.get("/checkpoints/ui/task", params=ti_params(run_id, OTHER_TASK))
+        refused = admin.post(
+            "/checkpoints/api/task/clear", json=action_body(run_id, OTHER_TASK), headers=ACTION_HEADERS
+        )
+    assert response.status_code == 503, response.text
+    body = response.json()
+    assert body["error"] == "store_unavailable" and body["store_uri"] == uri
+    assert "cannot be reached" in body["detail"] and "Nothing was changed" in body["detail"]
+    assert seconds < 60
+    assert 'data-testid="store-error"' in page.text and "cannot be reached" in page.text
+    assert refused.status_code == 503
+    for text in (response.text, page.text, refused.text):
+        assert UNREACHABLE_SECRET not in text and "Traceback" not in text
+    [entry] = ui_server.audit_entries(run_id)
+    assert entry["event"] == "checkpoints.clear.failed" and entry["extra"]["error"] == "store_unavailable"
+    assert UNREACHABLE_SECRET not in json.dumps(entry)
+    assert checkpoints_left(spark_root) == 3  # another task's store is untouched
+
+
+def test_missing_connection_is_503_with_its_name(ui_server: ApiServer) -> None:
+    run_id, _ = new_run(ui_server, fill=False)
+    ui_server.push_xcom(
+        run_id,
+        OTHER_TASK,
+        "return_value",
+        {"checkpoint_uri": "s3://ckpt-bucket/p", "aws_conn_id": "no_such_connection"},
+    )
+    with ui_server.client("viewer") as viewer:
+        response = viewer.get("/checkpoints/api/task", params=ti_params(run_id, OTHER_TASK))
+    assert response.status_code == 503, response.text
+    assert "no_such_connection" in response.json()["detail"]

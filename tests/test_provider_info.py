@@ -1,0 +1,66 @@
+"""The provider as Airflow sees it: registered, configured, and its example DAGs import cleanly."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.airflow_harness import AirflowHarness
+
+pytestmark = pytest.mark.airflow
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "dags_examples"
+EXAMPLE_DAG_IDS = {"ckpt_daily_events", "ckpt_incremental_ingest", "ckpt_cluster_sensor"}
+
+
+def _json_output(stdout: str) -> Any:
+    """The JSON an ``airflow ... --output json`` printed (after any warnings on stdout)."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(("[", "{")))
+    return json.loads("\n".join(lines[start:]))
+
+
+def test_airflow_providers_list_shows_the_provider(airflow_harness: AirflowHarness) -> None:
+    proc = airflow_harness.airflow("providers", "list", "--output", "json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    providers = {p["package_name"]: p for p in _json_output(proc.stdout)}
+    assert providers["airflow-ckpt-provider"]["version"] == "0.1.0"
+
+
+def test_ckpt_config_section_has_the_provider_defaults(airflow_harness: AirflowHarness) -> None:
+    options = ("base_uri", "retention_policy", "breaker_max_failures", "store_timeout_seconds")
+    values = {o: airflow_harness.airflow("config", "get-value", "ckpt", o).stdout.strip() for o in options}
+    assert values == {
+        "base_uri": "",
+        "retention_policy": "delete_after_success",
+        "breaker_max_failures": "3",
+        "store_timeout_seconds": "10",
+    }
+
+
+def test_example_dags_parse_without_import_errors(airflow_harness: AirflowHarness, tmp_path: Path) -> None:
+    # A DAGs folder of its own, so that DAG files other tests installed do not count here.
+    folder = tmp_path / "dags"
+    shutil.copytree(EXAMPLES, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    env = {"AIRFLOW__CORE__DAGS_FOLDER": str(folder)}
+    errors = airflow_harness.airflow("dags", "list-import-errors", "--local", "--output", "json", env=env)
+    assert errors.returncode == 0, errors.stdout[-3000:] + errors.stderr[-3000:]
+    assert _json_output(errors.stdout) == []
+    listing = airflow_harness.airflow("dags", "list", "--local", "--output", "json", env=env)
+    assert listing.returncode == 0, listing.stderr[-3000:]
+    assert {d["dag_id"] for d in _json_output(listing.stdout)} == EXAMPLE_DAG_IDS
+
+
+def test_every_module_under_dags_examples_imports() -> None:
+    # Job scripts too: their imports must resolve (they run only under __main__).
+    modules = sorted(str(p) for p in EXAMPLES.rglob("*.py"))
+    code = "import runpy, sys\nfor path in sys.argv[1:]:\n    runpy.run_path(path, run_name='imported_by_test')\n"
+    proc = subprocess.run([sys.executable, "-c", code, *modules], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(modules) >= 5  # three DAGs and two job scripts
