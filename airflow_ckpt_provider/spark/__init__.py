@@ -6,6 +6,7 @@
 the environment variable ``CKPT_STORE_SECRETS``) — see :mod:`.job_settings` for each.
 """
 
+from airflow_ckpt_provider.moved_modules import register_moved_modules
 from airflow_ckpt_provider.spark.errors import (
     InputFilesError,
     InvalidSparkConfError,
@@ -30,6 +31,7 @@ from airflow_ckpt_provider.spark.keys import SOURCE_FILE_COLUMN, SOURCE_KEY_COLU
 from airflow_ckpt_provider.spark.paths import file_key
 from airflow_ckpt_provider.spark.summary import RESULT_LINE_PREFIX, TaskReport, WriteSummary, parse_result_line
 from airflow_ckpt_provider.spark.writers.arrow_parquet import ParquetSink
+from airflow_ckpt_provider.spark.writers.arrow_task import WriterFn
 from airflow_ckpt_provider.spark.writers.context import WriteContext
 from airflow_ckpt_provider.spark.writers.native import CONF_WRITER_ENGINE, jar_path
 
@@ -58,7 +60,22 @@ __all__ = [
     "WriteContext",
     "WriteSummary",
     "WriterContractError",
+    "WriterFn",
     "file_key",
     "jar_path",
     "parse_result_line",
 ]
+
+register_moved_modules(
+    __name__,
+    {
+        "confs": "airflow_ckpt_provider.spark.job_settings",
+        "sessionconf": "airflow_ckpt_provider.spark.temporary_conf",
+        "inputs": "airflow_ckpt_provider.spark.readers.file_inputs",
+        "reader": "airflow_ckpt_provider.spark.readers.arrow",
+        "task": "airflow_ckpt_provider.spark.writers.arrow_task",
+        "sink": "airflow_ckpt_provider.spark.writers.arrow_parquet",
+        "native": "airflow_ckpt_provider.spark.writers.native",
+        "context": "airflow_ckpt_provider.spark.writers.context",
+    },
+)

@@ -21,8 +21,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from airflow_ckpt_provider.spark import CheckpointedJob, ParquetSink, WriteContext
-from airflow_ckpt_provider.spark.writers.arrow_task import WriterFn
+from airflow_ckpt_provider.spark import CheckpointedJob, ParquetSink, WriteContext, WriterFn
 from airflow_ckpt_provider.store import FileMetadata
 
 CATEGORIES = ["click", "view", "purchase", "signup"]
