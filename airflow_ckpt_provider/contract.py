@@ -24,6 +24,11 @@ SECRETS_ENV = "CKPT_STORE_SECRETS"
 #: The driver also prints its result as one stdout line ``CKPT_RESULT {json}``.
 RESULT_LINE_PREFIX = "CKPT_RESULT "
 
+#: XCom key of what the submit skips (pushed by the submit operator before the job starts).
+PLAN_XCOM_KEY = "checkpoint_plan"
+#: task_state_store key holding the epoch (and result file) of the submitted driver.
+EPOCH_STATE_KEY = "ckpt_epoch"
+
 
 @dataclass(frozen=True)
 class Handoff:

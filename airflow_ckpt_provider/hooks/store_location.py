@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from airflow_ckpt_provider.contract import PLAN_XCOM_KEY
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
-from airflow_ckpt_provider.operators.spark_submit import PLAN_XCOM_KEY
 from airflow_ckpt_provider.store import InvalidStoreUriError
 
 if TYPE_CHECKING:

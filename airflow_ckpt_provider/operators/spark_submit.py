@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from airflow_ckpt_provider.contract import RESULT_LINE_PREFIX, Handoff, parse_job_result, read_job_result
+from airflow_ckpt_provider.contract import (
+    EPOCH_STATE_KEY,
+    PLAN_XCOM_KEY,
+    RESULT_LINE_PREFIX,
+    Handoff,
+    parse_job_result,
+    read_job_result,
+)
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.operators import metrics
@@ -27,11 +34,6 @@ from airflow_ckpt_provider.store import CheckpointStore, Epoch, EpochStatus
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-
-#: task_state_store key holding the epoch (and result file) of the submitted driver.
-EPOCH_STATE_KEY = "ckpt_epoch"
-#: XCom key of what the submit skips (pushed before the job starts).
-PLAN_XCOM_KEY = "checkpoint_plan"
 
 
 class _CheckpointedSubmitHook(SparkSubmitHook):

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from airflow_ckpt_provider.contract import PLAN_XCOM_KEY
 from airflow_ckpt_provider.store import (
     CheckpointError,
     CheckpointStore,
@@ -34,7 +35,7 @@ from airflow_ckpt_provider.store import (
 #: The template field / XCom entry that names a store.
 URI_FIELD = "checkpoint_uri"
 #: XCom keys whose value may name the store a task used (the submit operator's plan, any return value).
-XCOM_KEYS = ("checkpoint_plan", "return_value")
+XCOM_KEYS = (PLAN_XCOM_KEY, "return_value")
 #: Store reads from the UI fail fast: a person is waiting and the page must say why.
 UI_TIMEOUT_SECONDS = 5.0
 UI_MAX_ATTEMPTS = 2
@@ -169,7 +170,7 @@ def locate_task_store(session: Session, dag_id: str, task_id: str, run_id: str) 
 def open_ref(ref: TaskStoreRef) -> tuple[CheckpointStore, list[str]]:
     """Open the store with the operator's connection; returns it and the secret values to scrub."""
     from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
-    from airflow_ckpt_provider.plugins.task_view import secret_values
+    from airflow_ckpt_provider.plugins.problems import secret_values
 
     hook = CheckpointHook(checkpoint_uri=ref.uri, aws_conn_id=ref.aws_conn_id)
     try:
