@@ -9,19 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+from airflow_ckpt_provider.display.units import human_bytes
 
-
-def human_bytes(count: int | None) -> str:
-    """``1536`` → ``"1.5 KiB"``; exact below 1 KiB so small stores show real numbers."""
-    if count is None:
-        return "-"
-    value = float(count)
-    for unit in _UNITS:
-        if abs(value) < 1024 or unit == _UNITS[-1]:
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+__all__ = ["cell", "fields", "human_bytes", "table"]
 
 
 def cell(value: Any) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from airflow_ckpt_provider.cli.render import human_bytes
+from airflow_ckpt_provider.display.units import human_bytes
 from airflow_ckpt_provider.store import CheckpointStore
 from airflow_ckpt_provider.store.model import Checkpoint, CheckpointStatus, Progress
 

@@ -43,14 +43,8 @@ from airflow_ckpt_provider.plugins.locator import (
     locate_task_store,
     open_ref,
 )
-from airflow_ckpt_provider.plugins.task_view import (
-    StoreProblem,
-    build_task_report,
-    display_uri,
-    problem_from,
-    scrub,
-    summary_of,
-)
+from airflow_ckpt_provider.plugins.problems import StoreProblem, display_uri, problem_from, scrub
+from airflow_ckpt_provider.plugins.task_view import build_task_store_view, summary_of
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +89,7 @@ def task_payload(session: Any, user: Any, dag_id: str, task_id: str, run_id: str
     try:
         store, secrets = open_ref(ref)
         try:
-            report = build_task_report(store)
+            report = build_task_store_view(store)
             return 200, body | {"store_uri": report.store_uri, "report": report.to_json()}
         finally:
             store.close()

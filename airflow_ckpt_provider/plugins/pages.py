@@ -15,7 +15,7 @@ from typing import Any
 import jinja2
 
 from airflow_ckpt_provider import __version__
-from airflow_ckpt_provider.cli.render import human_bytes
+from airflow_ckpt_provider.display.units import human_bytes
 
 TEMPLATES = Path(__file__).parent / "templates"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_ckpt_provider.cli.render import human_bytes
+from airflow_ckpt_provider.display.units import human_bytes
 from airflow_ckpt_provider.store import open_store
 from tests.cli.sample_store import fill_store
 from tests.support.api_server import DAG_ID, PASSWORDS, SPARK_TASK, ApiServer

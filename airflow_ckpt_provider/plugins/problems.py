@@ -1,0 +1,132 @@
+"""How store failures are told to a person, and what must never reach the page: credentials.
+
+Every message shown by the Checkpoints view passes through :func:`scrub`: URIs lose their
+user-info and query, the store's own secret option values are masked, and so is whatever
+Airflow's secrets masker knows. A failure becomes a :class:`StoreProblem` (an HTTP status
+and one sentence that says what to do), never a stack trace; nothing is deleted then.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from airflow_ckpt_provider.store.errors import (
+    CheckpointError,
+    CorruptCheckpointError,
+    EpochConflictError,
+    InvalidStoreUriError,
+    KeyTypeMismatchError,
+    PathOutsideRootError,
+    StoreUnavailableError,
+)
+from airflow_ckpt_provider.store.opener import SECRET_OPTIONS
+
+log = logging.getLogger(__name__)
+
+
+def display_uri(uri: str) -> str:
+    """``uri`` without user-info, query or fragment: what may be shown to anyone who can read the DAG."""
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        return "<unparseable store URI>"
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+# user-info of any URI in a message (scheme://user:password@host) and query strings of
+# object URIs (pre-signed URLs carry signatures there).
+_URI_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s'\"@]+@")
+_URI_QUERY = re.compile(r"(\b(?:s3a?|https?|file)://[^\s'\"?]*)\?[^\s'\"]*")
+
+
+def scrub(message: str, secrets: Iterable[str] = ()) -> str:
+    """Remove secrets from a message: URI credentials and queries, the store's secret option
+    values, then whatever Airflow's masker knows (connection passwords it has seen)."""
+    message = _URI_QUERY.sub(r"\1", _URI_USERINFO.sub(r"\1", message))
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            message = message.replace(secret, "***")
+    try:
+        from airflow._shared.secrets_masker import redact
+
+        message = str(redact(message))
+    except ImportError:  # pragma: no cover - older layouts: the store values are scrubbed already
+        pass
+    return message
+
+
+def secret_values(options: Mapping[str, Any]) -> list[str]:
+    return [str(options[k]) for k in SECRET_OPTIONS if options.get(k)]
+
+
+@dataclass(frozen=True)
+class StoreProblem(Exception):
+    """A store failure told as an HTTP status and one sentence (no stack trace, nothing deleted)."""
+
+    status_code: int
+    kind: str
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"error": self.kind, "detail": self.message}
+
+
+def uri_secrets(uri: str) -> list[str]:
+    """The parts of ``uri`` that may hold credentials (user-info, query), to scrub wherever they appear."""
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        return [uri]
+    found = [parts.query] if parts.query else []
+    if "@" in parts.netloc:
+        userinfo = parts.netloc.rsplit("@", 1)[0]
+        found += [userinfo, *userinfo.split(":")]
+    return sorted(found, key=len, reverse=True)
+
+
+def problem_from(exc: BaseException, store_uri: str, secrets: Iterable[str] = ()) -> StoreProblem:
+    """Map an exception raised while reading or changing a store to what the view says."""
+    where = display_uri(store_uri)
+    secrets = [*uri_secrets(store_uri), *secrets]
+    text = scrub(" ".join(str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc).split()), secrets)
+    if type(exc).__name__ == "AirflowNotFoundException":  # the store's connection is not defined
+        return StoreProblem(
+            503,
+            "store_unavailable",
+            f"The checkpoint store {where} cannot be opened: {text}. Nothing was changed. "
+            "Define the connection (or fix [ckpt] aws_conn_id), then reload.",
+        )
+    if isinstance(exc, StoreUnavailableError):
+        return StoreProblem(
+            503,
+            "store_unavailable",
+            f"The checkpoint store {where} cannot be reached: {text}. Nothing was changed. "
+            "Check the store's connection and credentials, then reload.",
+        )
+    if isinstance(exc, CorruptCheckpointError | KeyTypeMismatchError):
+        return StoreProblem(
+            422,
+            "store_corrupt",
+            f"The checkpoint store {where} holds data that cannot be read: {text}. Nothing was changed. "
+            "Run `airflow-ckpt check` on it for a full report.",
+        )
+    if isinstance(exc, InvalidStoreUriError | PathOutsideRootError):
+        return StoreProblem(422, "store_misconfigured", f"The checkpoint store location is not valid: {text}")
+    if isinstance(exc, EpochConflictError):
+        return StoreProblem(409, "store_busy", f"{text}")
+    if isinstance(exc, CheckpointError):
+        return StoreProblem(422, "store_error", f"{text}")
+    # Not a typed store error: a bug or an unmapped client error. Log it fully, show one line.
+    log.exception("unexpected error on checkpoint store %s", where)
+    return StoreProblem(
+        500,
+        "internal_error",
+        f"Unexpected error while reading {where} ({type(exc).__name__}). Nothing was changed; "
+        "the API server log has the details.",
+    )
