@@ -61,3 +61,11 @@ def test_from_import_of_the_old_operator_path_works_in_a_fresh_interpreter() -> 
     assert "warned: airflow_ckpt_provider.operators.spark moved to airflow_ckpt_provider.operators.spark_submit" in (
         proc.stdout
     )
+
+
+def test_the_renamed_write_task_report_keeps_its_old_name_with_a_warning() -> None:
+    import airflow_ckpt_provider.spark as spark_side
+
+    with pytest.warns(DeprecationWarning, match="WriteTaskReport"):
+        old = spark_side.TaskReport
+    assert old is spark_side.WriteTaskReport

@@ -6,6 +6,9 @@
 the environment variable ``CKPT_STORE_SECRETS``) — see :mod:`.job_settings` for each.
 """
 
+import warnings
+from typing import Any
+
 from airflow_ckpt_provider.moved_modules import register_moved_modules
 from airflow_ckpt_provider.spark.errors import (
     InputFilesError,
@@ -29,7 +32,7 @@ from airflow_ckpt_provider.spark.job_settings import (
 )
 from airflow_ckpt_provider.spark.keys import SOURCE_FILE_COLUMN, SOURCE_KEY_COLUMN
 from airflow_ckpt_provider.spark.paths import file_key
-from airflow_ckpt_provider.spark.summary import RESULT_LINE_PREFIX, TaskReport, WriteSummary, parse_result_line
+from airflow_ckpt_provider.spark.summary import RESULT_LINE_PREFIX, WriteSummary, WriteTaskReport, parse_result_line
 from airflow_ckpt_provider.spark.writers.arrow_parquet import ParquetSink
 from airflow_ckpt_provider.spark.writers.arrow_task import WriterFn
 from airflow_ckpt_provider.spark.writers.context import WriteContext
@@ -56,9 +59,9 @@ __all__ = [
     "NullKeyError",
     "ParquetSink",
     "SourceKeyLostError",
-    "TaskReport",
     "WriteContext",
     "WriteSummary",
+    "WriteTaskReport",
     "WriterContractError",
     "WriterFn",
     "file_key",
@@ -79,3 +82,13 @@ register_moved_modules(
         "context": "airflow_ckpt_provider.spark.writers.context",
     },
 )
+
+
+def __getattr__(name: str) -> Any:
+    # ``TaskReport`` was renamed: the plugin has a task-instance view of its own (``TaskStoreView``).
+    if name == "TaskReport":
+        warnings.warn(
+            "airflow_ckpt_provider.spark.TaskReport was renamed WriteTaskReport", DeprecationWarning, stacklevel=2
+        )
+        return WriteTaskReport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -57,7 +57,7 @@ from airflow_ckpt_provider.spark.paths import file_key
 from airflow_ckpt_provider.spark.plan import PlanShape, plan_shape
 from airflow_ckpt_provider.spark.readers.file_inputs import FileInputs
 from airflow_ckpt_provider.spark.skip import anti_join, done_keys_frame
-from airflow_ckpt_provider.spark.summary import TaskReport, WriteSummary, emit_result
+from airflow_ckpt_provider.spark.summary import WriteSummary, WriteTaskReport, emit_result
 from airflow_ckpt_provider.spark.temporary_conf import session_conf
 from airflow_ckpt_provider.spark.writers.arrow_parquet import ParquetSink
 from airflow_ckpt_provider.spark.writers.arrow_task import REPORT_DDL, TaskSpec, WriterFn, make_task_function
@@ -533,7 +533,7 @@ class CheckpointedJob:
             raise translated from exc
         finally:
             self.spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
-        reports = [TaskReport.from_row(row.asDict()) for row in rows]
+        reports = [WriteTaskReport.from_row(row.asDict()) for row in rows]
         if shape.num_partitions != len(reports):
             driver_degraded = not self._set_expected(len(reports)) or driver_degraded
         return self._record_write(
@@ -548,7 +548,7 @@ class CheckpointedJob:
 
     def _record_write(
         self,
-        reports: list[TaskReport],
+        reports: list[WriteTaskReport],
         *,
         output_root: str,
         expected_partitions: int,

@@ -20,7 +20,7 @@ RESULT_LINE_PREFIX = "CKPT_RESULT "
 
 
 @dataclass(frozen=True)
-class TaskReport:
+class WriteTaskReport:
     """One write task attempt that finished (Spark keeps one per partition)."""
 
     partition: int
@@ -36,7 +36,7 @@ class TaskReport:
     host: str
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> TaskReport:
+    def from_row(cls, row: Mapping[str, Any]) -> WriteTaskReport:
         return cls(**{name: row[name] for name in cls.__dataclass_fields__})
 
 
@@ -68,7 +68,7 @@ class WriteSummary:
     @classmethod
     def from_reports(
         cls,
-        reports: Iterable[TaskReport],
+        reports: Iterable[WriteTaskReport],
         *,
         epoch: int,
         output: str,

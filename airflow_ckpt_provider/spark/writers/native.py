@@ -48,7 +48,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from airflow_ckpt_provider.failpoints import failpoint
-from airflow_ckpt_provider.spark.summary import TaskReport
+from airflow_ckpt_provider.spark.summary import WriteTaskReport
 from airflow_ckpt_provider.spark.temporary_conf import session_conf
 from airflow_ckpt_provider.store import (
     CheckpointStore,
@@ -150,7 +150,7 @@ class _Sealer:
         self.write = write
         self._drain = drain
         self._on_fenced = on_fenced
-        self.reports: dict[int, TaskReport] = {}
+        self.reports: dict[int, WriteTaskReport] = {}
         self.fenced: EpochFencedError | None = None
         self.error: BaseException | None = None
         self._stop = threading.Event()
@@ -236,7 +236,7 @@ class _Sealer:
             },
         )
         failpoint("spark.native.after_seal")
-        self.reports[partition] = TaskReport(
+        self.reports[partition] = WriteTaskReport(
             partition=partition,
             attempt=int(message.get("attempt", 0)),
             checkpoint_id=checkpoint_id if sealed is not None else None,
@@ -271,7 +271,7 @@ def _record_name_intent(write: NativeWrite, token: str) -> bool:
     return True
 
 
-def run_native_write(spark: SparkSession, df: DataFrame, write: NativeWrite) -> tuple[list[TaskReport], bool]:
+def run_native_write(spark: SparkSession, df: DataFrame, write: NativeWrite) -> tuple[list[WriteTaskReport], bool]:
     """Write ``df`` with Spark's Parquet writer, sealing one checkpoint per task. Raises what the job raised.
 
     Returns the task reports and whether the write's intent was recorded (False:
