@@ -1,0 +1,22 @@
+"""``spark/paths.py``: file keys are normalized URIs (no Spark needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_ckpt_provider.spark import file_key
+
+
+@pytest.mark.parametrize(
+    ("path", "key"),
+    [
+        ("/data/a.parquet", "file:///data/a.parquet"),
+        ("file:/data/./a.parquet", "file:///data/a.parquet"),
+        ("file:///data/x/../a.parquet", "file:///data/a.parquet"),
+        ("file:///data/a%20b.parquet", "file:///data/a b.parquet"),
+        ("s3a://bucket/k/a.parquet", "s3://bucket/k/a.parquet"),
+        ("s3://bucket//k/a.parquet", "s3://bucket/k/a.parquet"),
+    ],
+)
+def test_file_keys_are_normalized_uris(path: str, key: str) -> None:
+    assert file_key(path) == key
