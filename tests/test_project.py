@@ -50,6 +50,13 @@ def test_layering(layer: str, forbidden: str) -> None:
     assert offenders == []
 
 
+def test_no_private_airflow_imports() -> None:
+    """Only Airflow's public interface (``airflow._*`` and ``airflow.sdk._*`` change without notice)."""
+    pattern = re.compile(r"^\s*(from|import)\s+airflow(\.sdk)?\._", re.MULTILINE)
+    offenders = [str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*.py") if pattern.search(p.read_text())]
+    assert offenders == []
+
+
 def test_store_imports_without_airflow_or_spark() -> None:
     code = (
         "import sys; import airflow_ckpt_provider.store, airflow_ckpt_provider.failpoints; "

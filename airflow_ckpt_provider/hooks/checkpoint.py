@@ -19,6 +19,15 @@ from airflow_ckpt_provider.store import (
     secret_options,
 )
 
+# Every credential a hook of this process read. The UI scrubs them from what it shows
+# (plugins/problems.py): Airflow's masker, which gets them too, redacts only logs publicly.
+_SEEN_SECRETS: set[str] = set()
+
+
+def seen_secrets() -> frozenset[str]:
+    """The store credentials any ``CheckpointHook`` of this process has read so far."""
+    return frozenset(_SEEN_SECRETS)
+
 
 class CheckpointHook(BaseHook):
     """Opens the checkpoint store at ``checkpoint_uri``.
@@ -84,6 +93,7 @@ class CheckpointHook(BaseHook):
             options.update(self._aws_options(self.aws_conn_id))
         for value in secret_options(options).values():
             mask_secret(value)
+            _SEEN_SECRETS.add(str(value))
         return options
 
     @property

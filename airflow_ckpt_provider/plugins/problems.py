@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from airflow_ckpt_provider.hooks.checkpoint import seen_secrets
 from airflow_ckpt_provider.store.errors import (
     CheckpointError,
     CorruptCheckpointError,
@@ -46,18 +47,17 @@ _URI_QUERY = re.compile(r"(\b(?:s3a?|https?|file)://[^\s'\"?]*)\?[^\s'\"]*")
 
 
 def scrub(message: str, secrets: Iterable[str] = ()) -> str:
-    """Remove secrets from a message: URI credentials and queries, the store's secret option
-    values, then whatever Airflow's masker knows (connection passwords it has seen)."""
+    """Remove secrets from a message: URI credentials and queries, ``secrets``, and every store
+    credential a :class:`CheckpointHook` of this process has read (connection keys, session tokens).
+
+    Airflow's own masker has no public call that redacts a string; the hook registers each value
+    with it (``mask_secret``, for logs) and in :func:`seen_secrets` (for this).
+    """
     message = _URI_QUERY.sub(r"\1", _URI_USERINFO.sub(r"\1", message))
-    for secret in secrets:
+    # Longest first: a secret that contains another is replaced whole.
+    for secret in sorted({*secrets, *seen_secrets()}, key=len, reverse=True):
         if secret and len(secret) >= 4:
             message = message.replace(secret, "***")
-    try:
-        from airflow._shared.secrets_masker import redact
-
-        message = str(redact(message))
-    except ImportError:  # pragma: no cover - older layouts: the store values are scrubbed already
-        pass
     return message
 
 
