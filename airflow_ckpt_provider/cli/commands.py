@@ -1,6 +1,6 @@
 """The subcommands of ``airflow-ckpt``: each takes an open store and prints one result.
 
-A command returns its exit code; typed store errors propagate to ``main``, which
+A command returns its exit code (``exit_codes.py``); typed store errors propagate to ``main``, which
 turns them into one line on stderr and exit code 2 (bad input) or 3 (unreachable).
 """
 
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from airflow_ckpt_provider.cli import render
+from airflow_ckpt_provider.cli.exit_codes import EXIT_FINDINGS, EXIT_OK
 from airflow_ckpt_provider.display.deletion_preview import DeletionPreview, preview
 from airflow_ckpt_provider.store import CheckpointStore
 from airflow_ckpt_provider.store.errors import CheckpointError, UnknownCheckpointError
@@ -37,7 +38,7 @@ def list_checkpoints(store: CheckpointStore, args: argparse.Namespace, io: Io) -
     valid = {c.checkpoint_id for c in store.valid_checkpoints()}
     if args.json:
         _json(io, [c.to_json() | {"valid": c.checkpoint_id in valid} for c in checkpoints])
-        return 0
+        return EXIT_OK
     io.out.write(f"store: {store.uri}\n")
     render.table(
         ["ID", "STATUS", "VALID", "EPOCH", "PARTITION", "KEYS", "FILES", "ROWS", "SIZE", "SEALED AT"],
@@ -58,7 +59,7 @@ def list_checkpoints(store: CheckpointStore, args: argparse.Namespace, io: Io) -
         ],
         io.out,
     )
-    return 0
+    return EXIT_OK
 
 
 def show_checkpoint(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
@@ -70,7 +71,7 @@ def show_checkpoint(store: CheckpointStore, args: argparse.Namespace, io: Io) ->
     valid = any(c.checkpoint_id == checkpoint.checkpoint_id for c in store.valid_checkpoints())
     if args.json:
         _json(io, checkpoint.to_json() | {"valid": valid})
-        return 0
+        return EXIT_OK
     render.fields(
         {
             "checkpoint": checkpoint.checkpoint_id,
@@ -94,14 +95,14 @@ def show_checkpoint(store: CheckpointStore, args: argparse.Namespace, io: Io) ->
         io.out.write("metadata:\n")
         for name, value in sorted(checkpoint.metadata.items()):
             io.out.write(f"  {name}: {json.dumps(value, default=str)}\n")
-    return 0
+    return EXIT_OK
 
 
 def progress(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
     state = store.progress()
     if args.json:
         _json(io, state.to_json())
-        return 0
+        return EXIT_OK
     epoch = state.epoch
     expected = state.expected_partitions
     partitions = f"{state.sealed_partitions}/{expected}" if expected else f"{state.sealed_partitions}/?"
@@ -126,7 +127,7 @@ def progress(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
         io.out.write("last commit:\n")
         for name, value in sorted(state.last_commit.items()):
             io.out.write(f"  {name}: {render.cell(value)}\n")
-    return 0
+    return EXIT_OK
 
 
 def epochs(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
@@ -139,7 +140,7 @@ def epochs(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
                 for e in all_epochs
             ],
         )
-        return 0
+        return EXIT_OK
     io.out.write(f"store: {store.uri}\n")
     render.table(
         ["EPOCH", "STATUS", "DEGRADED", "BASE", "EXPECTED", "OWNER", "CREATED AT", "ENDED AT"],
@@ -158,7 +159,7 @@ def epochs(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
         ],
         io.out,
     )
-    return 0
+    return EXIT_OK
 
 
 def keys(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
@@ -175,19 +176,19 @@ def keys(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
     total = store.progress().keys_done
     if args.json:
         _json(io, {"keys": shown, "shown": len(shown), "total": total})
-        return 0
+        return EXIT_OK
     for key in shown:
         io.out.write(f"{key}\n")
     if len(shown) < total:
         io.err.write(f"({len(shown)} of {total} keys shown; --limit 0 shows all)\n")
-    return 0
+    return EXIT_OK
 
 
 def commit(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
     result = store.commit(output_roots=args.output_root or None, degraded=args.degraded)
     if args.json:
         _json(io, result.to_json())
-        return 0
+        return EXIT_OK
     render.fields(result.summary(), io.out)
     if result.unknown_files:
         io.out.write("files under the output roots that no writer of this store recorded (kept; check them):\n")
@@ -197,7 +198,7 @@ def commit(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
         io.out.write("files kept because the run was degraded and they cannot be proven orphaned:\n")
         for path in result.kept_unprovable:
             io.out.write(f"  {path}\n")
-    return 0
+    return EXIT_OK
 
 
 def _confirm(what: DeletionPreview, args: argparse.Namespace, io: Io) -> bool:
@@ -227,13 +228,13 @@ def _destroy(store: CheckpointStore, args: argparse.Namespace, io: Io, *, discar
             _json(io, {"preview": what.to_json(), "result": None})
         else:
             io.out.write(what.describe() + "\n")
-        return 0
+        return EXIT_OK
     if not _confirm(what, args, io):
-        return 1
+        return EXIT_FINDINGS
     result = store.discard_uncommitted() if discard else store.clear()
     if args.json:
         _json(io, {"preview": what.to_json(), "result": result.to_json()})
-        return 0
+        return EXIT_OK
     render.fields(
         {
             "checkpoints deleted": len(result.deleted_checkpoints),
@@ -243,7 +244,7 @@ def _destroy(store: CheckpointStore, args: argparse.Namespace, io: Io, *, discar
         },
         io.out,
     )
-    return 0
+    return EXIT_OK
 
 
 def clear(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
@@ -262,11 +263,11 @@ def check(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
     report = run_check()
     if args.json:
         _json(io, report.to_json())
-        return 0 if report.ok else 1
+        return EXIT_OK if report.ok else EXIT_FINDINGS
     io.out.write(f"store: {report.store_uri}\n")
     for title, items in (("problems", report.problems), ("notes", report.notes)):
         io.out.write(f"{title}: {len(items)}\n")
         for item in items:
             io.out.write(f"  - {item}\n")
     io.out.write("consistent\n" if report.ok else "PROBLEMS FOUND: the next commit may refuse; see above\n")
-    return 0 if report.ok else 1
+    return EXIT_OK if report.ok else EXIT_FINDINGS

@@ -13,20 +13,17 @@ deleted); 3 the store cannot be reached (network, bucket, credentials).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from airflow_ckpt_provider import __version__
 from airflow_ckpt_provider.cli import commands
+from airflow_ckpt_provider.cli.exit_codes import EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNAVAILABLE
 from airflow_ckpt_provider.cli.store_selection import StoreTarget, TargetError, open_target
 from airflow_ckpt_provider.store.errors import CheckpointError, StoreUnavailableError
 
-EXIT_OK = 0
-EXIT_FINDINGS = 1
-EXIT_ERROR = 2
-EXIT_UNAVAILABLE = 3
+__all__ = ["EXIT_ERROR", "EXIT_FINDINGS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_UNAVAILABLE", "build_parser", "main"]
 
 
 def _store_arguments() -> argparse.ArgumentParser:
@@ -171,7 +168,7 @@ def main(
         return EXIT_ERROR
     except KeyboardInterrupt:
         err.write("airflow-ckpt: interrupted\n")
-        return 130
+        return EXIT_INTERRUPTED
     finally:
         if store is not None:
             _close(store)
@@ -181,10 +178,6 @@ def _close(store: Any) -> None:
     close = getattr(store, "close", None)
     if callable(close):
         close()
-
-
-def dumps(data: Any) -> str:
-    return json.dumps(data, indent=2, sort_keys=True, default=str)
 
 
 if __name__ == "__main__":  # pragma: no cover
