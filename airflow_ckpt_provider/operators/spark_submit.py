@@ -30,7 +30,7 @@ from airflow_ckpt_provider.contract import (
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.operators import metrics
-from airflow_ckpt_provider.store import CheckpointStore, Epoch, EpochStatus
+from airflow_ckpt_provider.store import CheckpointStore, Epoch, EpochFencedError, EpochStatus
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -287,9 +287,10 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
             handoff = self._reattached_handoff(context, store)
             metrics.count(metrics.REATTACHES, 1, metrics.task_tags(context))
             if handoff is None:
-                raise RuntimeError(
+                raise EpochFencedError(
                     f"the job finished but no epoch of {store.uri} belongs to {self._owner(context)}: "
-                    "it was taken over by another submit; run the task again"
+                    "it was taken over by another submit, so its output is not this task's to commit; "
+                    "run the task again"
                 )
             self.log.info("Re-attached to the driver of epoch %d: no new epoch was opened", handoff.epoch)
         if self._detached:

@@ -12,6 +12,9 @@ from typing import Any
 from airflow_ckpt_provider.moved_modules import register_moved_modules
 from airflow_ckpt_provider.spark.errors import (
     InputFilesError,
+    InvalidKeyColumnsError,
+    InvalidOptionError,
+    InvalidPathError,
     InvalidSparkConfError,
     KeyColumnNotFoundError,
     KeyDefinitionConflictError,
@@ -19,6 +22,7 @@ from airflow_ckpt_provider.spark.errors import (
     NativeWriterUnavailableError,
     NullKeyError,
     SourceKeyLostError,
+    WritePlanMismatchError,
     WriterContractError,
 )
 from airflow_ckpt_provider.spark.job import CheckpointedJob
@@ -51,6 +55,9 @@ __all__ = [
     "SOURCE_KEY_COLUMN",
     "CheckpointedJob",
     "InputFilesError",
+    "InvalidKeyColumnsError",
+    "InvalidOptionError",
+    "InvalidPathError",
     "InvalidSparkConfError",
     "KeyColumnNotFoundError",
     "KeyDefinitionConflictError",
@@ -60,6 +67,7 @@ __all__ = [
     "ParquetSink",
     "SourceKeyLostError",
     "WriteContext",
+    "WritePlanMismatchError",
     "WriteSummary",
     "WriteTaskReport",
     "WriterContractError",

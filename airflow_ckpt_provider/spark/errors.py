@@ -53,3 +53,20 @@ class InputFilesError(CheckpointError, ValueError):
 
 class NativeWriterUnavailableError(CheckpointError):
     """``write_parquet(engine="spark")`` cannot use Spark's own writer for this DataFrame or output."""
+
+
+class InvalidPathError(CheckpointError, ValueError):
+    """A path names no file: empty, an ``s3://`` URI without a bucket, or a ``file://`` URI of another host."""
+
+
+class InvalidOptionError(CheckpointError, ValueError):
+    """An argument or ``spark.ckpt.*`` conf that takes one of a few values got another (``engine``, ``reader``)."""
+
+
+class InvalidKeyColumnsError(CheckpointError, ValueError):
+    """``key`` names no column, or names a column twice: give one column name or a list of distinct names."""
+
+
+class WritePlanMismatchError(CheckpointError):
+    """Spark ran a write with other tasks than its plan showed (a planned task never reported, or an
+    unplanned one). Nothing of those tasks is sealed: their input stays pending and a rerun redoes it."""

@@ -43,6 +43,7 @@ from airflow_ckpt_provider.spark.errors import (
     NativeWriterUnavailableError,
     NullKeyError,
     SourceKeyLostError,
+    WritePlanMismatchError,
     WriterContractError,
 )
 from airflow_ckpt_provider.spark.job_settings import DEFAULT_BROADCAST_THRESHOLD, settings_from_conf
@@ -612,7 +613,7 @@ class CheckpointedJob:
         if missing:
             # Spark commits every task, even one without rows; a task it did not report cannot be sealed
             # (its input would count as done without its output). Fail: a rerun redoes exactly those.
-            raise RuntimeError(
+            raise WritePlanMismatchError(
                 f"the Spark writer reported no committed task for partitions {missing[:10]} of {output_root}; "
                 "their input stays pending and their files are orphans the commit deletes. Run the job again"
             )

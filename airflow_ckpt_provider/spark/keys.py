@@ -19,11 +19,12 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_ckpt_provider.spark.errors import InvalidKeyColumnsError
+
 #: Hidden column holding the row key as read (``skip_completed``).
 SOURCE_KEY_COLUMN = "__ckpt_source_key"
 #: Hidden column holding the index of the input file a row came from (``read_parquet``).
 SOURCE_FILE_COLUMN = "__ckpt_source_file"
-HIDDEN_COLUMNS = (SOURCE_KEY_COLUMN, SOURCE_FILE_COLUMN)
 #: Marker in the message of the Spark error raised for a null key (translated to NullKeyError).
 NULL_KEY_MARKER = "CKPT_NULL_KEY"
 
@@ -35,9 +36,9 @@ def key_columns(key: str | Sequence[str]) -> tuple[str, ...]:
     else:
         columns = tuple(key)
     if not columns or not all(isinstance(c, str) and c for c in columns):
-        raise ValueError(f"key must be a column name or a non-empty list of column names, not {key!r}")
+        raise InvalidKeyColumnsError(f"key must be a column name or a non-empty list of column names, not {key!r}")
     if len(set(columns)) != len(columns):
-        raise ValueError(f"key {list(columns)} names a column twice")
+        raise InvalidKeyColumnsError(f"key {list(columns)} names a column twice: list each key column once")
     return columns
 
 
@@ -72,7 +73,7 @@ def normalize_keys(array: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 def distinct_keys(arrays: Sequence[pa.Array]) -> pa.Array:
     """Distinct values of ``arrays`` (all of one type), structs included."""
-    if not arrays:
+    if not arrays:  # pragma: no cover - every caller passes at least one array
         raise ValueError("no arrays")
     combined = pa.concat_arrays([normalize_keys(a) for a in arrays])
     if not pa.types.is_struct(combined.type):

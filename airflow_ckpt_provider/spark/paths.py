@@ -15,6 +15,7 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow.fs as pafs
 
+from airflow_ckpt_provider.spark.errors import InvalidPathError
 from airflow_ckpt_provider.store.errors import InvalidStoreUriError
 
 _S3_SCHEMES = ("s3", "s3a", "s3n")
@@ -28,18 +29,18 @@ def file_key(path: str) -> str:
     one key (``s3://b/k``). Relative local paths resolve against the working directory.
     """
     if not isinstance(path, str) or not path.strip():
-        raise ValueError(f"{path!r} is not a file path")
+        raise InvalidPathError(f"{path!r} is not a file path: give a local path, file:///abs/path or s3://bucket/key")
     path = path.strip()
     parsed = urlparse(path)
     scheme = parsed.scheme.lower()
     if scheme in _S3_SCHEMES:
         if not parsed.netloc:
-            raise ValueError(f"{path!r} names no bucket")
+            raise InvalidPathError(f"{path!r} names no bucket: s3://bucket/key")
         key = posixpath.normpath("/" + parsed.path.lstrip("/"))
         return f"s3://{parsed.netloc}{key}"
     if scheme == "file":
         if parsed.netloc not in ("", "localhost"):
-            raise ValueError(f"{path!r}: file URIs must be local (file:///absolute/path)")
+            raise InvalidPathError(f"{path!r}: file URIs must be local (file:///absolute/path)")
         return "file://" + os.path.normpath(unquote(parsed.path) or "/")
     if scheme and len(scheme) > 1:  # another filesystem (hdfs://, gs://...): normalize the path only
         return f"{scheme}://{parsed.netloc}{posixpath.normpath('/' + parsed.path.lstrip('/'))}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_ckpt_provider.spark import file_key
+from airflow_ckpt_provider.spark import InvalidPathError, file_key
 
 
 @pytest.mark.parametrize(
@@ -20,3 +20,9 @@ from airflow_ckpt_provider.spark import file_key
 )
 def test_file_keys_are_normalized_uris(path: str, key: str) -> None:
     assert file_key(path) == key
+
+
+@pytest.mark.parametrize("path", ["", "  ", "s3://", "s3:///key", "file://otherhost/data/a.parquet"])
+def test_a_path_that_names_no_file_is_a_typed_error(path: str) -> None:
+    with pytest.raises(InvalidPathError):
+        file_key(path)

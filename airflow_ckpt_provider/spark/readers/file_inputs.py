@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
-from airflow_ckpt_provider.spark.errors import InputFilesError
+from airflow_ckpt_provider.spark.errors import InputFilesError, InvalidOptionError
 from airflow_ckpt_provider.spark.keys import SOURCE_FILE_COLUMN
 from airflow_ckpt_provider.spark.paths import arrow_filesystem, arrow_path, file_key, is_s3
 from airflow_ckpt_provider.spark.plan import READER_MARKER, native_layout
@@ -92,7 +92,7 @@ class FileInputs:
     ) -> DataFrame:
         """Read ``todo`` (the pending files among ``paths``) whole per task; see ``CheckpointedJob.read_parquet``."""
         if reader not in READERS:
-            raise ValueError(f"reader must be one of {READERS}, not {reader!r}")
+            raise InvalidOptionError(f"reader={reader!r}: use one of {list(READERS)}")
         if not todo:
             if schema is None and not paths:
                 raise InputFilesError("read_parquet got no input files and no schema: pass schema=StructType(...)")

@@ -48,6 +48,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from airflow_ckpt_provider.failpoints import failpoint
+from airflow_ckpt_provider.spark.errors import InvalidOptionError, NativeWriterUnavailableError, WritePlanMismatchError
 from airflow_ckpt_provider.spark.summary import WriteTaskReport
 from airflow_ckpt_provider.spark.temporary_conf import session_conf
 from airflow_ckpt_provider.store import (
@@ -111,7 +112,7 @@ def protocol_available(spark: SparkSession) -> str | None:
 
 
 def spark_output_path(spark: SparkSession, output_root: str) -> str:
-    """The output as Spark's Hadoop filesystems name it, or raise ValueError saying why it cannot write there."""
+    """The output as Spark's Hadoop filesystems name it (NativeWriterUnavailableError: why Spark cannot write there)."""
     parsed = urlparse(output_root)
     scheme = parsed.scheme.lower()
     if scheme == "file":
@@ -126,7 +127,9 @@ def spark_output_path(spark: SparkSession, output_root: str) -> str:
         except Exception:
             continue
         return f"{candidate}://{parsed.netloc}{parsed.path}"
-    raise ValueError(f"Spark has no Hadoop filesystem for {scheme}:// here (no {'/'.join(candidates)} connector)")
+    raise NativeWriterUnavailableError(
+        f"Spark has no Hadoop filesystem for {scheme}:// here (no {'/'.join(candidates)} connector)"
+    )
 
 
 @dataclass(frozen=True)
@@ -199,9 +202,9 @@ class _Sealer:
         write, store = self.write, self.write.store
         partition = int(message["partition"])
         if partition >= len(write.task_files):
-            raise RuntimeError(
+            raise WritePlanMismatchError(
                 f"native writer: task {partition} is not one of the {len(write.task_files)} tasks the plan showed; "
-                "the write's plan changed under it"
+                "the write's plan changed under it. Nothing of it is sealed: run the job again"
             )
         root = str(message["root"]).rstrip("/")
         files = []
@@ -353,7 +356,7 @@ def _fence_path(store: CheckpointStore, epoch: int) -> str | None:
 
 def check_engine(engine: str) -> str:
     if engine not in ENGINES:
-        raise ValueError(f"engine={engine!r}: use one of {list(ENGINES)}")
+        raise InvalidOptionError(f"engine={engine!r}: use one of {list(ENGINES)}")
     return engine
 
 
@@ -371,5 +374,5 @@ def native_unsupported_reason(
         return None, problem
     try:
         return spark_output_path(spark, output_root), ""
-    except ValueError as exc:
+    except NativeWriterUnavailableError as exc:
         return None, str(exc)

@@ -17,7 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from airflow_ckpt_provider.spark import CheckpointedJob, NativeWriterUnavailableError, WriteSummary
+from airflow_ckpt_provider.spark import CheckpointedJob, InvalidOptionError, NativeWriterUnavailableError, WriteSummary
 from airflow_ckpt_provider.spark.paths import file_key
 from airflow_ckpt_provider.store import EpochFencedError
 from tests.spark.helpers import FakeOperator, Target, assert_exactly_once, done_keys, make_inputs
@@ -127,7 +127,7 @@ def test_engine_spark_where_it_cannot_run_is_a_clear_error_and_writes_nothing(
     df = job.read_parquet(inputs).repartition(3)
     with pytest.raises(NativeWriterUnavailableError, match="input files"):
         job.write_parquet(df, target.output_uri, engine="spark")
-    with pytest.raises(ValueError, match="engine="):
+    with pytest.raises(InvalidOptionError, match="engine="):
         job.write_parquet(job.read_parquet(inputs), target.output_uri, engine="jvm")
     assert target.output_files() == []
     assert job.store.list_checkpoints() == []
