@@ -65,7 +65,7 @@ def run(name: str, uri: str, options: dict[str, Any], checkpoints: int, keys: in
     fill_seconds = fill(store, checkpoints, keys)
 
     # Floor: the same keys in one Parquet file on the same backend, read through the same object layer.
-    floor_blobs = store._output_store(f"{uri}-floor")
+    floor_blobs = store.context.output_store(f"{uri}-floor")
     sink = io.BytesIO()
     pq.write_table(pa.table({"key": pa.array(range(total), pa.int64())}), sink, compression="zstd")
     floor_blobs.put("keys.parquet", sink.getvalue())
@@ -80,8 +80,15 @@ def run(name: str, uri: str, options: dict[str, Any], checkpoints: int, keys: in
     seconds, table = timed(read, repeat=2)
     requests = (store.blobs.request_count - before) // 2
     assert table.num_rows == total, table.num_rows
-    rows.append({"backend": name, "phase": f"{checkpoints:,} checkpoints", "seconds": seconds,
-                 "floor_seconds": floor_seconds, "requests": requests})
+    rows.append(
+        {
+            "backend": name,
+            "phase": f"{checkpoints:,} checkpoints",
+            "seconds": seconds,
+            "floor_seconds": floor_seconds,
+            "requests": requests,
+        }
+    )
 
     start = time.perf_counter()
     store.commit([f"{uri}-out"])
@@ -94,10 +101,19 @@ def run(name: str, uri: str, options: dict[str, Any], checkpoints: int, keys: in
     seconds, table = timed(read)
     requests = (store.blobs.request_count - before) // 3
     assert table.num_rows == total
-    rows.append({"backend": name, "phase": "after retain compaction", "seconds": seconds,
-                 "floor_seconds": floor_seconds, "requests": requests})
-    print(f"[{name}] fill {fill_seconds:.1f}s, commit {commit_seconds:.1f}s, compaction {compact_seconds:.1f}s",
-          flush=True)
+    rows.append(
+        {
+            "backend": name,
+            "phase": "after retain compaction",
+            "seconds": seconds,
+            "floor_seconds": floor_seconds,
+            "requests": requests,
+        }
+    )
+    print(
+        f"[{name}] fill {fill_seconds:.1f}s, commit {commit_seconds:.1f}s, compaction {compact_seconds:.1f}s",
+        flush=True,
+    )
     return rows
 
 
@@ -131,8 +147,10 @@ def main() -> int:
     print("|---|---|---|---|---|---|")
     for row in rows:
         ratio = row["seconds"] / row["floor_seconds"]
-        print(f"| {row['backend']} | {row['phase']} | {row['seconds']:.3f} s | {row['floor_seconds']:.3f} s "
-              f"| {ratio:.2f}x | {row['requests']:,} |")
+        print(
+            f"| {row['backend']} | {row['phase']} | {row['seconds']:.3f} s | {row['floor_seconds']:.3f} s "
+            f"| {ratio:.2f}x | {row['requests']:,} |"
+        )
     compacted = [r for r in rows if r["phase"].startswith("after")]
     met = all(r["seconds"] / r["floor_seconds"] <= 2.0 and r["requests"] <= 10 for r in compacted)
     print(f"\ntarget (after compaction: <= 2x floor, <= 10 requests/read): {'MET' if met else 'NOT MET'}")

@@ -56,7 +56,7 @@ def load() -> list[float]:
 
 def _requests(store: CheckpointStore) -> tuple[int, collections.Counter[str]]:
     """Requests so far by the store's object layer and those of its output directories."""
-    layers = [store.blobs, *store._output_blobs.values()]
+    layers = [store.blobs, *store.context.opened_output_stores()]
     total = sum(int(b.request_count) for b in layers)
     by_op: collections.Counter[str] = collections.Counter()
     for blobs in layers:
@@ -76,7 +76,7 @@ def fill(
 ) -> float:
     """N sealed checkpoints (plus one failed attempt per ``FAILED_EVERY``) in one epoch that ends ``status``."""
     epoch = store.begin_epoch(owner=owner).number
-    out = store._output_store(output)
+    out = store.context.output_store(output)
     payload = b"PAR1" + b"\0" * 60 + b"PAR1"  # a few bytes: the store never reads output files
 
     def one(index: int) -> None:

@@ -1,6 +1,6 @@
 """The engine-agnostic checkpoint store. Imports neither Airflow nor Spark.
 
-See ``docs/store-api.md`` for the contract and DESIGN.md for the invariants.
+See ``docs/store-api.md`` for the contract, the layout and the invariants.
 """
 
 from airflow_ckpt_provider.store.errors import (

@@ -1,0 +1,171 @@
+"""The commit: the only authority over output files (docs/store-api.md, "Invariants" 5).
+
+Phase 1 writes ``commits/{n}.json`` naming every file of every valid checkpoint, in
+one atomic write, after checking that the valid checkpoints' keys are disjoint.
+Phase 2 deletes orphans: files a writer of this store recorded an intent for that no
+valid checkpoint owns, and unsealed or invalid checkpoint directories. A rerun after
+a crash in either phase finishes the job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow_ckpt_provider.failpoints import failpoint
+from airflow_ckpt_provider.store.context import StoreContext
+from airflow_ckpt_provider.store.deletion import StoreDeleter
+from airflow_ckpt_provider.store.epochs import EpochLog
+from airflow_ckpt_provider.store.errors import (
+    CommitRefusedError,
+    NoEpochError,
+    OverlappingKeysError,
+    PreconditionFailedError,
+)
+from airflow_ckpt_provider.store.keys import duplicate_keys
+from airflow_ckpt_provider.store.layout import commit_done_key, commit_key, under_root
+from airflow_ckpt_provider.store.model import CommitResult, EpochStatus, FileMetadata
+from airflow_ckpt_provider.store.records import commit_result_from_json, dumps, now
+from airflow_ckpt_provider.store.state import StateReader, StoreState, key_sources
+
+
+class Committer:
+    """Commits the latest epoch and deletes its orphans."""
+
+    def __init__(self, context: StoreContext, reader: StateReader, epochs: EpochLog, deleter: StoreDeleter) -> None:
+        self._context = context
+        self._blobs = context.blobs
+        self._reader = reader
+        self._epochs = epochs
+        self._deleter = deleter
+
+    def commit(self, output_roots: Sequence[str] | None, *, degraded: bool) -> CommitResult:
+        state = self._reader.read(keep_inline=True)
+        epoch = state.latest
+        if epoch is None:
+            raise NoEpochError(
+                f"{self._context.uri} has no epoch: nothing ran against it, so there is nothing to commit"
+            )
+        record_key = commit_key(epoch.number)
+        done_key = commit_done_key(epoch.number)
+        done = self._blobs.get_if_exists(done_key)
+        if done is not None:
+            return commit_result_from_json(self._context.parse_json(done_key, done[0]), already=True)
+
+        existing = self._blobs.get_if_exists(record_key)
+        if existing is not None:
+            record = self._context.parse_json(record_key, existing[0])
+        else:
+            if epoch.status is EpochStatus.FAILED:
+                raise CommitRefusedError(
+                    f"epoch {epoch.number} of {self._context.uri} failed: run the job again to completion (it "
+                    "resumes), then commit. Nothing was deleted"
+                )
+            check_disjoint(self._reader, state)
+            files = self._reader.files_of(state.valid)
+            record = {
+                "epoch": epoch.number,
+                "checkpoint_ids": [c.checkpoint_id for c in state.valid],
+                "files": [f.to_json() for f in files],
+                "degraded": bool(degraded or epoch.degraded),
+                "created_at": now(),
+            }
+            try:
+                self._blobs.put(record_key, dumps(record), if_absent=True)
+            except PreconditionFailedError:  # a concurrent commit won; use its record
+                record = self._context.read_json(record_key)
+        # Writing the record marked every checkpoint it names committed, in one atomic write:
+        # readers take the newest commit record as the authority (manifests are not rewritten).
+        failpoint("store.commit.between_phases")
+        result = self._delete_orphans(
+            state, record, output_roots, degraded=bool(record.get("degraded")) or degraded or epoch.degraded
+        )
+        self._blobs.put(done_key, dumps(result.to_json()))
+        self._epochs.write_end(epoch.number, EpochStatus.COMMITTED, result.summary())
+        return result
+
+    def _delete_orphans(
+        self,
+        state: StoreState,
+        record: Mapping[str, Any],
+        output_roots: Sequence[str] | None,
+        *,
+        degraded: bool,
+    ) -> CommitResult:
+        epoch_number = int(record["epoch"])
+        committed_files = tuple(FileMetadata.from_json(f) for f in record["files"])
+        authoritative = {f.path for f in committed_files}
+        valid_ids = {c.checkpoint_id for c in state.valid} | set(record["checkpoint_ids"])
+        recorded = self._deleter.intents(skip=valid_ids)
+        intents = recorded.paths
+        # Normalized like the writers' paths (file:///abs, s3://bucket/key), whatever form the caller used.
+        roots = [self._context.output_store(r).uri for r in (output_roots or [])] or sorted(
+            ({p.rsplit("/", 1)[0] for p in intents} | {p.root for p in recorded.patterns}) - {""}
+        )
+
+        def unprovable(checkpoint_id: str, epoch: int | None) -> bool:
+            # In a degraded epoch a task may have finished its output but failed to seal.
+            if not degraded or checkpoint_id in state.manifests:
+                return False
+            return epoch is None or epoch == epoch_number
+
+        candidates: dict[str, str] = {}
+        kept: list[str] = []
+        for path, (checkpoint_id, epoch) in intents.items():
+            if path in authoritative or checkpoint_id in valid_ids:
+                continue
+            if unprovable(checkpoint_id, epoch):
+                kept.append(path)
+            elif under_root(path, roots):
+                candidates[path] = checkpoint_id
+
+        known = authoritative | set(intents) | self._reader.committed_paths()
+        kept_by_name: dict[str, str] = {}
+
+        def doomed_by_name(path: str) -> bool:
+            # A native write's file: an orphan unless a valid checkpoint owns it (then it is in ``known``).
+            for pattern in recorded.patterns:
+                if pattern.matches(path) and under_root(path, roots):
+                    if unprovable(pattern.checkpoint_id, pattern.epoch):
+                        kept_by_name[path] = pattern.checkpoint_id
+                        return False
+                    return True
+            return False
+
+        deleted, aborted, unknown, bytes_freed = self._deleter.delete_recorded(roots, candidates, known, doomed_by_name)
+        unknown = [p for p in unknown if p not in kept_by_name]
+        kept.extend(sorted(kept_by_name))
+
+        kept_ids = {intents[p][0] for p in kept if p in intents} | set(kept_by_name.values())
+        stale_ids = sorted(({c for c in state.manifests if c not in valid_ids} | set(state.unsealed)) - kept_ids)
+        self._deleter.delete_checkpoint_dirs(stale_ids)
+        return CommitResult(
+            epoch=epoch_number,
+            committed_checkpoints=tuple(record["checkpoint_ids"]),
+            committed_files=committed_files,
+            deleted_files=tuple(sorted(deleted)),
+            deleted_checkpoints=tuple(stale_ids),
+            aborted_uploads=tuple(sorted(aborted)),
+            unknown_files=tuple(sorted(unknown)),
+            kept_unprovable=tuple(sorted(kept)),
+            bytes_freed=bytes_freed,
+            degraded=degraded,
+            already_committed=False,
+        )
+
+
+def check_disjoint(reader: StateReader, state: StoreState) -> None:
+    """:class:`CommitRefusedError` if two valid checkpoints (or one and the snapshot) hold the same key."""
+    sources = key_sources(state)
+    if len(sources) <= 1:
+        return
+    keys = reader.read_keys(sources)
+    duplicates = duplicate_keys(keys)
+    if not duplicates:
+        return
+    raise CommitRefusedError(
+        f"the valid checkpoints of {reader.uri} overlap: {duplicates[0]} keys are held twice "
+        f"(e.g. {duplicates[1]!r}); the output would hold their rows twice. This happens when the input's "
+        "order is not deterministic or keys were split across tasks. Nothing was deleted; discard the "
+        "uncommitted work (`airflow-ckpt discard`) and rerun"
+    ) from OverlappingKeysError(repr(duplicates[1]))

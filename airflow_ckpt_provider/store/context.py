@@ -1,0 +1,82 @@
+"""What every concern of the store shares: the blob store, parallel reads, JSON records, output locations."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from airflow_ckpt_provider.store.blobs.base import BlobStore
+from airflow_ckpt_provider.store.errors import CheckpointError, CorruptCheckpointError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class StoreContext:
+    """The store root's blobs plus the helpers each concern reads and writes records with. Thread-safe."""
+
+    def __init__(
+        self,
+        blobs: BlobStore,
+        *,
+        max_workers: int = 16,
+        blob_opener: Callable[[str], BlobStore] | None = None,
+    ) -> None:
+        self.blobs = blobs
+        self.max_workers = max_workers
+        self.lock = threading.Lock()
+        self._blob_opener = blob_opener
+        self._output_blobs: dict[str, BlobStore] = {}
+
+    @property
+    def uri(self) -> str:
+        return self.blobs.uri
+
+    def close(self) -> None:
+        self.blobs.close()
+        for blobs in self._output_blobs.values():
+            blobs.close()
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        """``fn`` over ``items`` on up to ``max_workers`` threads (requests overlap), in order."""
+        if len(items) <= 1:
+            return [fn(item) for item in items]
+        with ThreadPoolExecutor(max_workers=min(self.max_workers, len(items))) as pool:
+            return list(pool.map(fn, items))
+
+    def read_json(self, key: str) -> dict[str, Any]:
+        data, _ = self.blobs.get(key)
+        return self.parse_json(key, data)
+
+    def parse_json(self, key: str, data: bytes) -> dict[str, Any]:
+        """A record's JSON object; :class:`CorruptCheckpointError` (saying what to do) if it is not one."""
+        try:
+            parsed = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CorruptCheckpointError(
+                f"{self.blobs.child_uri(key)} is corrupt or truncated ({exc}). Nothing was changed; "
+                "run `airflow-ckpt check` on the store, then delete or restore that object"
+            ) from exc
+        if not isinstance(parsed, dict):
+            raise CorruptCheckpointError(f"{self.blobs.child_uri(key)} does not hold a JSON object")
+        return parsed
+
+    def output_store(self, uri: str) -> BlobStore:
+        """A blob store rooted at an output directory (same credentials as the store)."""
+        root = uri.rstrip("/")
+        with self.lock:
+            blobs = self._output_blobs.get(root)
+            if blobs is None:
+                if self._blob_opener is None:
+                    raise CheckpointError("this store cannot open output locations (no blob opener)")
+                blobs = self._blob_opener(root)
+                self._output_blobs[root] = blobs
+            return blobs
+
+    def opened_output_stores(self) -> list[BlobStore]:
+        """The output locations opened so far (benchmarks count their requests)."""
+        with self.lock:
+            return list(self._output_blobs.values())

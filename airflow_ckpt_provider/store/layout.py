@@ -1,0 +1,75 @@
+"""Where each record lives under a store root, and which checkpoint ids are safe to use there.
+
+The layout (docs/store-api.md, "Layout"):
+
+```
+epochs/{n:08d}.json                 epoch record (create-if-absent: fencing)
+epochs/{n:08d}.end.json             how the epoch ended
+epochs/{n:08d}.expected.json        expected partition count
+epochs/{n:08d}.degraded-{hex}.json  degraded markers
+checkpoints/{id}/manifest.json      written last: the checkpoint is visible iff it exists
+checkpoints/{id}/keys/, files/, intents/
+commits/{n:08d}.json, commits/{n:08d}.done.json
+snapshots/{n:08d}/manifest.json, keys.parquet
+```
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+
+from airflow_ckpt_provider.store.errors import InvalidCheckpointIdError
+
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+EPOCH_RE = re.compile(r"^(\d{8})\.json$")
+EPOCH_END_RE = re.compile(r"^(\d{8})\.end\.json$")
+EPOCH_EXPECTED_RE = re.compile(r"^(\d{8})\.expected\.json$")
+DEGRADED_RE = re.compile(r"^(\d{8})\.degraded-[0-9a-f]+\.json$")
+COMMIT_RE = re.compile(r"^commits/\d{8}\.json$")
+_HIDDEN_PREFIXES = ("_", ".")
+
+
+def new_checkpoint_id() -> str:
+    """A fresh, unique checkpoint id (UUID4). Each task attempt must use its own."""
+    return str(uuid.uuid4())
+
+
+def validate_checkpoint_id(checkpoint_id: str) -> str:
+    """Return ``checkpoint_id`` if it is a safe id, else raise :class:`InvalidCheckpointIdError`."""
+    if not isinstance(checkpoint_id, str) or not _ID_RE.match(checkpoint_id) or ".." in checkpoint_id:
+        raise InvalidCheckpointIdError(
+            f"{checkpoint_id!r} is not a checkpoint id: ids are 1-128 characters of letters, digits, "
+            "'_', '-', '.', with no '/' or '..'; use new_checkpoint_id() to make one"
+        )
+    return checkpoint_id
+
+
+def epoch_key(number: int, suffix: str = ".json") -> str:
+    return f"epochs/{number:08d}{suffix}"
+
+
+def manifest_key(checkpoint_id: str) -> str:
+    return f"checkpoints/{checkpoint_id}/manifest.json"
+
+
+def commit_key(epoch: int) -> str:
+    return f"commits/{epoch:08d}.json"
+
+
+def commit_done_key(epoch: int) -> str:
+    return f"commits/{epoch:08d}.done.json"
+
+
+def snapshot_prefix(number: int) -> str:
+    return f"snapshots/{number:08d}/"
+
+
+def hidden(key: str) -> bool:
+    """Whether an output listing entry is hidden (``_SUCCESS``, ``.crc``...): never reported as unknown."""
+    return any(part.startswith(_HIDDEN_PREFIXES) for part in key.split("/"))
+
+
+def under_root(path: str, roots: Sequence[str]) -> bool:
+    return any(path.startswith(root.rstrip("/") + "/") for root in roots)

@@ -1,0 +1,191 @@
+"""Retention and clearing: what happens to checkpoints after a commit, and how a store is reset.
+
+``delete_after_success`` deletes every checkpoint once the run committed; ``retain``
+compacts committed keys into one snapshot (``snapshots/{n}``) so later runs read one
+object. ``discard`` and ``clear`` first open a fencing epoch (so running writers
+stop), then delete what no longer counts. Output files are only deleted by clearing,
+and only uncommitted ones a writer of this store recorded.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+
+import pyarrow.parquet as pq
+
+from airflow_ckpt_provider.failpoints import failpoint
+from airflow_ckpt_provider.store.context import StoreContext
+from airflow_ckpt_provider.store.deletion import StoreDeleter
+from airflow_ckpt_provider.store.epochs import EpochLog
+from airflow_ckpt_provider.store.errors import CheckpointError, CommitRefusedError
+from airflow_ckpt_provider.store.keys import KEY_COLUMN
+from airflow_ckpt_provider.store.layout import commit_done_key, snapshot_prefix
+from airflow_ckpt_provider.store.model import (
+    CheckpointStatus,
+    ClearResult,
+    Epoch,
+    EpochStatus,
+    RetentionPolicy,
+)
+from airflow_ckpt_provider.store.records import NamePattern, dumps, now, record_time
+from airflow_ckpt_provider.store.state import StateReader, StoreState, key_sources
+
+
+class Retention:
+    """Applies retention policies after a commit, cleans up old metadata, discards and clears."""
+
+    def __init__(self, context: StoreContext, reader: StateReader, epochs: EpochLog, deleter: StoreDeleter) -> None:
+        self._context = context
+        self._blobs = context.blobs
+        self._reader = reader
+        self._epochs = epochs
+        self._deleter = deleter
+
+    # ------------------------------------------------------------------ after a commit
+
+    def cleanup(self, policy: RetentionPolicy) -> list[str]:
+        state = self._reader.read()
+        epoch = state.latest
+        if epoch is None:
+            return []
+        if not self._blobs.exists(commit_done_key(epoch.number)):
+            raise CommitRefusedError(
+                f"epoch {epoch.number} of {self._context.uri} is not committed: commit first, then clean up"
+            )
+        failpoint("store.cleanup.start")
+        if policy is RetentionPolicy.DELETE_AFTER_SUCCESS:
+            ids = sorted(set(state.manifests) | set(state.unsealed))
+            self._deleter.delete_checkpoint_dirs(ids)
+            self._deleter.delete_snapshots(keep=None)
+            return ids
+        return self._compact(state)
+
+    def _compact(self, state: StoreState) -> list[str]:
+        assert state.latest is not None
+        committed = [c for c in state.valid if c.status is CheckpointStatus.COMMITTED]
+        folded_before = state.folded
+        new = [c for c in committed if c.checkpoint_id not in folded_before]
+        if not new:
+            leftovers = sorted(folded_before & (set(state.manifests) | set(state.unsealed)))
+            self._deleter.delete_checkpoint_dirs(leftovers)
+            return leftovers
+        number = state.latest.number
+        keys = self._reader.read_keys(key_sources(state, only=[c.checkpoint_id for c in new]))
+        sink = io.BytesIO()
+        pq.write_table(keys, sink, compression="zstd")
+        prefix = snapshot_prefix(number)
+        self._blobs.put(prefix + "keys.parquet", sink.getvalue())
+        failpoint("store.cleanup.after_snapshot_keys")
+        manifest = {
+            "snapshot": number,
+            "checkpoint_ids": sorted(c.checkpoint_id for c in new),
+            "num_keys": keys.num_rows,
+            "key_type": str(keys.schema.field(KEY_COLUMN).type) if keys.num_rows else None,
+            "created_at": now(),
+            "format": "parquet",
+        }
+        self._blobs.put(prefix + "manifest.json", dumps(manifest))
+        failpoint("store.cleanup.after_snapshot_manifest")
+        ids = sorted(c.checkpoint_id for c in new)
+        self._deleter.delete_checkpoint_dirs(ids)
+        self._deleter.delete_snapshots(keep=number)
+        self._deleter.prune_epochs(keep_from=number)
+        return ids
+
+    # ------------------------------------------------------------------ old metadata
+
+    def cleanup_older_than(self, age: dt.timedelta) -> list[str]:
+        cutoff = dt.datetime.now(dt.UTC) - age
+        state = self._reader.read()
+        latest = state.latest.number if state.latest else 0
+        deleted: list[str] = []
+        for info in self._blobs.list("epochs/"):
+            if int(info.key[7:15]) >= latest:
+                continue
+            record = self._blobs.get_if_exists(info.key)
+            created = record_time(record[0]) if record else None
+            if created is not None and created < cutoff:
+                deleted.extend(self._deleter.delete_records([info.key]))
+        valid_ids = {c.checkpoint_id for c in state.valid}
+        recorded = self._deleter.intents(skip=valid_ids)
+        intents = recorded.paths
+        for checkpoint_id in sorted((set(state.manifests) - valid_ids) | set(state.unsealed)):
+            records = [i.key for i in self._blobs.list(f"checkpoints/{checkpoint_id}/") if i.key.endswith(".json")]
+            times = [record_time(self._blobs.get(key)[0]) for key in records]
+            if any(t is None or t >= cutoff for t in times):
+                continue
+            paths = [p for p, (cid, _) in intents.items() if cid == checkpoint_id]
+            if any(self._output_exists(p) for p in paths):
+                continue
+            if any(p.checkpoint_id == checkpoint_id and self._pattern_has_files(p) for p in recorded.patterns):
+                continue
+            self._deleter.delete_checkpoint_dirs([checkpoint_id])
+            deleted.append(f"checkpoints/{checkpoint_id}/")
+        return deleted
+
+    def _pattern_has_files(self, pattern: NamePattern) -> bool:
+        """Whether any file a native write's name pattern covers exists (True when unsure: keep the record)."""
+        try:
+            blobs = self._context.output_store(pattern.root)
+            return any(pattern.matches(blobs.child_uri(i.key)) for i in blobs.list(""))
+        except CheckpointError:
+            return True
+
+    def _output_exists(self, path: str) -> bool:
+        root, _, name = path.rpartition("/")
+        try:
+            return self._context.output_store(root).exists(name)
+        except CheckpointError:
+            return True  # cannot tell: keep the record
+
+    # ------------------------------------------------------------------ discard and clear
+
+    def discard(self, *, keep_committed: bool, owner: str) -> ClearResult:
+        """Fence writers with a new epoch whose base is what survives, then delete the rest."""
+        state = self._reader.read(tolerate_corrupt=True)
+        committed = [c for c in state.valid if c.status is CheckpointStatus.COMMITTED] if keep_committed else []
+        keep_ids = {c.checkpoint_id for c in committed}
+        latest_number = state.latest.number if state.latest else 0
+        number = latest_number + 1
+        snapshot = state.snapshot if keep_committed else None
+        folded = set(snapshot["checkpoint_ids"]) if snapshot else set()
+        epoch = Epoch(
+            number=number,
+            owner=owner,
+            created_at=now(),
+            base=tuple(sorted(keep_ids - folded)),
+            base_snapshot=None if snapshot is None else int(snapshot["snapshot"]),
+            expected_partitions=None,
+            metadata={"action": owner},
+        )
+        self._epochs.create_fencing_epoch(
+            epoch,
+            f"a submit opened epoch {number} of {self._context.uri} while clearing; nothing was deleted. Retry",
+        )
+        if state.latest is not None and state.latest.status is EpochStatus.OPEN:
+            self._epochs.write_end(state.latest.number, EpochStatus.FAILED, {"reason": f"{owner} (epoch {number})"})
+        committed_paths = self._reader.committed_paths() | {f.path for f in self._reader.files_of(committed)}
+        recorded = self._deleter.intents(skip=keep_ids)
+        doomed = {p: cid for p, (cid, _) in recorded.paths.items() if cid not in keep_ids and p not in committed_paths}
+        patterns = [p for p in recorded.patterns if p.checkpoint_id not in keep_ids]
+        roots = sorted({p.rsplit("/", 1)[0] for p in doomed} | {p.root for p in patterns})
+
+        def doomed_by_name(path: str) -> bool:
+            return any(p.matches(path) for p in patterns)
+
+        deleted, _, _, bytes_freed = self._deleter.delete_recorded(roots, doomed, committed_paths, doomed_by_name)
+        drop_ids = sorted((set(state.manifests) | set(state.unsealed) | set(state.corrupt)) - keep_ids)
+        self._deleter.delete_checkpoint_dirs(drop_ids)
+        snapshots: list[int] = []
+        if not keep_committed:
+            snapshots = [int(n) for n in self._blobs.list_dirs("snapshots/")]
+            self._deleter.delete_snapshots(keep=None)
+        self._epochs.write_end(number, EpochStatus.CLEARED, {"action": owner})
+        return ClearResult(
+            epoch=number,
+            deleted_checkpoints=tuple(drop_ids),
+            deleted_files=tuple(sorted(deleted)),
+            deleted_snapshots=tuple(snapshots),
+            bytes_freed=bytes_freed,
+        )
