@@ -1,4 +1,10 @@
-"""Which store a downstream task (commit, clear, sensor) works on."""
+"""Which store a store-facing task (commit, clear, sensor) works on, and the parameters they share.
+
+:class:`CheckpointStoreMixin` holds ``checkpoint_uri``, ``spark_task_id`` and ``aws_conn_id``
+and what they resolve to, the way the Amazon provider's ``AwsBaseHookMixin`` does for its
+operators and sensors; ``operators/base.py`` and ``sensors/base.py`` give it a constructor.
+It lives with the hooks so that sensors and operators import it downward, never each other.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_ckpt_provider.contract import PLAN_XCOM_KEY
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
+from airflow_ckpt_provider.hooks.config import CheckpointConfig
 from airflow_ckpt_provider.store import InvalidStoreUriError
 
 if TYPE_CHECKING:
@@ -37,3 +44,45 @@ def resolve_store_uri(context: Context, checkpoint_uri: str | None, spark_task_i
         if isinstance(value, Mapping) and value.get("checkpoint_uri"):
             return str(value["checkpoint_uri"])
     return CheckpointHook.resolve_uri(None, dag_id=ti.dag_id, task_id=spark_task_id, run_id=context["run_id"])
+
+
+#: Template fields of every store-facing task: rendered, and kept in the serialized DAG where the UI reads them.
+STORE_TEMPLATE_FIELDS = ("aws_conn_id", "checkpoint_uri", "spark_task_id")
+
+
+def store_template_fields(*fields: str) -> tuple[str, ...]:
+    """``STORE_TEMPLATE_FIELDS`` plus a task's own ``fields``, each once, in a stable order."""
+    return tuple(dict.fromkeys((*STORE_TEMPLATE_FIELDS, *fields)))
+
+
+class CheckpointStoreMixin:
+    """The store a commit, clear or sensor task works on.
+
+    :param checkpoint_uri: the store (templated). Default: the store the submit task
+        ``spark_task_id`` used in this DAG run (its XCom), else that task's default location.
+    :param spark_task_id: the ``CheckpointedSparkSubmitOperator`` of this DAG run whose store
+        this task works on (templated).
+    :param aws_conn_id: ``aws`` connection for ``s3://`` stores (templated; default
+        ``[ckpt] aws_conn_id``).
+    """
+
+    checkpoint_uri: str | None
+    spark_task_id: str | None
+    aws_conn_id: str | None
+
+    def _set_store_params(self, checkpoint_uri: str | None, spark_task_id: str | None, aws_conn_id: str | None) -> None:
+        self.checkpoint_uri = checkpoint_uri
+        self.spark_task_id = spark_task_id
+        self.aws_conn_id = aws_conn_id
+
+    def store_uri(self, context: Context) -> str:
+        """The store's URI for this task instance (see :func:`resolve_store_uri`)."""
+        return resolve_store_uri(context, self.checkpoint_uri, self.spark_task_id)
+
+    def checkpoint_hook(self, context: Context, config: CheckpointConfig | None = None) -> CheckpointHook:
+        """A hook on this task instance's store, with this task's connection."""
+        return CheckpointHook(self.store_uri(context), aws_conn_id=self.aws_conn_id, config=config)
+
+    def submit_task_result(self, context: Context) -> Mapping[str, Any] | None:
+        """The return value of ``spark_task_id`` in this DAG run (None if it has not finished)."""
+        return submit_task_result(context, self.spark_task_id)

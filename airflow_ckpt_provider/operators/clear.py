@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
-
-from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
-from airflow_ckpt_provider.hooks.store_location import resolve_store_uri
 from airflow_ckpt_provider.operators import metrics
+from airflow_ckpt_provider.operators.base import CheckpointStoreBaseOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class ClearCheckpointsOperator(BaseOperator):
+class ClearCheckpointsOperator(CheckpointStoreBaseOperator):
     """Reset a store so that the next run reprocesses every key.
 
     Opens a new epoch with an empty base (fencing any writer still running), then
@@ -24,29 +20,16 @@ class ClearCheckpointsOperator(BaseOperator):
 
     :param checkpoint_uri: the store (templated). Default: the store of ``spark_task_id``
         in this DAG run.
-    :param spark_task_id: the ``CheckpointedSparkSubmitOperator`` whose store to clear.
-    :param aws_conn_id: ``aws`` connection for ``s3://`` stores.
+    :param spark_task_id: the ``CheckpointedSparkSubmitOperator`` whose store to clear (templated).
+    :param aws_conn_id: ``aws`` connection for ``s3://`` stores (templated).
     """
 
-    template_fields: Sequence[str] = ("checkpoint_uri",)
     ui_color = "#e8a4a4"
 
-    def __init__(
-        self,
-        *,
-        checkpoint_uri: str | None = None,
-        spark_task_id: str | None = None,
-        aws_conn_id: str | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.checkpoint_uri = checkpoint_uri
-        self.spark_task_id = spark_task_id
-        self.aws_conn_id = aws_conn_id
-
     def execute(self, context: Context) -> dict[str, Any]:
-        uri = resolve_store_uri(context, self.checkpoint_uri, self.spark_task_id)
-        result = CheckpointHook(uri, aws_conn_id=self.aws_conn_id).clear()
+        hook = self.checkpoint_hook(context)
+        uri = hook.uri
+        result = hook.clear()
         metrics.count(metrics.CLEARS, 1, metrics.task_tags(context))
         return {
             "checkpoint_uri": uri,

@@ -7,12 +7,10 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
-
-from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
-from airflow_ckpt_provider.hooks.store_location import resolve_store_uri, submit_task_result
+from airflow_ckpt_provider.hooks.store_location import store_template_fields
 from airflow_ckpt_provider.operators import metrics
+from airflow_ckpt_provider.operators.base import CheckpointStoreBaseOperator
 from airflow_ckpt_provider.store import RetentionPolicy
 
 if TYPE_CHECKING:
@@ -26,7 +24,7 @@ def _as_bool(value: Any) -> bool:
     return bool(value)
 
 
-class CheckpointCommitOperator(BaseOperator):
+class CheckpointCommitOperator(CheckpointStoreBaseOperator):
     """Commit the latest epoch of a store, then apply the retention policy.
 
     Phase 1 writes the authoritative list of output files (every file of every valid
@@ -40,8 +38,8 @@ class CheckpointCommitOperator(BaseOperator):
 
     :param checkpoint_uri: the store (templated). Default: the store ``spark_task_id`` used.
     :param spark_task_id: the ``CheckpointedSparkSubmitOperator`` of this DAG run whose output
-        to commit; its XCom supplies the store and the ``degraded`` flag.
-    :param aws_conn_id: ``aws`` connection for ``s3://`` stores.
+        to commit; its XCom supplies the store and the ``degraded`` flag (templated).
+    :param aws_conn_id: ``aws`` connection for ``s3://`` stores (templated).
     :param output_roots: output directories to sweep for orphans (templated). Default: the
         roots the writers recorded.
     :param retention_policy: ``delete_after_success`` or ``retain`` (default ``[ckpt]
@@ -54,24 +52,18 @@ class CheckpointCommitOperator(BaseOperator):
     carries that summary as its ``extra``, so downstream DAGs see what was committed.
     """
 
-    template_fields: Sequence[str] = ("checkpoint_uri", "output_roots", "retention_policy", "degraded")
+    template_fields: Sequence[str] = store_template_fields("output_roots", "retention_policy", "degraded")
     ui_color = "#a4d8a4"
 
     def __init__(
         self,
         *,
-        checkpoint_uri: str | None = None,
-        spark_task_id: str | None = None,
-        aws_conn_id: str | None = None,
         output_roots: Sequence[str] | str | None = None,
         retention_policy: RetentionPolicy | str | None = None,
         degraded: bool | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.checkpoint_uri = checkpoint_uri
-        self.spark_task_id = spark_task_id
-        self.aws_conn_id = aws_conn_id
         self.output_roots = output_roots
         self.retention_policy = retention_policy
         self.degraded = degraded
@@ -79,7 +71,7 @@ class CheckpointCommitOperator(BaseOperator):
     def _degraded(self, context: Context) -> bool:
         if self.degraded is not None and self.degraded != "":
             return _as_bool(self.degraded)
-        submitted = submit_task_result(context, self.spark_task_id)
+        submitted = self.submit_task_result(context)
         return bool(submitted and submitted.get("degraded"))
 
     def _output_roots(self) -> list[str] | None:
@@ -92,8 +84,9 @@ class CheckpointCommitOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         config = CheckpointConfig.load()
         policy = RetentionPolicy(self.retention_policy or config.retention_policy)
-        uri = resolve_store_uri(context, self.checkpoint_uri, self.spark_task_id)
-        store = CheckpointHook(uri, aws_conn_id=self.aws_conn_id, config=config).get_store()
+        hook = self.checkpoint_hook(context, config)
+        uri = hook.uri
+        store = hook.get_store()
         degraded = self._degraded(context)
 
         started = time.monotonic()

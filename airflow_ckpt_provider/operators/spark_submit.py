@@ -90,7 +90,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
     :param checkpoint_uri: the store (``file:///…``, ``/abs/path`` or ``s3://bucket/prefix``).
         Templated. Default: ``{[ckpt] base_uri}/{dag_id}/{task_id}/{run_id}``, or with no
         base URI ``$AIRFLOW_HOME/checkpoints/{dag_id}/{task_id}/{run_id}``.
-    :param aws_conn_id: ``aws`` connection for ``s3://`` stores (default ``[ckpt] aws_conn_id``).
+    :param aws_conn_id: ``aws`` connection for ``s3://`` stores (templated; default ``[ckpt] aws_conn_id``).
     :param takeover_open_epoch: take over an epoch that another owner holds open (use when
         that submit is known to be dead). Without it such a submit fails fast with
         ``EpochConflictError`` and nothing is changed.
@@ -105,7 +105,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
     the ``CKPT_STORE_SECRETS`` environment variable of the ``spark-submit`` process only.
     """
 
-    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "checkpoint_uri")
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "checkpoint_uri", "aws_conn_id")
     ui_color = "#f7c873"
 
     def __init__(

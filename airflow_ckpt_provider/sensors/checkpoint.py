@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseSensorOperator
-
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
-from airflow_ckpt_provider.hooks.store_location import resolve_store_uri
+from airflow_ckpt_provider.sensors.base import CheckpointStoreBaseSensor
 from airflow_ckpt_provider.store import CheckpointError
 from airflow_ckpt_provider.triggers.checkpoint import (
     CheckpointTrigger,
@@ -23,7 +20,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class CheckpointSensor(BaseSensorOperator):
+class CheckpointSensor(CheckpointStoreBaseSensor):
     """Wait for a checkpointed Spark job watched through its store.
 
     Useful for a job submitted in cluster mode, or by another DAG or system: the
@@ -32,8 +29,8 @@ class CheckpointSensor(BaseSensorOperator):
     Each poke logs the progress (sealed/expected partitions, keys done).
 
     :param checkpoint_uri: the store (templated). Default: the store of ``spark_task_id``.
-    :param spark_task_id: a ``CheckpointedSparkSubmitOperator`` of this DAG run.
-    :param aws_conn_id: ``aws`` connection for ``s3://`` stores.
+    :param spark_task_id: a ``CheckpointedSparkSubmitOperator`` of this DAG run (templated).
+    :param aws_conn_id: ``aws`` connection for ``s3://`` stores (templated).
     :param wait_for: ``"partitions"`` (every expected partition of the current epoch sealed)
         or ``"committed"``. Named ``wait_for`` because ``mode`` is the sensor mode
         (poke/reschedule) of every Airflow sensor.
@@ -42,24 +39,17 @@ class CheckpointSensor(BaseSensorOperator):
     Returns (XCom) the progress summary at the time the condition held.
     """
 
-    template_fields: Sequence[str] = ("checkpoint_uri",)
     ui_color = "#c8d8f0"
 
     def __init__(
         self,
         *,
-        checkpoint_uri: str | None = None,
-        spark_task_id: str | None = None,
-        aws_conn_id: str | None = None,
         wait_for: WaitFor | str = WaitFor.PARTITIONS,
         deferrable: bool = True,
         poke_interval: dt.timedelta | float = 30,
         **kwargs: Any,
     ) -> None:
         super().__init__(poke_interval=poke_interval, **kwargs)
-        self.checkpoint_uri = checkpoint_uri
-        self.spark_task_id = spark_task_id
-        self.aws_conn_id = aws_conn_id
         self.wait_for = WaitFor(wait_for)
         self.deferrable = deferrable
         self._resolved_uri: str | None = None
@@ -67,7 +57,7 @@ class CheckpointSensor(BaseSensorOperator):
 
     def _uri(self, context: Context) -> str:
         if self._resolved_uri is None:
-            self._resolved_uri = resolve_store_uri(context, self.checkpoint_uri, self.spark_task_id)
+            self._resolved_uri = self.store_uri(context)
         return self._resolved_uri
 
     def poke(self, context: Context) -> bool:
