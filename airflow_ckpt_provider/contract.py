@@ -1,9 +1,21 @@
-"""What the operator hands to the Spark job, and what the job hands back.
+"""The contract between the Airflow operator and the Spark job it submits, defined once.
 
-The names are the contract with ``airflow_ckpt_provider.spark`` (which reads them
-through ``CheckpointedJob.from_spark``). Non-secret values travel as Spark confs;
-credentials travel only in the ``spark-submit`` process environment, so they never
-show on a command line (``ps``), in the submit log or in the Spark UI.
+Both sides import it: the submit operator writes what the job reads
+(``airflow_ckpt_provider.spark`` parses it in ``job_settings.py``), the job writes
+what the operator reads back. It imports neither Airflow nor pyspark. See
+docs/design.md, "Operator and job contract".
+
+* **Spark confs** (non-secret; they show on the command line and in the Spark UI):
+  set by the operator on every submit: :data:`CONF_STORE_URI`, :data:`CONF_EPOCH`,
+  :data:`CONF_STORE_OPTIONS`, :data:`CONF_RESULT_PATH`; optional, set by users:
+  :data:`CONF_BROADCAST_THRESHOLD`, :data:`CONF_WRITER_ENGINE`.
+* **Credentials** only in the ``spark-submit`` process environment, :data:`ENV_SECRETS`
+  (a JSON object): never on a command line (``ps``), in the submit log or in the Spark UI.
+* **The job's result**: a JSON object, written to the file at :data:`CONF_RESULT_PATH`
+  and printed as one stdout line ``CKPT_RESULT {json}`` (:func:`format_result_line`);
+  :func:`parse_result_line` is its one parser, :func:`flatten_result` its XCom form.
+* **XCom and task-state keys** the operators and the UI read: :data:`PLAN_XCOM_KEY`,
+  :data:`RETURN_XCOM_KEY`, :data:`EPOCH_STATE_KEY` and the result fields ``XCOM_*``.
 """
 
 from __future__ import annotations
@@ -15,19 +27,39 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-STORE_URI_CONF = "spark.ckpt.store.uri"
-EPOCH_CONF = "spark.ckpt.epoch"
-STORE_OPTIONS_CONF = "spark.ckpt.store.options"
-RESULT_PATH_CONF = "spark.ckpt.result.path"
-#: JSON object of the secret store options (``aws_access_key_id``, ...).
-SECRETS_ENV = "CKPT_STORE_SECRETS"
-#: The driver also prints its result as one stdout line ``CKPT_RESULT {json}``.
+#: Root of the checkpoint store: ``s3://bucket/prefix``, ``file:///abs/dir`` or ``/abs/dir``.
+CONF_STORE_URI = "spark.ckpt.store.uri"
+#: The epoch the operator opened for this submit; tasks of an older epoch are fenced.
+CONF_EPOCH = "spark.ckpt.epoch"
+#: JSON object of the non-secret store options (``endpoint_url``, ``region_name``, ``timeout_seconds``...).
+CONF_STORE_OPTIONS = "spark.ckpt.store.options"
+#: Where the driver writes its JSON result for the operator (a local path or ``s3://`` URI).
+CONF_RESULT_PATH = "spark.ckpt.result.path"
+#: Optional, set by users: up to this many done keys ``skip_completed`` broadcasts them (default 1,000,000).
+CONF_BROADCAST_THRESHOLD = "spark.ckpt.broadcast.threshold"
+#: Optional, set by users: ``auto`` (default), ``spark`` or ``arrow``, the default engine of ``write_parquet``.
+CONF_WRITER_ENGINE = "spark.ckpt.writer.engine"
+#: The confs the operator sets on every submit.
+OPERATOR_CONFS = (CONF_STORE_URI, CONF_EPOCH, CONF_STORE_OPTIONS, CONF_RESULT_PATH)
+#: Every ``spark.ckpt.*`` conf a job reads.
+ALL_CONFS = (*OPERATOR_CONFS, CONF_BROADCAST_THRESHOLD, CONF_WRITER_ENGINE)
+
+#: Environment variable of the ``spark-submit`` process: JSON object of the secret store options.
+ENV_SECRETS = "CKPT_STORE_SECRETS"
+
+#: Start of the stdout line the driver prints its result on.
 RESULT_LINE_PREFIX = "CKPT_RESULT "
 
 #: XCom key of what the submit skips (pushed by the submit operator before the job starts).
 PLAN_XCOM_KEY = "checkpoint_plan"
+#: XCom key of an operator's return value (Airflow's own name).
+RETURN_XCOM_KEY = "return_value"
 #: task_state_store key holding the epoch (and result file) of the submitted driver.
 EPOCH_STATE_KEY = "ckpt_epoch"
+#: Fields of the plan and of the operators' return values that other tasks and the UI read.
+XCOM_STORE_URI = "checkpoint_uri"
+XCOM_AWS_CONN_ID = "aws_conn_id"
+XCOM_DEGRADED = "degraded"
 
 
 @dataclass(frozen=True)
@@ -42,47 +74,77 @@ class Handoff:
 
     def spark_conf(self) -> dict[str, str]:
         return {
-            STORE_URI_CONF: self.store_uri,
-            EPOCH_CONF: str(self.epoch),
-            STORE_OPTIONS_CONF: json.dumps(dict(self.public_options), sort_keys=True, separators=(",", ":")),
-            RESULT_PATH_CONF: self.result_path,
+            CONF_STORE_URI: self.store_uri,
+            CONF_EPOCH: str(self.epoch),
+            CONF_STORE_OPTIONS: json.dumps(dict(self.public_options), sort_keys=True, separators=(",", ":")),
+            CONF_RESULT_PATH: self.result_path,
         }
 
     def secret_env(self) -> dict[str, str]:
         if not self.secret_options:
             return {}
-        return {SECRETS_ENV: json.dumps(dict(self.secret_options))}
+        return {ENV_SECRETS: json.dumps(dict(self.secret_options))}
 
 
-def read_job_result(path: str) -> dict[str, Any] | None:
-    """The job's JSON result file, or None if the job wrote none (it failed early, or its
-    driver ran on another machine in cluster mode)."""
-    if not path or not os.path.exists(path):
-        return None
+def result_json(result: Mapping[str, Any]) -> str:
+    """The job's result as the JSON text of its result file and result line."""
+    return json.dumps(dict(result), sort_keys=True, separators=(",", ":"))
+
+
+def format_result_line(result: Mapping[str, Any]) -> str:
+    """The stdout line ``CKPT_RESULT {json}`` the driver prints."""
+    return RESULT_LINE_PREFIX + result_json(result)
+
+
+def parse_result_json(text: str) -> dict[str, Any] | None:
+    """A job result from its JSON text (the result file), or None if it is not a JSON object."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return parse_job_result(handle.read())
-    except OSError:
-        return None
-
-
-def parse_job_result(text: str) -> dict[str, Any] | None:
-    """A job result from JSON text, flattened for XCom and logs: scalar values, and the
-    scalars of nested objects as ``{outer}_{inner}`` (``input.files_read`` becomes
-    ``input_files_read``). Lists are dropped: a result carries counts and flags only."""
-    try:
-        data = json.loads(text)
+        value = json.loads(text)
     except ValueError:
         return None
-    if not isinstance(data, dict):
-        return None
+    return value if isinstance(value, dict) else None
+
+
+def parse_result_line(log_text: str) -> dict[str, Any] | None:
+    """The result on the last ``CKPT_RESULT`` line of ``log_text`` (one line or a whole driver log).
+
+    The prefix may follow other text on the line (a log formatter's timestamp); lines whose
+    JSON does not parse are skipped. None when there is no such line.
+    """
+    found: dict[str, Any] | None = None
+    for line in log_text.splitlines():
+        index = line.find(RESULT_LINE_PREFIX)
+        if index >= 0:
+            value = parse_result_json(line[index + len(RESULT_LINE_PREFIX) :])
+            if value is not None:
+                found = value
+    return found
+
+
+def flatten_result(result: Mapping[str, Any]) -> dict[str, Any]:
+    """A job result flattened for XCom and logs: scalar values, and the scalars of nested objects
+    as ``{outer}_{inner}`` (``input.files_read`` becomes ``input_files_read``). Lists are dropped:
+    a result carries counts and flags only."""
     flat: dict[str, Any] = {}
-    for key, value in data.items():
+    for key, value in result.items():
         if isinstance(value, dict):
             flat.update({f"{key}_{k}": v for k, v in value.items() if _is_scalar(v)})
         elif _is_scalar(value):
             flat[str(key)] = value
     return flat
+
+
+def read_job_result(path: str) -> dict[str, Any] | None:
+    """The job's result file, flattened (:func:`flatten_result`), or None if the job wrote none
+    (it failed early, or its driver ran on another machine in cluster mode)."""
+    if not path or not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            result = parse_result_json(handle.read())
+    except OSError:
+        return None
+    return None if result is None else flatten_result(result)
 
 
 def _is_scalar(value: Any) -> bool:

@@ -84,13 +84,13 @@ class StandInJob:
         self.offset = 10**9  # keys of the stand-in job never overlap the filled ones
 
     def __call__(self, hook: Any, application: str = "", **kwargs: Any) -> None:
-        from airflow_ckpt_provider.contract import EPOCH_CONF, RESULT_PATH_CONF, STORE_URI_CONF
+        from airflow_ckpt_provider.contract import CONF_EPOCH, CONF_RESULT_PATH, CONF_STORE_URI
         from airflow_ckpt_provider.store import FileMetadata, open_store
 
         self.submitted_at = time.perf_counter()
         conf = hook._conf
-        store = open_store(conf[STORE_URI_CONF], **self.options)
-        epoch = int(conf[EPOCH_CONF])
+        store = open_store(conf[CONF_STORE_URI], **self.options)
+        epoch = int(conf[CONF_EPOCH])
         output = f"{store.uri}-out"
         for index in range(self.new):
             checkpoint_id = str(uuid.uuid4())
@@ -111,7 +111,7 @@ class StandInJob:
             "input": {"files_listed": 0, "files_skipped": 0, "files_pending": 0, "bytes_read": 0, "files_read": 0},
             "writes": [],
         }
-        Path(conf[RESULT_PATH_CONF]).write_text(json.dumps(result))
+        Path(conf[CONF_RESULT_PATH]).write_text(json.dumps(result))
         store.close()
         self.returned_at = time.perf_counter()
 

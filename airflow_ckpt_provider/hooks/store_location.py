@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from airflow_ckpt_provider.contract import PLAN_XCOM_KEY
+from airflow_ckpt_provider.contract import PLAN_XCOM_KEY, RETURN_XCOM_KEY, XCOM_STORE_URI
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
 from airflow_ckpt_provider.store import InvalidStoreUriError
@@ -39,10 +39,10 @@ def resolve_store_uri(context: Context, checkpoint_uri: str | None, spark_task_i
             "whose store this task works on)"
         )
     ti = context["ti"]
-    for key in ("return_value", PLAN_XCOM_KEY):
+    for key in (RETURN_XCOM_KEY, PLAN_XCOM_KEY):
         value = ti.xcom_pull(task_ids=spark_task_id, key=key)
-        if isinstance(value, Mapping) and value.get("checkpoint_uri"):
-            return str(value["checkpoint_uri"])
+        if isinstance(value, Mapping) and value.get(XCOM_STORE_URI):
+            return str(value[XCOM_STORE_URI])
     return CheckpointHook.resolve_uri(None, dag_id=ti.dag_id, task_id=spark_task_id, run_id=context["run_id"])
 
 

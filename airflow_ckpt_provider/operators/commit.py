@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow_ckpt_provider.contract import XCOM_DEGRADED
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
 from airflow_ckpt_provider.hooks.store_location import store_template_fields
 from airflow_ckpt_provider.operators import metrics
@@ -72,7 +73,7 @@ class CheckpointCommitOperator(CheckpointStoreBaseOperator):
         if self.degraded is not None and self.degraded != "":
             return _as_bool(self.degraded)
         submitted = self.submit_task_result(context)
-        return bool(submitted and submitted.get("degraded"))
+        return bool(submitted and submitted.get(XCOM_DEGRADED))
 
     def _output_roots(self) -> list[str] | None:
         if not self.output_roots:

@@ -23,8 +23,12 @@ from airflow_ckpt_provider.contract import (
     EPOCH_STATE_KEY,
     PLAN_XCOM_KEY,
     RESULT_LINE_PREFIX,
+    XCOM_AWS_CONN_ID,
+    XCOM_DEGRADED,
+    XCOM_STORE_URI,
     Handoff,
-    parse_job_result,
+    flatten_result,
+    parse_result_line,
     read_job_result,
 )
 from airflow_ckpt_provider.failpoints import failpoint
@@ -52,8 +56,8 @@ class _CheckpointedSubmitHook(SparkSubmitHook):
         def tap() -> Iterator[Any]:
             for line in itr:
                 text = str(line).strip()
-                if text.startswith(RESULT_LINE_PREFIX):
-                    self.result_line = text[len(RESULT_LINE_PREFIX) :]
+                if RESULT_LINE_PREFIX in text:
+                    self.result_line = text
                 yield line
 
         super()._process_spark_submit_log(tap())
@@ -170,7 +174,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
                 "try_number": getattr(ti, "try_number", None),
             },
         )
-        plan = self._plan(store, epoch) | {"aws_conn_id": self.aws_conn_id}
+        plan = self._plan(store, epoch) | {XCOM_AWS_CONN_ID: self.aws_conn_id}
         self.log.info(
             "Opened epoch %d of %s: skipping %d keys already done in %d valid checkpoints%s",
             epoch.number,
@@ -214,7 +218,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
             progress = store.progress()
             keys, rows = progress.keys_done, progress.rows
         return {
-            "checkpoint_uri": store.uri,
+            XCOM_STORE_URI: store.uri,
             "epoch": epoch.number,
             "checkpoints_skipped": len(epoch.base),
             "keys_skipped": keys,
@@ -295,22 +299,22 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
             self.log.info("Re-attached to the driver of epoch %d: no new epoch was opened", handoff.epoch)
         if self._detached:
             return {
-                "checkpoint_uri": store.uri,
-                "aws_conn_id": self.aws_conn_id,
+                XCOM_STORE_URI: store.uri,
+                XCOM_AWS_CONN_ID: self.aws_conn_id,
                 "epoch": handoff.epoch,
                 "driver_id": self._external_id,
                 "detached": True,
-                "degraded": self._epoch_degraded(store, handoff.epoch),
+                XCOM_DEGRADED: self._epoch_degraded(store, handoff.epoch),
             }
         job_result = read_job_result(handoff.result_path) or self._result_from_log() or {}
         degraded = bool(job_result.get("degraded")) or self._epoch_degraded(store, handoff.epoch)
         self._end_epoch(store, handoff, EpochStatus.SUCCEEDED, job_result)
         summary: dict[str, Any] = {
             **job_result,
-            "checkpoint_uri": store.uri,
-            "aws_conn_id": self.aws_conn_id,  # not a secret: lets the UI open the same store
+            XCOM_STORE_URI: store.uri,
+            XCOM_AWS_CONN_ID: self.aws_conn_id,  # not a secret: lets the UI open the same store
             "epoch": handoff.epoch,
-            "degraded": degraded,
+            XCOM_DEGRADED: degraded,
             "reattached": self._submitted is None,
             "duration_seconds": round(time.monotonic() - started, 3),
         }
@@ -330,7 +334,8 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
     def _result_from_log(self) -> dict[str, Any] | None:
         hook = self._hook
         line = getattr(hook, "result_line", None)
-        return parse_job_result(line) if line else None
+        result = parse_result_line(line) if line else None
+        return None if result is None else flatten_result(result)
 
     def _epoch_degraded(self, store: CheckpointStore, epoch: int) -> bool:
         try:

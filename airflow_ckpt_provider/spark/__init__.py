@@ -2,13 +2,26 @@
 
 ``CheckpointedJob.from_spark(spark)`` reads the confs the Airflow operator sets
 (``spark.ckpt.store.uri``, ``spark.ckpt.epoch``, ``spark.ckpt.store.options``,
-``spark.ckpt.result.path``, ``spark.ckpt.broadcast.threshold``; credentials from
-the environment variable ``CKPT_STORE_SECRETS``) — see :mod:`.job_settings` for each.
+``spark.ckpt.result.path``; credentials from the environment variable
+``CKPT_STORE_SECRETS``) and the optional ones a user may set
+(``spark.ckpt.broadcast.threshold``, ``spark.ckpt.writer.engine``). The names are
+defined once in ``airflow_ckpt_provider.contract``; :mod:`.job_settings` parses them.
 """
 
 import warnings
 from typing import Any
 
+from airflow_ckpt_provider.contract import (
+    CONF_BROADCAST_THRESHOLD,
+    CONF_EPOCH,
+    CONF_RESULT_PATH,
+    CONF_STORE_OPTIONS,
+    CONF_STORE_URI,
+    CONF_WRITER_ENGINE,
+    ENV_SECRETS,
+    RESULT_LINE_PREFIX,
+    parse_result_line,
+)
 from airflow_ckpt_provider.moved_modules import register_moved_modules
 from airflow_ckpt_provider.spark.errors import (
     InputFilesError,
@@ -26,21 +39,13 @@ from airflow_ckpt_provider.spark.errors import (
     WriterContractError,
 )
 from airflow_ckpt_provider.spark.job import CheckpointedJob
-from airflow_ckpt_provider.spark.job_settings import (
-    CONF_BROADCAST_THRESHOLD,
-    CONF_EPOCH,
-    CONF_RESULT_PATH,
-    CONF_STORE_OPTIONS,
-    CONF_STORE_URI,
-    ENV_SECRETS,
-)
 from airflow_ckpt_provider.spark.keys import SOURCE_FILE_COLUMN, SOURCE_KEY_COLUMN
 from airflow_ckpt_provider.spark.paths import file_key
-from airflow_ckpt_provider.spark.summary import RESULT_LINE_PREFIX, WriteSummary, WriteTaskReport, parse_result_line
+from airflow_ckpt_provider.spark.summary import WriteSummary, WriteTaskReport
 from airflow_ckpt_provider.spark.writers.arrow_parquet import ParquetSink
 from airflow_ckpt_provider.spark.writers.arrow_task import WriterFn
 from airflow_ckpt_provider.spark.writers.context import WriteContext
-from airflow_ckpt_provider.spark.writers.native import CONF_WRITER_ENGINE, jar_path
+from airflow_ckpt_provider.spark.writers.native import jar_path
 
 __all__ = [
     "CONF_BROADCAST_THRESHOLD",

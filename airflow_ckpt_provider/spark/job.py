@@ -37,6 +37,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import StructType
 
+from airflow_ckpt_provider.contract import CONF_WRITER_ENGINE
 from airflow_ckpt_provider.spark.errors import (
     KeyColumnNotFoundError,
     KeyDefinitionConflictError,
@@ -63,7 +64,6 @@ from airflow_ckpt_provider.spark.temporary_conf import session_conf
 from airflow_ckpt_provider.spark.writers.arrow_parquet import ParquetSink
 from airflow_ckpt_provider.spark.writers.arrow_task import REPORT_DDL, TaskSpec, WriterFn, make_task_function
 from airflow_ckpt_provider.spark.writers.native import (
-    CONF_WRITER_ENGINE,
     NativeWrite,
     check_engine,
     native_unsupported_reason,

@@ -1,4 +1,4 @@
-"""How the Airflow operator configures a Spark job: conf names and their parsing.
+"""How the Airflow operator configures a Spark job: the confs and variable of ``contract.py``, parsed.
 
 The operator (``CheckpointedSparkSubmitOperator``) passes, on the spark-submit
 command line:
@@ -18,7 +18,8 @@ command line:
     operator, a local path or ``s3://`` URI. The driver also prints it as one line
     ``CKPT_RESULT {json}`` on stdout.
 ``spark.ckpt.broadcast.threshold``
-    Optional. Up to this many done keys, ``skip_completed`` broadcasts them; above
+    Optional, set by the user (e.g. ``conf={...}`` of the operator), not by the
+    operator. Up to this many done keys, ``skip_completed`` broadcasts them; above
     it, executors read them in parallel (default 1,000,000).
 ``spark.ckpt.writer.engine``
     Optional, set by the user (e.g. ``conf={...}`` of the operator), not by the
@@ -39,15 +40,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_ckpt_provider.contract import (
+    CONF_BROADCAST_THRESHOLD,
+    CONF_EPOCH,
+    CONF_RESULT_PATH,
+    CONF_STORE_OPTIONS,
+    CONF_STORE_URI,
+    ENV_SECRETS,
+)
 from airflow_ckpt_provider.spark.errors import InvalidSparkConfError, MissingStoreConfigError
 from airflow_ckpt_provider.store.opener import SECRET_OPTIONS
-
-CONF_STORE_URI = "spark.ckpt.store.uri"
-CONF_EPOCH = "spark.ckpt.epoch"
-CONF_STORE_OPTIONS = "spark.ckpt.store.options"
-CONF_RESULT_PATH = "spark.ckpt.result.path"
-CONF_BROADCAST_THRESHOLD = "spark.ckpt.broadcast.threshold"
-ENV_SECRETS = "CKPT_STORE_SECRETS"
 
 DEFAULT_BROADCAST_THRESHOLD = 1_000_000
 

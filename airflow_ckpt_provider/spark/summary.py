@@ -8,15 +8,13 @@ JSON file at ``spark.ckpt.result.path`` (if set) and one stdout line
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_ckpt_provider.contract import format_result_line, result_json
 from airflow_ckpt_provider.spark.paths import arrow_filesystem, arrow_path, file_key
-
-RESULT_LINE_PREFIX = "CKPT_RESULT "
 
 
 @dataclass(frozen=True)
@@ -116,8 +114,8 @@ class WriteSummary:
 
 def emit_result(result: Mapping[str, Any], path: str | None, options: Mapping[str, Any]) -> None:
     """Print ``CKPT_RESULT {json}`` and, if ``path`` is set, write the JSON there (local or s3://)."""
-    text = json.dumps(dict(result), sort_keys=True, separators=(",", ":"))
-    print(RESULT_LINE_PREFIX + text, file=sys.stdout, flush=True)
+    text = result_json(result)
+    print(format_result_line(result), file=sys.stdout, flush=True)
     if not path:
         return
     uri = file_key(path)
@@ -127,18 +125,3 @@ def emit_result(result: Mapping[str, Any], path: str | None, options: Mapping[st
         filesystem.create_dir(target.rsplit("/", 1)[0], recursive=True)
     with filesystem.open_output_stream(target) as out:
         out.write(text.encode())
-
-
-def parse_result_line(log_text: str) -> dict[str, Any] | None:
-    """The last ``CKPT_RESULT`` line of a driver log, parsed (for the operator and tests)."""
-    found: dict[str, Any] | None = None
-    for line in log_text.splitlines():
-        index = line.find(RESULT_LINE_PREFIX)
-        if index >= 0:
-            try:
-                value = json.loads(line[index + len(RESULT_LINE_PREFIX) :])
-            except json.JSONDecodeError:
-                continue
-            if isinstance(value, dict):
-                found = value
-    return found

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from airflow_ckpt_provider.contract import parse_result_line
 from airflow_ckpt_provider.failpoints import ENV_VAR as FAILPOINTS_ENV
 from airflow_ckpt_provider.failpoints import EXIT_CODE
-from airflow_ckpt_provider.spark.summary import parse_result_line
 from ckpt_testkit.faults.jobs.armed_daemon import ARM_FILE_ENV
 from ckpt_testkit.faults.jobs.commit_step import RESULT_PREFIX as COMMIT_PREFIX
 from ckpt_testkit.faults.jobs.fault_job import OPTIONS_ENV

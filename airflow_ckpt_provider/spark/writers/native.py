@@ -63,8 +63,6 @@ log = logging.getLogger(__name__)
 
 PROTOCOL_CLASS = "io.airflowckpt.spark.CheckpointCommitProtocol"
 ENGINES = ("auto", "spark", "arrow")
-#: Spark conf that picks the engine when ``write_parquet(engine=None)``.
-CONF_WRITER_ENGINE = "spark.ckpt.writer.engine"
 _COMMIT_PROTOCOL_CONF = "spark.sql.sources.commitProtocolClass"
 _POLL_SECONDS = 0.1
 
