@@ -1,0 +1,208 @@
+"""README.md stays true: what it names exists in the code, and what users must know is in it.
+
+Checked (each extraction reads the whole README, so sections may move and grow):
+
+* every ``spark.ckpt.*`` conf named is one the job reads (``contract.ALL_CONFS``), and every
+  one of those is named; the confs listed as "set by the operator" are exactly the ones it sets;
+* every ``ckpt.*`` metric named is one the operators emit (``operators/metrics.py``), and every
+  emitted metric is named;
+* every ``airflow-ckpt ...`` command line in a code block parses with the real CLI parser, and
+  every `` `airflow-ckpt NAME` `` in the text is a subcommand;
+* every example command (``bash scripts/...``, ``.venv/bin/python ...``) names a file that exists,
+  and every ``--flag`` it passes is in that program's ``--help``;
+* every relative link and every backticked repository path exists;
+* every ``from airflow_ckpt_provider... import ...`` in a Python block imports, without a
+  deprecation warning (the README shows current paths).
+
+To keep it green when you edit the README: name metrics and confs in backticks exactly as the
+code spells them; write CLI examples as ``airflow-ckpt SUBCOMMAND ...`` lines in a code block
+(several on one line separated by `` | ``); a new conf or metric goes into ``contract.py`` /
+``operators/metrics.py`` and the README together.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import io
+import re
+import shlex
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from airflow_ckpt_provider import contract
+from airflow_ckpt_provider.cli.main import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+CONF_RE = re.compile(r"spark\.ckpt\.[a-z_]+(?:\.[a-z_]+)*")
+METRIC_RE = re.compile(r"(?<![\w.])ckpt\.[a-z_]+(?:\.[a-z_]+)*")
+FENCE_RE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def _code_blocks(language: str | None = None) -> list[str]:
+    return [body for lang, body in FENCE_RE.findall(README) if language is None or lang == language]
+
+
+def _prose() -> str:
+    return FENCE_RE.sub("", README)
+
+
+def _emitted_metrics() -> dict[str, str]:
+    """Metric constants of operators/metrics.py (parsed, not imported): name -> metric."""
+    tree = ast.parse((ROOT / "airflow_ckpt_provider/operators/metrics.py").read_text())
+    found = {}
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+            and node.value.value.startswith("ckpt.")
+        ):
+            found[node.targets[0].id] = node.value.value  # type: ignore[attr-defined]
+    return found
+
+
+def test_confs_named_are_the_confs_the_job_reads() -> None:
+    named = set(CONF_RE.findall(README))
+    assert named - set(contract.ALL_CONFS) == set(), "the README names confs no code reads"
+    assert set(contract.ALL_CONFS) - named == set(), "confs the job reads are missing from the README"
+
+
+def test_confs_said_to_be_set_by_the_operator_are_the_ones_it_sets() -> None:
+    sentence = re.search(r"set by the operator:(.*?)(?:yours to set|\n\n)", README, re.DOTALL)
+    assert sentence, "README should say which spark.ckpt.* confs the operator sets ('set by the operator: ...')"
+    assert set(CONF_RE.findall(sentence.group(1))) == set(contract.OPERATOR_CONFS)
+
+
+def test_metrics_named_are_the_metrics_emitted() -> None:
+    emitted = _emitted_metrics()
+    assert len(emitted) >= 10, emitted
+    package = ROOT / "airflow_ckpt_provider"
+    sources = "\n".join(p.read_text() for p in package.rglob("*.py") if p.name != "metrics.py")
+    never_sent = [name for name in emitted if not re.search(rf"metrics\.{name}\b", sources)]
+    assert never_sent == [], "metric constants no operator emits"
+    named = set(METRIC_RE.findall(README))
+    assert named - set(emitted.values()) == set(), "the README names metrics the code does not emit"
+    assert set(emitted.values()) - named == set(), "emitted metrics missing from the README"
+
+
+def _cli_lines() -> list[str]:
+    commands = []
+    for block in _code_blocks():
+        for line in block.splitlines():
+            line = line.split("  #", 1)[0].strip()
+            if not line.startswith("airflow-ckpt "):
+                continue
+            for segment in line.split(" | "):
+                segment = segment.strip()
+                commands.append(segment if segment.startswith("airflow-ckpt ") else f"airflow-ckpt {segment}")
+    return commands
+
+
+def test_cli_examples_parse_with_the_real_parser() -> None:
+    commands = _cli_lines()
+    assert len(commands) >= 8, commands
+    parser = build_parser()
+    for command in commands:
+        try:
+            parser.parse_args(shlex.split(command)[1:])
+        except SystemExit:
+            pytest.fail(f"README command does not parse: {command}")
+
+
+def test_cli_examples_run_against_a_real_store(tmp_path: Path) -> None:
+    """Each example, with its placeholders filled in (``URI``: a local store holding three
+    checkpoints, ``ID``: one of them, any ``s3://`` URI: a local directory), does what it says:
+    exit 0 or 1, never "bad input" (2) as an example with its arguments in the wrong order would."""
+    from airflow_ckpt_provider.cli.main import main
+    from tests.cli.sample_store import fill_store
+
+    store_uri = (tmp_path / "store").as_uri()
+    checkpoint_id = fill_store(store_uri, (tmp_path / "out").as_uri()).list_checkpoints()[0].checkpoint_id
+    ran = 0
+    for command in _cli_lines():
+        argv = shlex.split(command)[1:]
+        if "--dag-id" in argv:  # resolving a task instance needs an Airflow deployment: tests/cli covers it
+            continue
+        argv = [store_uri if a == "URI" else checkpoint_id if a == "ID" else a for a in argv]
+        argv = [(tmp_path / "out").as_uri() if a.startswith("s3://lake") else a for a in argv]
+        argv = [store_uri if a.startswith("s3://") else a for a in argv]
+        out, err = io.StringIO(), io.StringIO()
+        code = main(argv, out=out, err=err, stdin=io.StringIO(""))
+        assert code in (0, 1), f"README example {command!r} exited {code}: {err.getvalue()}"
+        ran += 1
+    assert ran >= 8
+
+
+def test_subcommands_named_in_the_text_exist() -> None:
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if a.dest == "command")
+    names = set(subparsers.choices)  # type: ignore[arg-type]
+    mentioned = set(re.findall(r"`airflow-ckpt ([a-z-]+)", _prose()))
+    assert mentioned - names == set()
+    assert {shlex.split(c)[1] for c in _cli_lines()} == names, "README shows every subcommand once in a code block"
+
+
+def _example_commands() -> list[list[str]]:
+    commands = []
+    for block in _code_blocks("bash"):
+        text = block.replace("\\\n", " ")
+        for line in text.splitlines():
+            line = line.split("  #", 1)[0].strip()
+            if line.startswith(("bash ", ".venv/bin/python ")):
+                commands.append(shlex.split(line))
+    return commands
+
+
+def test_example_commands_exist_and_take_the_flags_shown() -> None:
+    commands = _example_commands()
+    assert any(c[:2] == ["bash", "scripts/test.sh"] for c in commands), commands
+    for argv in commands:
+        if argv[0] == "bash":
+            assert (ROOT / argv[1]).is_file(), argv
+            continue
+        if argv[1] == "-m":
+            program = [sys.executable, "-m", argv[2]]
+            assert (ROOT / (argv[2].replace(".", "/") + ".py")).is_file(), argv
+            flags = argv[3:]
+        else:
+            program = [sys.executable, argv[1]]
+            assert (ROOT / argv[1]).is_file(), argv
+            flags = argv[2:]
+        shown = [f for f in flags if f.startswith("--")]
+        if not shown:
+            continue
+        proc = subprocess.run([*program, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        missing = [f for f in shown if f not in proc.stdout]
+        assert missing == [], f"{' '.join(argv)}: not in --help: {missing}"
+
+
+def test_relative_links_and_paths_exist() -> None:
+    links = re.findall(r"\]\(([^)\s#]+)(?:#[^)]*)?\)", README)
+    paths = re.findall(r"`((?:[\w.-]+/)+[\w.-]+\.(?:py|md|sh|txt|png|jar|java|toml|json))`", README)
+    targets = [t for t in (*links, *paths) if "://" not in t and "{" not in t]
+    assert targets, "no links found: the extraction broke"
+    missing = sorted({t for t in targets if not (ROOT / t).exists()})
+    assert missing == []
+
+
+def test_python_examples_import_from_current_paths() -> None:
+    imports = []
+    for block in _code_blocks("python"):
+        for node in ast.walk(ast.parse(block)):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("airflow_ckpt_provider"):
+                imports.append((node.module, [a.name for a in node.names]))
+    assert imports, "no imports found in the README's Python blocks"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        for module, names in imports:
+            loaded = importlib.import_module(str(module))
+            for name in names:
+                assert hasattr(loaded, name), f"{module} has no {name}"
