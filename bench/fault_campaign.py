@@ -1,4 +1,4 @@
-"""The large fault-injection campaign (issue 7): many seeded trials, one report, zero violations expected.
+"""The large fault-injection campaign: many seeded trials, one report, zero violations expected.
 
     .venv/bin/python -m bench.fault_campaign [--seed S] [--trials 30] [--submit-trials 6] \
         [--store-trials 20] [--races 100] [--double-submits 3] [--backends local,s3] [--only s3#12]

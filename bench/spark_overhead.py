@@ -1,4 +1,4 @@
-"""Benchmark: the cost of checkpointed writes, and what a resume saves (issue 3).
+"""Benchmark: the cost of checkpointed writes, and what a resume saves.
 
 One generated input (a few hundred Parquet files, a few hundred MB, cached under
 ``bench/work/``), one narrow transformation, one local[2] SparkSession, measured

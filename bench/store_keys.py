@@ -6,7 +6,7 @@ in the same run on the same backend: reading the same keys from one Parquet file
 
     .venv/bin/python bench/store_keys.py [--checkpoints 10000] [--keys 1000] [--backends local,s3]
 
-Targets (issue 2): after compaction within 2x of the floor, and a handful of
+Targets: after compaction within 2x of the floor, and a handful of
 requests per read.
 """
 

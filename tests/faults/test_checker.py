@@ -1,4 +1,4 @@
-"""``store.check()`` reports what the issue lists: dangling parts, duplicate partitions, missing files, bad manifests.
+"""``store.check()`` finds dangling parts, duplicate partitions, missing files and bad manifests.
 
 Each test damages a store written through the store API (no Spark) in one way
 and asserts that ``check()`` names it. The last three were gaps the campaign found

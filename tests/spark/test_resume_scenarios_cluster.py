@@ -84,7 +84,7 @@ def _submit(
 def test_cluster_task_failure_then_rerun_resumes(
     spark_cluster: SparkStandaloneCluster, target: Target, tmp_path: Path
 ) -> None:
-    """Scenario 1 on the cluster, store and output on local disk and on S3: spark.task.maxFailures=1 fails the job."""
+    """A failed task on the cluster, store and output on local disk and on S3 (spark.task.maxFailures=1)."""
     inputs = make_inputs(tmp_path / "in")
     operator = FakeOperator(target)
     spec = job_spec("rows", inputs, target.output_uri, 8)
@@ -108,7 +108,7 @@ def test_cluster_task_failure_then_rerun_resumes(
 def test_cluster_driver_killed_then_rerun_resumes(
     spark_cluster: SparkStandaloneCluster, target: Target, tmp_path: Path
 ) -> None:
-    """Scenario 2 on the cluster, store and output on local disk and on S3: SIGKILL the driver mid-job."""
+    """A killed driver on the cluster, store and output on local disk and on S3: SIGKILL the driver mid-job."""
     inputs = make_inputs(tmp_path / "in")
     operator = FakeOperator(target)
     spec = job_spec("files", inputs, target.output_uri, 8)
@@ -143,7 +143,7 @@ def test_cluster_driver_killed_then_rerun_resumes(
 def test_speculative_duplicates_seal_and_only_one_counts(
     spark_cluster: SparkStandaloneCluster, target: Target, tmp_path: Path
 ) -> None:
-    """Scenario 4: with speculation, two attempts of one partition both seal; the commit keeps one.
+    """Speculation: two attempts of one partition both seal; the commit keeps one.
 
     Partition 1's first attempt seals, then lingers (a failpoint after the seal), so
     the scheduler launches a speculative copy on the other worker once the attempt has
@@ -180,7 +180,7 @@ def test_speculative_duplicates_seal_and_only_one_counts(
 def test_speculative_copy_with_spark_writer_wins_and_the_lingering_attempt_leaves_nothing(
     spark_cluster: SparkStandaloneCluster, tmp_path: Path
 ) -> None:
-    """Scenario 4 with Spark's own writer: the driver seals the first attempt Spark reports; the other is no output.
+    """Speculation with Spark's own writer: the driver seals the first attempt Spark reports; the other is no output.
 
     Partition 1's first attempt hangs after its rows reached the writer (its file is
     open), so the scheduler launches a copy on the other worker after 8 s. The copy

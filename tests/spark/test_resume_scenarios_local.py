@@ -50,7 +50,7 @@ def _all_keys(mode: str, inputs: list[str]) -> set[str]:
 def test_task_failure_fails_the_run_and_the_rerun_resumes(
     spark: SparkSession, target: Target, tmp_path: Path, mode: str
 ) -> None:
-    """Scenario 1: a task raises on its first attempt; local[2] allows one attempt, so the job fails."""
+    """A failed task: it raises on its first attempt; local[2] allows one attempt, so the job fails."""
     inputs = make_inputs(tmp_path / "in")
     operator = FakeOperator(target)
     store = operator.store
@@ -101,7 +101,7 @@ def test_failed_write_task_deletes_its_own_files(spark: SparkSession, local_targ
 
 
 def test_resume_with_skewed_partitions(spark: SparkSession, local_target: Target, tmp_path: Path) -> None:
-    """Scenario 6: one account holds 90% of the rows: one large partition, several empty ones."""
+    """Skew: one account holds 90% of the rows: one large partition, several empty ones."""
     target = local_target
     inputs = make_inputs(tmp_path / "in", files=4, rows_per_file=200, accounts=3, skew=0.9)
     operator = FakeOperator(target)
@@ -143,7 +143,7 @@ def _partition_of(spark: SparkSession, job: CheckpointedJob, inputs: list[str], 
 
 @pytest.mark.parametrize("mode", ["files", "rows"])
 def test_empty_input(spark: SparkSession, local_target: Target, tmp_path: Path, mode: str) -> None:
-    """Scenario 6: no input at all: the job succeeds, writes nothing, commits nothing."""
+    """Empty input: the job succeeds, writes nothing, commits nothing."""
     operator = FakeOperator(local_target)
     epoch = operator.begin()
     job = _job(spark, local_target, epoch)
@@ -166,7 +166,7 @@ def test_empty_input(spark: SparkSession, local_target: Target, tmp_path: Path, 
     ("mode", "target"), [pytest.param("files", "s3", marks=pytest.mark.s3), ("rows", "local")], indirect=["target"]
 )
 def test_input_entirely_done(spark: SparkSession, target: Target, tmp_path: Path, mode: str) -> None:
-    """Scenario 6: a rerun after a complete run processes nothing and reads no input file."""
+    """Nothing left to do: a rerun after a complete run processes nothing and reads no input file."""
     inputs = make_inputs(tmp_path / "in", files=4)
     operator = FakeOperator(target)
     epoch1 = operator.begin()

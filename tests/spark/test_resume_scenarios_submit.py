@@ -53,7 +53,7 @@ def _sealed(operator: FakeOperator, epoch: int) -> int:
 def test_driver_killed_mid_job_then_rerun_resumes(
     spark: SparkSession, target: Target, tmp_path: Path, mode: str
 ) -> None:
-    """Scenario 2: SIGKILL the driver while tasks are writing; the rerun processes only what was not sealed."""
+    """A killed driver: SIGKILL it while tasks are writing; the rerun processes only what was not sealed."""
     inputs = make_inputs(tmp_path / "in", files=8)
     operator = FakeOperator(target)
     epoch1 = operator.begin()
@@ -89,7 +89,7 @@ def test_driver_killed_mid_job_then_rerun_resumes(
     indirect=["target"],
 )
 def test_flaky_tasks_are_retried_within_one_run(tmp_path: Path, target: Target, mode: str) -> None:
-    """Scenario 3: local[2,4] retries failed tasks; failed attempts' files never reach the committed output.
+    """Flaky tasks: local[2,4] retries failed tasks; failed attempts' files never reach the committed output.
 
     Row keys go through the Arrow writer; file keys with local output through Spark's own writer.
     """
@@ -126,7 +126,7 @@ def test_flaky_tasks_are_retried_within_one_run(tmp_path: Path, target: Target, 
 def test_zombie_attempt_sealing_after_the_rerun_began_is_ignored(
     spark: SparkSession, target: Target, tmp_path: Path
 ) -> None:
-    """Scenario 5: an attempt of the failed run seals after the rerun opened its epoch: never valid.
+    """A zombie: an attempt of the failed run seals after the rerun opened its epoch: never valid.
 
     One core and the writer as the stage's only Python code, so one reused Python
     worker seals the partitions in order; the failpoint holds its third seal for

@@ -1,7 +1,7 @@
 """The Parquet writer of ``write_parquet``: direct writes, one file set per task attempt.
 
 Each file is announced (intent) and then written straight to its final name —
-no temporary name and no rename, which object stores do not have (seed 004). With
+no temporary name and no rename, which object stores do not have (docs/design.md, section 5). With
 ``partition_by`` the files go to Hive-style ``col=value/`` directories, with the
 partition columns left out of the files (as Spark writes them).
 """

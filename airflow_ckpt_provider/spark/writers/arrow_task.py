@@ -2,12 +2,12 @@
 
 Per task attempt:
 
-1. ``checkpoint_id = new_checkpoint_id()`` — fresh per attempt (seed 002: unique ids, never overwrite);
+1. ``checkpoint_id = new_checkpoint_id()`` — fresh per attempt (docs/design.md, invariant 2: never overwrite);
 2. fence: give up before writing anything if a newer epoch exists (this attempt is a zombie);
 3. the writer records an intent before creating each file, then writes it directly;
 4. stage the files, stage the distinct source keys, seal the checkpoint for the Spark partition;
 5. if anything fails before the seal, delete what the attempt wrote (best effort,
-   retried — seed 004) and let the exception propagate. After the seal nothing is
+   retried: docs/design.md, section 5) and let the exception propagate. After the seal nothing is
    ever deleted here: the checkpoint may be the valid one.
 
 Store failures go through the store's circuit breaker: once it trips, the task

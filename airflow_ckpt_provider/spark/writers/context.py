@@ -66,7 +66,7 @@ class WriteContext:
 
         ``part-{partition:05d}-e{epoch}-{checkpoint_id}-c{n:03d}.{extension}``: the
         checkpoint id is a fresh UUID per attempt, so retries, speculative copies
-        and zombies never overwrite each other (DESIGN invariant 2).
+        and zombies never overwrite each other (docs/design.md, invariant 2).
         """
         name = (
             f"part-{self.partition_id:05d}-e{self.epoch}-{self.checkpoint_id}-c{self._file_counter:03d}"
@@ -98,7 +98,7 @@ class WriteContext:
         """Delete ``uris`` (best effort, retried); returns the ones that could not be deleted.
 
         Object stores can briefly fail or lag after a write, so each file is retried
-        with growing pauses (seed 004's direct-write cleanup). What stays is swept by
+        with growing pauses (docs/design.md, section 5). What stays is swept by
         the commit, which knows these files from their intent records.
         """
         remaining = list(dict.fromkeys(uris))

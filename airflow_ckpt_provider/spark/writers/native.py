@@ -12,7 +12,7 @@ instead of the JVM → Arrow → Python conversion of the Arrow writer. It needs
 * the package's small commit-protocol jar on the driver's classpath (added at
   run time; or ``--jars`` with :func:`jar_path`).
 
-How the checkpoint protocol is kept (seed 004's direct write, DESIGN invariants):
+How the checkpoint protocol is kept (docs/design.md, section 5, decision D5 and invariants 5 and 8):
 
 1. before the job, the driver records one *name intent* in the store: every file
    of this write carries a random token in its name, so the commit can delete

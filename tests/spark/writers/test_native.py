@@ -53,7 +53,7 @@ def _run_files(
 def test_native_writer_resumes_after_a_task_failure_exactly_once(
     spark: SparkSession, native_target: Target, tmp_path: Path
 ) -> None:
-    """Scenario 1, Spark's writer: the failed task deletes its file, finished tasks are sealed, the rerun resumes."""
+    """A failed task with Spark's writer: it deletes its file, finished tasks are sealed, the rerun resumes."""
     target = native_target
     inputs = make_inputs(tmp_path / "in")
     operator = FakeOperator(target)
