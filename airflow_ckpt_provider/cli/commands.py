@@ -205,7 +205,7 @@ def _confirm(what: DeletionPreview, args: argparse.Namespace, io: Io) -> bool:
     """Show what will be deleted; ask on a terminal unless ``--yes``."""
     if not args.json:
         io.out.write(what.describe() + "\n")
-    if args.yes or what.nothing_to_delete:
+    if args.yes or what.nothing_to_do:
         return True
     if not io.stdin.isatty():
         raise ConfirmationRequiredError(
@@ -222,7 +222,7 @@ def _confirm(what: DeletionPreview, args: argparse.Namespace, io: Io) -> bool:
 
 def _destroy(store: CheckpointStore, args: argparse.Namespace, io: Io, *, discard: bool) -> int:
     what = preview(store, "discard" if discard else "clear")
-    if what.nothing_to_delete:
+    if what.nothing_to_do:
         # No call at all: clear() would still open a fencing epoch on an untouched store.
         if args.json:
             _json(io, {"preview": what.to_json(), "result": None})

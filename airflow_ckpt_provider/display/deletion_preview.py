@@ -15,8 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from airflow_ckpt_provider.display.units import human_bytes
-from airflow_ckpt_provider.store import CheckpointStore
-from airflow_ckpt_provider.store.model import Checkpoint, CheckpointStatus, Progress
+from airflow_ckpt_provider.store import CheckpointStore, StoreContents
 
 
 @dataclass(frozen=True)
@@ -32,15 +31,31 @@ class DeletionPreview:
     uncommitted_bytes: int
     snapshots: int  # compacted key snapshots deleted (clear only)
     kept_checkpoints: int  # committed checkpoints kept (discard only)
+    #: The latest epoch is open: the action ends it, fencing a submit that may still write to it.
+    ends_open_epoch: bool = False
 
     @property
     def nothing_to_delete(self) -> bool:
         return not (self.checkpoints or self.unsealed_directories or self.snapshots or self.keys)
 
+    @property
+    def nothing_to_do(self) -> bool:
+        """Nothing to delete and no open epoch to end: running the action would change nothing."""
+        return self.nothing_to_delete and not self.ends_open_epoch
+
+    def _ending(self) -> str:
+        return (
+            f" Ends the open epoch {self.epoch}: a submit still writing to it is fenced and fails."
+            if self.ends_open_epoch
+            else ""
+        )
+
     def describe(self) -> str:
         """One paragraph a person can confirm."""
-        if self.nothing_to_delete:
+        if self.nothing_to_do:
             return f"Nothing to {self.action} in {self.store_uri}."
+        if self.nothing_to_delete:
+            return f"Nothing to delete in {self.store_uri}.{self._ending()}"
         if self.action == "clear":
             text = (
                 f"Clear {self.store_uri}: delete all {self.checkpoints} checkpoint(s) "
@@ -62,59 +77,32 @@ class DeletionPreview:
                 f" Output files of uncommitted checkpoints are deleted: {self.uncommitted_files} file(s), "
                 f"{human_bytes(self.uncommitted_bytes)} (plus any partial files of failed attempts)."
             )
-        text += " Committed output files are never deleted."
+        text += " Committed output files are never deleted." + self._ending()
         return text
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self) | {"description": self.describe(), "nothing_to_delete": self.nothing_to_delete}
-
-
-@dataclass(frozen=True)
-class StoreContents:
-    """One read of what a store holds, from which both previews are computed."""
-
-    uri: str
-    epoch: int | None
-    checkpoints: tuple[Checkpoint, ...]
-    valid_ids: frozenset[str]
-    unsealed: int
-    snapshots: int
-    keys_done: int
-
-    @classmethod
-    def read(cls, store: CheckpointStore, progress: Progress | None = None) -> StoreContents:
-        progress = progress or store.progress()
-        checkpoints = store.list_checkpoints()
-        sealed_ids = {c.checkpoint_id for c in checkpoints}
-        return cls(
-            uri=store.uri,
-            epoch=None if progress.epoch is None else progress.epoch.number,
-            checkpoints=tuple(checkpoints),
-            valid_ids=frozenset(c.checkpoint_id for c in store.valid_checkpoints()),
-            unsealed=len([d for d in store.blobs.list_dirs("checkpoints/") if d not in sealed_ids]),
-            snapshots=len(store.blobs.list_dirs("snapshots/")),
-            keys_done=progress.keys_done,
-        )
-
-    @property
-    def uncommitted(self) -> list[Checkpoint]:
-        return [c for c in self.checkpoints if c.status is not CheckpointStatus.COMMITTED]
+        return asdict(self) | {
+            "description": self.describe(),
+            "nothing_to_delete": self.nothing_to_delete,
+            "nothing_to_do": self.nothing_to_do,
+        }
 
 
 def preview_clear(contents: StoreContents) -> DeletionPreview:
     uncommitted = contents.uncommitted
     return DeletionPreview(
         action="clear",
-        store_uri=contents.uri,
+        store_uri=contents.store_uri,
         epoch=contents.epoch,
         checkpoints=len(contents.checkpoints),
         committed_checkpoints=len(contents.checkpoints) - len(uncommitted),
-        unsealed_directories=contents.unsealed,
+        unsealed_directories=len(contents.unsealed_ids),
         keys=contents.keys_done,
         uncommitted_files=sum(c.num_files for c in uncommitted),
         uncommitted_bytes=sum(c.num_bytes for c in uncommitted),
-        snapshots=contents.snapshots,
+        snapshots=len(contents.snapshots),
         kept_checkpoints=0,
+        ends_open_epoch=contents.epoch_open,
     )
 
 
@@ -122,20 +110,21 @@ def preview_discard(contents: StoreContents) -> DeletionPreview:
     uncommitted = contents.uncommitted
     return DeletionPreview(
         action="discard",
-        store_uri=contents.uri,
+        store_uri=contents.store_uri,
         epoch=contents.epoch,
         checkpoints=len(uncommitted),
         committed_checkpoints=0,
-        unsealed_directories=contents.unsealed,
+        unsealed_directories=len(contents.unsealed_ids),
         keys=sum(c.num_keys for c in uncommitted if c.checkpoint_id in contents.valid_ids),
         uncommitted_files=sum(c.num_files for c in uncommitted),
         uncommitted_bytes=sum(c.num_bytes for c in uncommitted),
         snapshots=0,
         kept_checkpoints=len(contents.checkpoints) - len(uncommitted),
+        ends_open_epoch=contents.epoch_open,
     )
 
 
 def preview(store: CheckpointStore, action: str) -> DeletionPreview:
     """The preview of ``action`` (``"clear"`` or ``"discard"``) on ``store``, read now."""
-    contents = StoreContents.read(store)
+    contents = store.contents()
     return preview_clear(contents) if action == "clear" else preview_discard(contents)

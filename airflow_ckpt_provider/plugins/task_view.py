@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_ckpt_provider.display.deletion_preview import StoreContents, preview_clear, preview_discard
+from airflow_ckpt_provider.display.deletion_preview import preview_clear, preview_discard
 from airflow_ckpt_provider.plugins.problems import display_uri
 from airflow_ckpt_provider.store import CheckpointStore
 
@@ -60,7 +60,7 @@ def build_task_store_view(store: CheckpointStore) -> TaskStoreView:
     """Read the store (never changes it). Raises the store's typed errors."""
     uri = display_uri(store.uri)
     state = store.progress()
-    contents = StoreContents.read(store, state)
+    contents = store.contents()
     progress = state.to_json()
     progress["store_uri"] = uri
     progress["epoch"] = None if state.epoch is None else _epoch_json(state.epoch)

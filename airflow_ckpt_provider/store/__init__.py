@@ -35,6 +35,7 @@ from airflow_ckpt_provider.store.model import (
     KeySource,
     Progress,
     RetentionPolicy,
+    StoreContents,
 )
 from airflow_ckpt_provider.store.opener import open_blobs, open_store, public_options, secret_options
 from airflow_ckpt_provider.store.store import KEY_COLUMN, CheckpointStore, new_checkpoint_id
@@ -68,6 +69,7 @@ __all__ = [
     "Progress",
     "RetentionPolicy",
     "StoreAccessDeniedError",
+    "StoreContents",
     "StoreNotFoundError",
     "StoreUnavailableError",
     "UnknownCheckpointError",

@@ -118,8 +118,10 @@ class EpochLog:
         if latest is not None and latest.status is EpochStatus.OPEN and not takeover and held_by_other:
             raise EpochConflictError(
                 f"epoch {latest.number} of {self._context.uri} is still open (owner {latest.owner!r}, opened "
-                f"{latest.created_at}): another submit may be running on this store. Wait for it, or if it "
-                "is dead, take over (operator takeover_open_epoch=True, or `airflow-ckpt` with --takeover)"
+                f"{latest.created_at}): another submit may be running on this store. Wait for it. If it is "
+                "dead, take its epoch over and keep its finished work (CheckpointedSparkSubmitOperator("
+                "takeover_open_epoch=True)), or end it and drop its uncommitted work "
+                f"(`airflow-ckpt discard {self._context.uri}`)"
             )
         number = (latest.number if latest else 0) + 1
         snapshot_number = None if state.snapshot is None else int(state.snapshot["snapshot"])

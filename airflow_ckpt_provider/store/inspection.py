@@ -14,7 +14,7 @@ from airflow_ckpt_provider.store.errors import (
     CorruptCheckpointError,
     KeyTypeMismatchError,
 )
-from airflow_ckpt_provider.store.model import ConsistencyReport, EpochStatus, Progress
+from airflow_ckpt_provider.store.model import ConsistencyReport, EpochStatus, Progress, StoreContents
 from airflow_ckpt_provider.store.records import commit_result_from_json
 from airflow_ckpt_provider.store.state import StateReader
 
@@ -54,6 +54,20 @@ class Inspector:
             last_commit=last_commit,
             degraded_epochs=tuple(sorted(state.degraded_epochs)),
             key_type=types.pop() if len(types) == 1 else (state.snapshot or {}).get("key_type"),
+        )
+
+    def contents(self) -> StoreContents:
+        state = self._reader.read()
+        snapshot_keys = int(state.snapshot["num_keys"]) if state.snapshot else 0
+        return StoreContents(
+            store_uri=self._context.uri,
+            epoch=None if state.latest is None else state.latest.number,
+            epoch_open=state.latest is not None and state.latest.status is EpochStatus.OPEN,
+            checkpoints=tuple(state.manifests.values()),
+            valid_ids=frozenset(c.checkpoint_id for c in state.valid),
+            unsealed_ids=tuple(sorted(state.unsealed)),
+            snapshots=tuple(sorted(int(n) for n in self._blobs.list_dirs("snapshots/") if n.isdigit())),
+            keys_done=snapshot_keys + sum(c.num_keys for c in state.valid),
         )
 
     def check(self, *, verify_output: bool) -> ConsistencyReport:

@@ -249,6 +249,28 @@ class ClearResult:
 
 
 @dataclass(frozen=True)
+class StoreContents:
+    """Everything a store holds, from one read: what a clear or discard preview counts."""
+
+    store_uri: str
+    #: The latest epoch's number (None: nothing ever ran), and whether it is still open.
+    epoch: int | None
+    epoch_open: bool
+    #: Every sealed checkpoint, valid or not.
+    checkpoints: tuple[Checkpoint, ...]
+    valid_ids: frozenset[str]
+    #: Checkpoint directories of attempts that never sealed (leftovers the commit deletes).
+    unsealed_ids: tuple[str, ...]
+    #: Numbers of the compacted key snapshots present (``retain``).
+    snapshots: tuple[int, ...]
+    keys_done: int
+
+    @property
+    def uncommitted(self) -> list[Checkpoint]:
+        return [c for c in self.checkpoints if c.status is not CheckpointStatus.COMMITTED]
+
+
+@dataclass(frozen=True)
 class Progress:
     """A store's state at a glance (what the UI, CLI, hook and sensor show)."""
 

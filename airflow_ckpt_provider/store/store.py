@@ -30,7 +30,7 @@ from airflow_ckpt_provider.store.deletion import StoreDeleter
 from airflow_ckpt_provider.store.epochs import EpochLog
 from airflow_ckpt_provider.store.inspection import Inspector
 from airflow_ckpt_provider.store.keys import INLINE_MAX_FILES, INLINE_MAX_KEYS, KEY_COLUMN
-from airflow_ckpt_provider.store.layout import new_checkpoint_id, validate_checkpoint_id
+from airflow_ckpt_provider.store.layout import epoch_key, new_checkpoint_id, validate_checkpoint_id
 from airflow_ckpt_provider.store.model import (
     Checkpoint,
     CheckpointStatus,
@@ -43,6 +43,7 @@ from airflow_ckpt_provider.store.model import (
     KeySource,
     Progress,
     RetentionPolicy,
+    StoreContents,
 )
 from airflow_ckpt_provider.store.retention import Retention
 from airflow_ckpt_provider.store.state import StateReader, StoreState, key_sources
@@ -363,6 +364,22 @@ class CheckpointStore:
         Raises :class:`CorruptCheckpointError` if a record does not parse (``check`` reports which).
         """
         return self._inspector.progress()
+
+    def contents(self) -> StoreContents:
+        """Everything the store holds, from one read of its records: sealed checkpoints and which
+        are valid, directories of attempts that never sealed, key snapshots, keys done (what a
+        clear or discard preview counts). Reads only; idempotent.
+
+        Raises :class:`CorruptCheckpointError` if a record does not parse (``check`` reports which),
+        :class:`StoreUnavailableError` if the store cannot be reached.
+        """
+        return self._inspector.contents()
+
+    def epoch_record_uri(self, number: int) -> str:
+        """The URI of epoch ``number``'s record. Once it exists, every writer of an older epoch is
+        fenced: a writer with no store client (the tasks of Spark's own writer) checks for it before
+        writing. Reads nothing; the record may not exist yet."""
+        return f"{self.uri.rstrip('/')}/{epoch_key(number)}"
 
     def check(self, *, verify_output: bool = True) -> ConsistencyReport:
         """Audit the store without changing it (the consistency checker).

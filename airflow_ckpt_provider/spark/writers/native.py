@@ -346,10 +346,8 @@ def _open_commits(spark: SparkSession, token: str) -> Any:
 
 def _fence_path(store: CheckpointStore, epoch: int) -> str | None:
     """The next epoch's record as a Hadoop path, if the store is on local disk (tasks check it before writing)."""
-    uri = store.uri
-    if not uri.startswith("file://"):
-        return None
-    return f"{uri.rstrip('/')}/epochs/{epoch + 1:08d}.json"
+    uri = store.epoch_record_uri(epoch + 1)
+    return uri if uri.startswith("file://") else None
 
 
 def check_engine(engine: str) -> str:
