@@ -10,13 +10,15 @@ from __future__ import annotations
 import logging
 import threading
 
+from airflow_ckpt_provider.store.errors import InvalidArgumentError
+
 log = logging.getLogger(__name__)
 
 
 class CircuitBreaker:
     def __init__(self, max_failures: int = 3) -> None:
         if max_failures < 1:
-            raise ValueError("breaker_max_failures must be at least 1")
+            raise InvalidArgumentError(f"breaker_max_failures must be at least 1, got {max_failures}")
         self.max_failures = max_failures
         self.consecutive_failures = 0
         self.total_failures = 0

@@ -80,3 +80,8 @@ class PreconditionFailedError(CheckpointError):
 
 class InvalidKeysError(CheckpointError, ValueError):
     """Keys that cannot identify input: nulls, mixed types, unsupported nested types."""
+
+
+class InvalidArgumentError(CheckpointError, ValueError):
+    """A store option or argument out of its range: ``timeout_seconds``, ``max_attempts``,
+    ``page_size``, ``breaker_max_failures``, a name token. The message names the allowed range."""

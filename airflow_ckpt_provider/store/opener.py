@@ -80,7 +80,10 @@ def open_store(uri: str, **options: Any) -> CheckpointStore:
     return CheckpointStore(
         blobs,
         options=serialisable,
-        breaker_max_failures=int(options.get("breaker_max_failures") or 3),
+        # 0 is a value (refused by the breaker), not "unset".
+        breaker_max_failures=int(options["breaker_max_failures"])
+        if options.get("breaker_max_failures") is not None
+        else 3,
         max_workers=int(options.get("max_workers") or 16),
         blob_opener=opener,
     )

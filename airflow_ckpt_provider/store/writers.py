@@ -22,6 +22,7 @@ from airflow_ckpt_provider.store.errors import (
     CheckpointAlreadySealedError,
     CheckpointError,
     EpochFencedError,
+    InvalidArgumentError,
     KeyTypeMismatchError,
     PreconditionFailedError,
     StoreUnavailableError,
@@ -96,7 +97,9 @@ class CheckpointWriters:
     def record_name_intent(self, write_id: str, root: str, marker: str, *, epoch: int | None) -> None:
         validate_checkpoint_id(write_id)
         if len(marker) < 12 or "/" in marker:
-            raise ValueError(f"name marker {marker!r} must be a unique token of at least 12 characters, without '/'")
+            raise InvalidArgumentError(
+                f"name marker {marker!r} must be a unique token of at least 12 characters, without '/'"
+            )
         record: dict[str, Any] = {
             "checkpoint_id": write_id,
             "epoch": epoch,

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from airflow_ckpt_provider.store import (
+    InvalidArgumentError,
     InvalidStoreUriError,
     PathOutsideRootError,
     StoreAccessDeniedError,
@@ -64,3 +65,16 @@ def test_wrong_credentials(s3_options: dict[str, Any], s3_bucket: str) -> None:
     assert secret not in str(info.value)
     good = open_store(f"s3://{s3_bucket}/p", **s3_options)
     assert good.current_epoch() is None  # nothing was written with the bad credentials
+
+
+@pytest.mark.parametrize(
+    ("uri", "options", "message"),
+    [
+        ("s3://bucket/prefix", {"timeout_seconds": 0}, "timeout_seconds must be > 0"),
+        ("s3://bucket/prefix", {"max_attempts": -1}, "max_attempts >= 0"),
+        ("file:///tmp/ckpt-options", {"breaker_max_failures": 0}, "breaker_max_failures must be at least 1"),
+    ],
+)
+def test_store_options_out_of_range_are_a_typed_error(uri: str, options: dict[str, object], message: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=message):
+        open_store(uri, **options)

@@ -46,6 +46,7 @@ from airflow_ckpt_provider.store.blobs.base import (
 )
 from airflow_ckpt_provider.store.errors import (
     CheckpointError,
+    InvalidArgumentError,
     InvalidStoreUriError,
     PathOutsideRootError,
     PreconditionFailedError,
@@ -172,9 +173,12 @@ class S3BlobStore(BlobStore):
         self.bucket, self.prefix = parse_s3_uri(uri)
         self.uri = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
         if not 1 <= int(page_size) <= MAX_PAGE_SIZE:
-            raise ValueError(f"page_size must be between 1 and {MAX_PAGE_SIZE}, got {page_size}")
+            raise InvalidArgumentError(f"page_size must be between 1 and {MAX_PAGE_SIZE}, got {page_size}")
         if float(timeout_seconds) <= 0 or int(max_attempts) < 0 or int(max_pool_connections) < 1:
-            raise ValueError("timeout_seconds must be > 0, max_attempts >= 0 and max_pool_connections >= 1")
+            raise InvalidArgumentError(
+                "store options out of range: timeout_seconds must be > 0, max_attempts >= 0 and "
+                f"max_pool_connections >= 1 (got {timeout_seconds}, {max_attempts}, {max_pool_connections})"
+            )
         if (aws_access_key_id is None) != (aws_secret_access_key is None):
             raise StoreAccessDeniedError(
                 f"incomplete credentials for {self.uri}: give both aws_access_key_id and "
@@ -360,7 +364,7 @@ class S3BlobStore(BlobStore):
         back and the put counts as done if it holds exactly ``data``.
         """
         check_key(key)
-        if if_absent and if_match is not None:
+        if if_absent and if_match is not None:  # pragma: no cover - a caller bug, not input
             raise ValueError("put(): give if_absent or if_match, not both")
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full_key(key), "Body": bytes(data)}
         if if_absent:
