@@ -26,6 +26,9 @@ from airflow_ckpt_provider.store.keys import duplicate_keys
 from airflow_ckpt_provider.store.layout import commit_done_key, commit_key, under_root
 from airflow_ckpt_provider.store.model import CommitResult, EpochStatus, FileMetadata
 from airflow_ckpt_provider.store.records import commit_result_from_json, dumps, now
+from airflow_ckpt_provider.store.reprocess.lineage import write_lineage
+from airflow_ckpt_provider.store.reprocess.maintenance import refuse_unfinished_maintenance
+from airflow_ckpt_provider.store.reprocess.records import PLAN_FIELD
 from airflow_ckpt_provider.store.state import StateReader, StoreState, key_sources
 
 
@@ -56,13 +59,24 @@ class Committer:
         if existing is not None:
             record = self._context.parse_json(record_key, existing[0])
         else:
+            refuse_unfinished_maintenance(self._context.uri, epoch, "commit")
+            if epoch.metadata.get(PLAN_FIELD) and epoch.status is EpochStatus.RETRACTED:
+                raise CommitRefusedError(
+                    f"epoch {epoch.number} of {self._context.uri} is a {epoch.metadata.get('action')}: its keys "
+                    "are pending. Nothing to commit: run the job (it reprocesses the pending keys), then commit "
+                    "that run. Nothing was deleted"
+                )
             if epoch.status is EpochStatus.FAILED:
                 raise CommitRefusedError(
                     f"epoch {epoch.number} of {self._context.uri} failed: run the job again to completion (it "
                     "resumes), then commit. Nothing was deleted"
                 )
             check_disjoint(self._reader, state)
-            files = self._reader.files_of(state.valid)
+            files_by_id = {c.checkpoint_id: self._reader.files_of([c]) for c in state.valid}
+            files = [f for c in state.valid for f in files_by_id[c.checkpoint_id]]
+            # Which checkpoint wrote which file, kept after compaction deletes the manifests (docs/reprocess.md).
+            declared = [self._context.output_store(r).uri for r in (output_roots or [])]
+            write_lineage(self._blobs, epoch.number, state.valid, files_by_id, declared)
             record = {
                 "epoch": epoch.number,
                 "checkpoint_ids": [c.checkpoint_id for c in state.valid],

@@ -9,6 +9,7 @@ Deletes go in batches of 1,000 keys (one S3 ``DeleteObjects`` each).
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -111,6 +112,23 @@ class StoreDeleter:
                     aborted.append(blobs.child_uri(upload.key))
         return deleted, aborted, unknown, bytes_freed
 
+    def delete_output_files(self, paths: Sequence[str], *, after_batch: Callable[[], None] = lambda: None) -> list[str]:
+        """Delete output files named exactly (what a reprocess retracts), per directory in batches;
+        ``after_batch`` runs after each batch (failpoints). Returns the paths deleted or already absent."""
+        by_dir: dict[str, list[str]] = defaultdict(list)
+        for path in paths:
+            directory, _, name = path.rpartition("/")
+            by_dir[directory].append(name)
+        deleted: list[str] = []
+        for directory, names in sorted(by_dir.items()):
+            blobs = self._context.output_store(directory)
+            for start in range(0, len(names), DELETE_BATCH):
+                chunk = names[start : start + DELETE_BATCH]
+                blobs.delete_many(chunk)
+                deleted.extend(blobs.child_uri(n) for n in chunk)
+                after_batch()
+        return deleted
+
     # ------------------------------------------------------------------ store records
 
     def delete_checkpoint_dirs(self, checkpoint_ids: Iterable[str]) -> None:
@@ -128,6 +146,12 @@ class StoreDeleter:
             keys = [info.key for i in ids for info in self._blobs.list(f"checkpoints/{i}/")]
         self.delete_records(keys)
 
+    def delete_snapshot(self, number: int) -> None:
+        """Delete snapshot ``number``, its manifest first (a half-deleted snapshot is never read)."""
+        prefix = f"snapshots/{number:08d}/"
+        self._blobs.delete_many([prefix + "manifest.json"])
+        self.delete_records([i.key for i in self._blobs.list(prefix)])
+
     def delete_snapshots(self, keep: int | None) -> None:
         """Delete every snapshot but ``keep``, each manifest first."""
         for name in self._blobs.list_dirs("snapshots/"):
@@ -142,9 +166,10 @@ class StoreDeleter:
         cutoff = keep_from - 10
         self.delete_records([i.key for i in self._blobs.list("epochs/") if int(i.key[7:15]) < cutoff])
 
-    def delete_records(self, keys: Sequence[str]) -> list[str]:
+    def delete_records(self, keys: Sequence[str], *, after_batch: Callable[[], None] = lambda: None) -> list[str]:
         """Delete store records (keys under the store root), in batches; returns the keys deleted."""
         deleted: list[str] = []
         for start in range(0, len(keys), DELETE_BATCH):
             deleted.extend(self._blobs.delete_many(keys[start : start + DELETE_BATCH]))
+            after_batch()
         return deleted

@@ -26,6 +26,7 @@ from airflow_ckpt_provider.store.layout import (
 )
 from airflow_ckpt_provider.store.model import Epoch, EpochStatus
 from airflow_ckpt_provider.store.records import dumps, now
+from airflow_ckpt_provider.store.reprocess.maintenance import refuse_unfinished_maintenance
 
 if TYPE_CHECKING:
     from airflow_ckpt_provider.store.state import StoreState
@@ -114,6 +115,7 @@ class EpochLog:
     ) -> Epoch:
         """Open the epoch after ``state.latest`` with ``state``'s valid checkpoints as its base."""
         latest = state.latest
+        refuse_unfinished_maintenance(self._context.uri, latest, "submit")
         held_by_other = latest is not None and (owner is None or latest.owner != owner)
         if latest is not None and latest.status is EpochStatus.OPEN and not takeover and held_by_other:
             raise EpochConflictError(

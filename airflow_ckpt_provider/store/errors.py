@@ -85,3 +85,61 @@ class InvalidKeysError(CheckpointError, ValueError):
 class InvalidArgumentError(CheckpointError, ValueError):
     """A store option or argument out of its range: ``timeout_seconds``, ``max_attempts``,
     ``page_size``, ``breaker_max_failures``, a name token. The message names the allowed range."""
+
+
+# ---------------------------------------------------------------- reprocess and rewind (docs/reprocess.md)
+
+
+class ReprocessInProgressError(EpochConflictError, CommitRefusedError):
+    """A reprocess, rewind, undo or purge of this store is unfinished: finish it first (it resumes).
+
+    Submits get it as an :class:`EpochConflictError`, commits as a :class:`CommitRefusedError`.
+    """
+
+
+class StoreChangedError(CheckpointError):
+    """The store changed between the preview a person confirmed and the action: nothing was changed."""
+
+
+class ReprocessSelectionError(CheckpointError, ValueError):
+    """Base of the errors about what a reprocess was asked to select (nothing is changed)."""
+
+
+class EmptySelectionError(ReprocessSelectionError):
+    """A reprocess selected nothing: give keys, files, epochs, commits or a time window."""
+
+
+class UnknownKeysError(ReprocessSelectionError, KeyError):
+    """Keys that no checkpoint of the store holds (pending already, misspelt, or of another type)."""
+
+
+class UnknownInputFileError(UnknownKeysError):
+    """Input files that no checkpoint of the store holds."""
+
+
+class UnknownEpochError(ReprocessSelectionError, KeyError):
+    """An epoch number this store never had."""
+
+
+class UnknownCommitError(ReprocessSelectionError, KeyError):
+    """A commit number this store has no (finished) commit for."""
+
+
+class SelectionUnavailableError(ReprocessSelectionError):
+    """The store no longer records what the selection needs (compacted by an earlier version)."""
+
+
+class UnknownReprocessError(ReprocessSelectionError, KeyError):
+    """No reprocess (or rewind) with that epoch number in this store."""
+
+
+class UndoUnavailableError(CheckpointError):
+    """The reprocess cannot be undone any more (a run began after it, purged, or files deleted)."""
+
+
+class QuarantineMissingError(CheckpointError):
+    """Quarantined files an undo needs are gone (deleted by hand or by a purge)."""
+
+
+class UnsafePathError(PathOutsideRootError):
+    """A store record names a file outside the store's root and the job's output roots: never touched."""

@@ -16,6 +16,7 @@ from airflow_ckpt_provider.store.errors import (
 )
 from airflow_ckpt_provider.store.model import ConsistencyReport, EpochStatus, Progress, StoreContents
 from airflow_ckpt_provider.store.records import commit_result_from_json
+from airflow_ckpt_provider.store.reprocess.maintenance import maintenance_problems, quarantine_notes
 from airflow_ckpt_provider.store.state import StateReader
 
 
@@ -94,6 +95,8 @@ class Inspector:
             if len(ids) > 1:
                 notes.append(f"duplicate attempts of partition {partition} in epoch {epoch}: {sorted(ids)}")
         latest = state.latest
+        problems.extend(maintenance_problems(self._context, latest))
+        notes.extend(quarantine_notes(self._context, latest))
         if latest is not None and latest.status not in (EpochStatus.COMMITTED, EpochStatus.CLEARED):
             # After a commit, retention may delete the base on purpose; before it, the base must exist.
             folded = state.folded

@@ -124,6 +124,10 @@ class EpochStatus(enum.StrEnum):
     FAILED = "failed"
     COMMITTED = "committed"
     CLEARED = "cleared"
+    #: A reprocess, rewind or purge finished: keys are pending, a run must come before a commit.
+    RETRACTED = "retracted"
+    #: An undo of a reprocess finished: the store holds what it held before the reprocess.
+    RESTORED = "restored"
 
 
 @dataclass(frozen=True)

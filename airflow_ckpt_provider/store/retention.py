@@ -10,9 +10,6 @@ and only uncommitted ones a writer of this store recorded.
 from __future__ import annotations
 
 import datetime as dt
-import io
-
-import pyarrow.parquet as pq
 
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.store.context import StoreContext
@@ -29,7 +26,9 @@ from airflow_ckpt_provider.store.model import (
     RetentionPolicy,
 )
 from airflow_ckpt_provider.store.records import NamePattern, dumps, now, record_time
-from airflow_ckpt_provider.store.state import StateReader, StoreState, key_sources
+from airflow_ckpt_provider.store.reprocess.lineage import attributed_keys, unattributed_through, write_snapshot_data
+from airflow_ckpt_provider.store.reprocess.maintenance import refuse_unfinished_maintenance
+from airflow_ckpt_provider.store.state import StateReader, StoreState
 
 
 class Retention:
@@ -71,11 +70,9 @@ class Retention:
             self._deleter.delete_checkpoint_dirs(leftovers)
             return leftovers
         number = state.latest.number
-        keys = self._reader.read_keys(key_sources(state, only=[c.checkpoint_id for c in new]))
-        sink = io.BytesIO()
-        pq.write_table(keys, sink, compression="zstd")
+        keys = attributed_keys(self._context, self._reader, state, new)
         prefix = snapshot_prefix(number)
-        self._blobs.put(prefix + "keys.parquet", sink.getvalue())
+        write_snapshot_data(self._blobs, prefix, keys)
         failpoint("store.cleanup.after_snapshot_keys")
         manifest = {
             "snapshot": number,
@@ -84,6 +81,10 @@ class Retention:
             "key_type": str(keys.schema.field(KEY_COLUMN).type) if keys.num_rows else None,
             "created_at": now(),
             "format": "parquet",
+            # Each key's checkpoint and epoch are in keys.parquet (docs/reprocess.md); rows an earlier
+            # version compacted carry none and were committed at or before this epoch.
+            "attributed": True,
+            "unattributed_through": unattributed_through(state.snapshot),
         }
         self._blobs.put(prefix + "manifest.json", dumps(manifest))
         failpoint("store.cleanup.after_snapshot_manifest")
@@ -144,6 +145,7 @@ class Retention:
     def discard(self, *, keep_committed: bool, owner: str) -> ClearResult:
         """Fence writers with a new epoch whose base is what survives, then delete the rest."""
         state = self._reader.read(tolerate_corrupt=True)
+        refuse_unfinished_maintenance(self._context.uri, state.latest, owner)
         committed = [c for c in state.valid if c.status is CheckpointStatus.COMMITTED] if keep_committed else []
         keep_ids = {c.checkpoint_id for c in committed}
         latest_number = state.latest.number if state.latest else 0

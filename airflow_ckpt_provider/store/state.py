@@ -25,6 +25,7 @@ from airflow_ckpt_provider.store.errors import CorruptCheckpointError, KeyTypeMi
 from airflow_ckpt_provider.store.keys import KEY_COLUMN
 from airflow_ckpt_provider.store.layout import COMMIT_RE, manifest_key, snapshot_prefix
 from airflow_ckpt_provider.store.model import Checkpoint, CheckpointStatus, Epoch, FileMetadata, KeySource
+from airflow_ckpt_provider.store.reprocess.records import retracted_paths
 
 
 @dataclass
@@ -104,9 +105,11 @@ class StateReader:
 
     def committed_paths(self) -> set[str]:
         """Every output path any commit record of this store names."""
-        keys = [i.key for i in self._blobs.list("commits/") if not i.key.endswith(".done.json")]
+        keys = [i.key for i in self._blobs.list("commits/") if COMMIT_RE.search(i.key)]
         records = self._context.map(self._context.read_json, keys)
-        return {str(f["path"]) for record in records for f in record.get("files", [])}
+        committed = {str(f["path"]) for record in records for f in record.get("files", [])}
+        # A reprocess or rewind took these out of the committed output (docs/reprocess.md).
+        return committed - retracted_paths(self._blobs, self._context.map)
 
     # ------------------------------------------------------------------ the state
 
@@ -194,8 +197,8 @@ class StateReader:
                 if inline is None:
                     raise CorruptCheckpointError(f"{self._blobs.child_uri(source.key)} carries no inline keys")
                 data = inline
-            if source.format == "parquet":
-                table = pq.read_table(pa.BufferReader(data))
+            if source.format == "parquet":  # a snapshot: key, and which checkpoint each came from
+                table = pq.read_table(pa.BufferReader(data), columns=[KEY_COLUMN])
             else:
                 with ipc.open_stream(pa.BufferReader(data)) as reader:
                     table = reader.read_all()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -48,6 +48,15 @@ from airflow_ckpt_provider.store.model import (
 from airflow_ckpt_provider.store.retention import Retention
 from airflow_ckpt_provider.store.state import StateReader, StoreState, key_sources
 from airflow_ckpt_provider.store.writers import CheckpointWriters
+
+if TYPE_CHECKING:
+    from airflow_ckpt_provider.store.reprocess.model import (
+        ReprocessPlan,
+        ReprocessRecord,
+        ReprocessResult,
+        Selection,
+    )
+    from airflow_ckpt_provider.store.reprocess.service import Reprocessor
 
 __all__ = [
     "INLINE_MAX_FILES",
@@ -355,6 +364,107 @@ class CheckpointStore:
         Committed output files are never deleted. Idempotent.
         """
         return self._retention.discard(keep_committed=False, owner="clear")
+
+    # ------------------------------------------------------------------ reprocess and rewind (store/reprocess/)
+
+    def _reprocessor(self) -> Reprocessor:
+        from airflow_ckpt_provider.store.reprocess.service import Reprocessor
+
+        return Reprocessor(self)
+
+    def preview_reprocess(self, selection: Selection, *, delete: bool = False) -> ReprocessPlan:
+        """What :meth:`reprocess` would do: the checkpoints, keys, exact files and bytes. Reads only.
+
+        Raises the selection's typed errors (:class:`EmptySelectionError`, :class:`UnknownKeysError`,
+        :class:`UnknownInputFileError`, :class:`UnknownEpochError`, :class:`UnknownCommitError`,
+        :class:`SelectionUnavailableError`).
+        """
+        return self._reprocessor().preview(selection, delete=delete)
+
+    def reprocess(
+        self,
+        selection: Selection,
+        *,
+        delete: bool = False,
+        expected: ReprocessPlan | str | None = None,
+        takeover: bool = False,
+        requested_by: str | None = None,
+    ) -> ReprocessResult:
+        """Make the selected checkpoints pending again and take their output files out of the output.
+
+        Once it returns, readers see the selected checkpoints' keys as pending (the next run
+        processes them) and their files are no longer in the output nor in the committed output:
+        they are in ``quarantine/{epoch}/`` under the store root (``delete=True``: deleted, no undo).
+        One maintenance epoch records the whole plan and fences writers, submits and commits.
+        ``expected``: the plan (or its fingerprint) the caller confirmed; anything else is refused.
+        Idempotent for a retry: the same call after a crash finishes the interrupted one.
+        Raises the selection's errors, :class:`StoreChangedError`, :class:`EpochConflictError`
+        (an open epoch; ``takeover=True`` supersedes a dead one), :class:`ReprocessInProgressError`,
+        :class:`UnsafePathError` — nothing changed in each case.
+        """
+        return self._reprocessor().reprocess(
+            selection, delete=delete, expected=expected, takeover=takeover, requested_by=requested_by
+        )
+
+    def preview_rewind(self, to_commit: int, *, delete: bool = False) -> ReprocessPlan:
+        """What :meth:`rewind` would do. Reads only. Raises :class:`UnknownCommitError`,
+        :class:`SelectionUnavailableError`."""
+        return self._reprocessor().preview_rewind(to_commit, delete=delete)
+
+    def rewind(
+        self,
+        to_commit: int,
+        *,
+        delete: bool = False,
+        expected: ReprocessPlan | str | None = None,
+        takeover: bool = False,
+        requested_by: str | None = None,
+    ) -> ReprocessResult:
+        """Return the store to its state after commit ``to_commit`` (0: before the first commit).
+
+        Every checkpoint sealed after that commit becomes pending and its output (committed or
+        not) leaves the output, as :meth:`reprocess` does, with the same fencing, atomicity,
+        resumption and errors. A rewind to the latest commit does nothing (result epoch None).
+        """
+        return self._reprocessor().rewind(
+            to_commit, delete=delete, expected=expected, takeover=takeover, requested_by=requested_by
+        )
+
+    def preview_undo(self, epoch: int | None = None) -> ReprocessPlan:
+        """What :meth:`undo_reprocess` would restore. Reads only; raises as :meth:`undo_reprocess`."""
+        return self._reprocessor().preview_undo(epoch)
+
+    def undo_reprocess(
+        self, epoch: int | None = None, *, expected: ReprocessPlan | str | None = None, requested_by: str | None = None
+    ) -> ReprocessResult:
+        """Undo reprocess ``epoch`` (default: the latest): its checkpoints are done again, exactly as
+        before, and its files are copied back to the output (the quarantine keeps its copies until
+        :meth:`purge_quarantine`). Only before the next run: once a run began, its keys may have been
+        reprocessed. Fenced by its own epoch; a retry finishes an interrupted undo.
+        Raises :class:`UnknownReprocessError`, :class:`UndoUnavailableError` (a later run, deleted
+        files), :class:`QuarantineMissingError`, :class:`ReprocessInProgressError` — nothing changed.
+        """
+        return self._reprocessor().undo(epoch, expected=expected, requested_by=requested_by)
+
+    def preview_purge(self, epoch: int) -> ReprocessPlan:
+        """What :meth:`purge_quarantine` would delete for reprocess ``epoch``. Reads only."""
+        return self._reprocessor().preview_purge(epoch)
+
+    def purge_quarantine(self, epoch: int | None = None, *, requested_by: str | None = None) -> ReprocessResult:
+        """Delete the quarantined files of reprocess ``epoch`` (default: every finished reprocess) for
+        good; undo is impossible afterwards. Deletes only under ``quarantine/`` in the store root.
+        Idempotent. Raises :class:`UnknownReprocessError`, :class:`ReprocessInProgressError`.
+        """
+        return self._reprocessor().purge(epoch, requested_by=requested_by)
+
+    def resume_reprocess(self) -> ReprocessResult | None:
+        """Finish an interrupted reprocess, rewind, undo or purge; None when nothing is unfinished.
+        Idempotent."""
+        return self._reprocessor().resume()
+
+    def list_reprocesses(self) -> list[ReprocessRecord]:
+        """Every reprocess and rewind of the store (finished ones, and an unfinished one), oldest first."""
+        return self._reprocessor().records()
 
     # ------------------------------------------------------------------ inspection (store/inspection.py)
 

@@ -98,6 +98,13 @@ class BlobStore(abc.ABC):
     def delete_many(self, keys: Iterable[str]) -> builtins.list[str]:
         """Delete the keys (missing ones are fine); returns the keys deleted or already absent."""
 
+    def copy_from(self, source: BlobStore, source_key: str, key: str) -> None:
+        """Copy ``source``'s object ``source_key`` to ``key`` here, atomically (readers see the whole
+        object or none). Backends copy without reading through this process where they can (same
+        filesystem, same S3 endpoint); otherwise the object passes through memory.
+        :class:`BlobNotFoundError` if the source is gone."""
+        self.put(key, source.get(source_key)[0])
+
     def list_pending_uploads(self, prefix: str = "") -> builtins.list[PendingUpload]:
         """Incomplete multipart uploads under ``prefix`` (none on backends without them)."""
         return []

@@ -15,6 +15,7 @@ import errno
 import fcntl
 import hashlib
 import os
+import shutil
 import threading
 import uuid
 from collections.abc import Iterable, Iterator
@@ -167,6 +168,36 @@ class LocalBlobStore(BlobStore):
     def exists(self, key: str) -> bool:
         self._count()
         return self._path(key).is_file()
+
+    def copy_from(self, source: BlobStore, source_key: str, key: str) -> None:
+        """A hard link when both are on one filesystem (no bytes copied), else a copy through a
+        temporary file; then the name appears in one step (``os.replace``)."""
+        if not isinstance(source, LocalBlobStore):
+            super().copy_from(source, source_key, key)
+            return
+        self._count()
+        origin = source._path(source_key)
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex}"
+            try:
+                os.link(origin, tmp)
+            except FileNotFoundError as exc:
+                raise BlobNotFoundError(f"{source.uri}/{source_key}") from exc
+            except OSError:  # another filesystem, or links not allowed: copy the bytes
+                try:
+                    shutil.copyfile(origin, tmp)
+                except FileNotFoundError as exc:
+                    raise BlobNotFoundError(f"{source.uri}/{source_key}") from exc
+                with open(tmp, "rb") as handle:
+                    os.fsync(handle.fileno())
+            os.replace(tmp, path)
+            self._fsync_dir(path.parent)
+        except BlobNotFoundError:
+            raise
+        except OSError as exc:
+            raise self._fail(exc, f"copying {source_key} to {key}") from exc
 
     def list(self, prefix: str = "") -> Iterator[BlobInfo]:
         self._count()

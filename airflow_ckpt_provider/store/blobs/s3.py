@@ -57,6 +57,7 @@ from airflow_ckpt_provider.store.errors import (
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import CopySourceTypeDef
 
 #: S3's hard limit of keys per ``DeleteObjects`` call.
 DELETE_BATCH = 1000
@@ -422,6 +423,22 @@ class S3BlobStore(BlobStore):
                     return False
                 raise
         return True
+
+    def copy_from(self, source: BlobStore, source_key: str, key: str) -> None:
+        """A server-side copy when ``source`` is on the same endpoint with the same credentials
+        (``CopyObject``, multipart above 8 MiB: the bytes never pass through this process)."""
+        if not (isinstance(source, S3BlobStore) and source._options == self._options):
+            super().copy_from(source, source_key, key)
+            return
+        check_key(key)
+        copy_source: CopySourceTypeDef = {"Bucket": source.bucket, "Key": source._full_key(check_key(source_key))}
+        with self._errors("copying to", key):
+            try:
+                self._client.copy(copy_source, self.bucket, self._full_key(key))
+            except ClientError as exc:
+                if self._code(exc) in _NOT_FOUND_CODES:
+                    raise BlobNotFoundError(f"{source.uri}/{source_key} does not exist") from exc
+                raise
 
     def list(self, prefix: str = "") -> Iterator[BlobInfo]:
         """Every object under ``prefix``, in key order, one ``ListObjectsV2`` per ``page_size``

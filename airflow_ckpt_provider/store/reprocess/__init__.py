@@ -1,0 +1,26 @@
+"""Reprocess and rewind: make part of a store pending again and retract the output it produced.
+
+See docs/reprocess.md for the design (records, fencing, steps and crash points). The store's
+facade (``CheckpointStore.reprocess`` and friends) delegates to ``service.Reprocessor``; the
+store's own modules use ``maintenance`` (refusals, check), ``lineage`` (commit, compaction) and
+``records`` (committed output minus retractions). This package imports no store module that
+imports it, so those can import from here.
+"""
+
+from airflow_ckpt_provider.store.reprocess.model import (
+    REPROCESS_FAILPOINTS,
+    PlannedFile,
+    ReprocessPlan,
+    ReprocessRecord,
+    ReprocessResult,
+    Selection,
+)
+
+__all__ = [
+    "REPROCESS_FAILPOINTS",
+    "PlannedFile",
+    "ReprocessPlan",
+    "ReprocessRecord",
+    "ReprocessResult",
+    "Selection",
+]

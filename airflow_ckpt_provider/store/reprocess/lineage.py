@@ -1,0 +1,268 @@
+"""Where committed output and done keys came from, kept after the manifests are gone.
+
+Two records (docs/reprocess.md, "Rewind on retain stores"):
+
+* ``lineage/{n:08d}.parquet``, written by commit *n* before its commit record: one row per file
+  of every checkpoint it commits (a checkpoint without files has one row with a null path), so a
+  reprocess can name a checkpoint's files and seal time after compaction or
+  ``delete_after_success`` deleted its manifest.
+* the retain snapshot's keys table carries, next to ``key``, the ``checkpoint_id`` and sealing
+  ``epoch`` of each key (null for keys compacted by an earlier version), so a reprocess can take
+  one checkpoint's keys out of the snapshot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_ckpt_provider.store.blobs.base import BlobStore
+from airflow_ckpt_provider.store.errors import CorruptCheckpointError, KeyTypeMismatchError
+from airflow_ckpt_provider.store.model import Checkpoint, FileMetadata
+
+if TYPE_CHECKING:
+    from airflow_ckpt_provider.store.context import StoreContext
+    from airflow_ckpt_provider.store.state import StateReader, StoreState
+
+KEY_COLUMN = "key"
+ATTRIBUTION_COLUMNS = ("checkpoint_id", "epoch")
+LINEAGE_PREFIX = "lineage/"
+INDEX_NAME = "checkpoints.parquet"
+
+LINEAGE_SCHEMA = pa.schema(
+    [
+        ("checkpoint_id", pa.string()),
+        ("epoch", pa.int64()),
+        ("partition", pa.int64()),
+        ("sealed_at", pa.string()),
+        ("num_keys", pa.int64()),
+        ("path", pa.string()),
+        ("size_bytes", pa.int64()),
+        ("num_rows", pa.int64()),
+        ("format", pa.string()),
+    ]
+)
+
+
+def lineage_key(commit: int) -> str:
+    return f"{LINEAGE_PREFIX}{commit:08d}.parquet"
+
+
+@dataclass(frozen=True)
+class LineageEntry:
+    """One committed checkpoint as its commit's lineage records it."""
+
+    checkpoint_id: str
+    epoch: int
+    partition: int | None
+    sealed_at: str
+    num_keys: int
+    files: tuple[FileMetadata, ...]
+    commit: int
+
+
+def lineage_table(checkpoints: Sequence[Checkpoint], files: Mapping[str, Sequence[FileMetadata]]) -> pa.Table:
+    rows: dict[str, list[Any]] = {name: [] for name in LINEAGE_SCHEMA.names}
+
+    def add(checkpoint: Checkpoint, meta: FileMetadata | None) -> None:
+        rows["checkpoint_id"].append(checkpoint.checkpoint_id)
+        rows["epoch"].append(checkpoint.epoch)
+        rows["partition"].append(checkpoint.partition)
+        rows["sealed_at"].append(checkpoint.sealed_at)
+        rows["num_keys"].append(checkpoint.num_keys)
+        rows["path"].append(None if meta is None else meta.path)
+        rows["size_bytes"].append(0 if meta is None else meta.size_bytes)
+        rows["num_rows"].append(0 if meta is None else meta.num_rows)
+        rows["format"].append(None if meta is None else meta.format)
+
+    for checkpoint in checkpoints:
+        metas = files.get(checkpoint.checkpoint_id) or ()
+        if not metas:
+            add(checkpoint, None)
+        for meta in metas:
+            add(checkpoint, meta)
+    return pa.table(rows, schema=LINEAGE_SCHEMA)
+
+
+def write_lineage(
+    blobs: BlobStore,
+    commit: int,
+    checkpoints: Sequence[Checkpoint],
+    files: Mapping[str, Sequence[FileMetadata]],
+    output_roots: Sequence[str] = (),
+) -> None:
+    """Write commit ``commit``'s lineage (idempotent: the same checkpoints give the same object).
+    ``output_roots``: the roots the commit was given explicitly (the reprocess deletion guard)."""
+    table = lineage_table(checkpoints, files)
+    if output_roots:
+        table = table.replace_schema_metadata({b"output_roots": json.dumps(sorted(output_roots)).encode()})
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd")
+    blobs.put(lineage_key(commit), sink.getvalue())
+
+
+def read_lineage(blobs: BlobStore, commit: int) -> dict[str, LineageEntry] | None:
+    """Commit ``commit``'s lineage by checkpoint id, or None when that commit wrote none (an earlier version)."""
+    found = blobs.get_if_exists(lineage_key(commit))
+    if found is None:
+        return None
+    try:
+        table = pq.read_table(pa.BufferReader(found[0]))
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptCheckpointError(
+            f"{blobs.child_uri(lineage_key(commit))} is corrupt or truncated ({exc}); nothing was changed. "
+            "Run `airflow-ckpt check`"
+        ) from exc
+    entries: dict[str, LineageEntry] = {}
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for row in table.to_pylist():
+        grouped.setdefault(str(row["checkpoint_id"]), []).append(row)
+    for checkpoint_id, rows in grouped.items():
+        first = rows[0]
+        entries[checkpoint_id] = LineageEntry(
+            checkpoint_id=checkpoint_id,
+            epoch=int(first["epoch"]),
+            partition=first["partition"],
+            sealed_at=str(first["sealed_at"]),
+            num_keys=int(first["num_keys"]),
+            files=tuple(
+                FileMetadata(
+                    path=str(r["path"]),
+                    size_bytes=int(r["size_bytes"]),
+                    num_rows=int(r["num_rows"]),
+                    format=str(r["format"] or "parquet"),
+                )
+                for r in rows
+                if r["path"] is not None
+            ),
+            commit=commit,
+        )
+    return entries
+
+
+def lineage_commits(blobs: BlobStore) -> set[int]:
+    return {int(i.key[len(LINEAGE_PREFIX) : len(LINEAGE_PREFIX) + 8]) for i in blobs.list(LINEAGE_PREFIX)}
+
+
+# ---------------------------------------------------------------------- snapshot attribution
+
+
+def attributed(table: pa.Table, checkpoint_id: str | None, epoch: int | None) -> pa.Table:
+    """``table`` (column ``key``) with the attribution columns set to one checkpoint."""
+    keys = table.select([KEY_COLUMN])
+    return keys.append_column("checkpoint_id", pa.array([checkpoint_id] * keys.num_rows, pa.string())).append_column(
+        "epoch", pa.array([epoch] * keys.num_rows, pa.int64())
+    )
+
+
+def with_attribution(table: pa.Table) -> pa.Table:
+    """A snapshot keys table with the attribution columns (null where an earlier version wrote none)."""
+    if all(name in table.column_names for name in ATTRIBUTION_COLUMNS):
+        return table.select([KEY_COLUMN, *ATTRIBUTION_COLUMNS]).cast(
+            pa.schema(
+                [table.schema.field(KEY_COLUMN), pa.field("checkpoint_id", pa.string()), pa.field("epoch", pa.int64())]
+            )
+        )
+    return attributed(table, None, None)
+
+
+def attributed_keys(
+    context: StoreContext, reader: StateReader, state: StoreState, checkpoints: Sequence[Checkpoint]
+) -> pa.Table:
+    """The snapshot's keys and ``checkpoints``' keys, each row with its checkpoint id and epoch
+    (what a retain compaction writes, and what a reprocess by key searches)."""
+    from airflow_ckpt_provider.store.state import key_sources
+
+    tables: list[pa.Table] = []
+    snapshot = state.snapshot
+    if snapshot is not None and int(snapshot.get("num_keys", 0)):
+        key = f"snapshots/{int(snapshot['snapshot']):08d}/keys.parquet"
+        try:
+            tables.append(with_attribution(pq.read_table(pa.BufferReader(context.blobs.get(key)[0]))))
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise CorruptCheckpointError(
+                f"{context.blobs.child_uri(key)} is corrupt or truncated ({exc}); nothing was changed. "
+                "Run `airflow-ckpt check`"
+            ) from exc
+    loose = dataclasses.replace(state, snapshot=None)
+
+    def one(checkpoint: Checkpoint) -> pa.Table:
+        parts = [reader.read_key_source(s) for s in key_sources(loose, only=[checkpoint.checkpoint_id])]
+        keys = pa.concat_tables(parts) if parts else pa.table({KEY_COLUMN: pa.array([], pa.string())})
+        return attributed(keys, checkpoint.checkpoint_id, checkpoint.epoch)
+
+    tables.extend(t for t in context.map(one, list(checkpoints)) if t.num_rows)
+    if not tables:
+        return attributed(pa.table({KEY_COLUMN: pa.array([], pa.string())}), None, None)
+    types = {str(t.schema.field(KEY_COLUMN).type) for t in tables}
+    if len(types) > 1:
+        raise KeyTypeMismatchError(
+            f"the checkpoints of {context.uri} hold keys of different types {sorted(types)}: the key column "
+            "changed type between runs. Cast it back to the earlier type, or clear the store to start over"
+        )
+    return pa.concat_tables(tables)
+
+
+def unattributed_through(snapshot: Mapping[str, Any] | None) -> int | None:
+    """Up to which epoch a snapshot holds keys without attribution (compacted by an earlier version)."""
+    if snapshot is None or not int(snapshot.get("num_keys", 0)):
+        return None
+    if snapshot.get("attributed"):
+        value = snapshot.get("unattributed_through")
+        return None if value is None else int(value)
+    return int(snapshot["snapshot"])
+
+
+def write_snapshot_data(blobs: BlobStore, prefix: str, keys: pa.Table) -> None:
+    """A snapshot's data: ``keys.parquet`` (the keys with attribution) and ``checkpoints.parquet``
+    (one row per checkpoint: its id, epoch and number of keys), the small index a reprocess plans
+    from without reading every key. Both are written before the snapshot's manifest."""
+    sink = io.BytesIO()
+    pq.write_table(keys, sink, compression="zstd")
+    blobs.put(prefix + "keys.parquet", sink.getvalue())
+    attributed_rows = keys.filter(pc.is_valid(keys.column("checkpoint_id")))
+    index = attributed_rows.group_by(["checkpoint_id", "epoch"]).aggregate([([], "count_all")])
+    index = index.rename_columns(["checkpoint_id", "epoch", "num_keys"])
+    sink = io.BytesIO()
+    pq.write_table(index, sink, compression="zstd")
+    blobs.put(prefix + INDEX_NAME, sink.getvalue())
+
+
+def read_snapshot_index(blobs: BlobStore, number: int) -> dict[str, tuple[int, int]]:
+    """Checkpoint id -> (epoch, number of keys) of the keys snapshot ``number`` holds (empty for a
+    snapshot written by an earlier version: its keys are unattributed)."""
+    key = f"snapshots/{number:08d}/{INDEX_NAME}"
+    found = blobs.get_if_exists(key)
+    if found is None:
+        return {}
+    try:
+        table = pq.read_table(pa.BufferReader(found[0]))
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptCheckpointError(
+            f"{blobs.child_uri(key)} is corrupt or truncated ({exc}); nothing was changed"
+        ) from exc
+    return {
+        str(i): (int(e), int(n))
+        for i, e, n in zip(
+            table.column("checkpoint_id").to_pylist(),
+            table.column("epoch").to_pylist(),
+            table.column("num_keys").to_pylist(),
+            strict=True,
+        )
+    }
+
+
+def drop_checkpoints(table: pa.Table, checkpoint_ids: Iterable[str]) -> pa.Table:
+    """The snapshot keys table without the rows of ``checkpoint_ids``."""
+    table = with_attribution(table)
+    doomed = pa.array(sorted(set(checkpoint_ids)), pa.string())
+    keep = pc.invert(pc.fill_null(pc.is_in(table.column("checkpoint_id"), value_set=doomed), False))
+    return table.filter(keep)

@@ -1,0 +1,294 @@
+"""The entry points behind ``CheckpointStore.reprocess`` and friends: plan, check, fence, run.
+
+Order of every action: read the store once; if the latest epoch is an unfinished maintenance
+epoch, finish it when the request is the same action (a retry), else refuse; build the plan
+(bad input raises here, before any write); compare it with what the caller confirmed; check
+the fence; create the maintenance epoch; run the steps (docs/reprocess.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from airflow_ckpt_provider.failpoints import failpoint
+from airflow_ckpt_provider.store.errors import (
+    EpochConflictError,
+    ReprocessInProgressError,
+    StoreChangedError,
+    UnsafePathError,
+)
+from airflow_ckpt_provider.store.model import EpochStatus
+from airflow_ckpt_provider.store.reprocess.guard import output_guard
+from airflow_ckpt_provider.store.reprocess.model import (
+    PURGE,
+    REPROCESS,
+    REWIND,
+    UNDO,
+    ReprocessPlan,
+    ReprocessRecord,
+    ReprocessResult,
+    Selection,
+    canonical,
+)
+from airflow_ckpt_provider.store.reprocess.planner import purge_plan, retraction_plan, undo_plan
+from airflow_ckpt_provider.store.reprocess.records import record_from_json
+from airflow_ckpt_provider.store.reprocess.selection import resolve, resolve_rewind
+from airflow_ckpt_provider.store.reprocess.steps import Steps
+from airflow_ckpt_provider.store.reprocess.view import StoreView, Unit
+
+if TYPE_CHECKING:
+    from airflow_ckpt_provider.store.store import CheckpointStore
+
+Expected = ReprocessPlan | str | None
+
+
+class Reprocessor:
+    """Reprocess, rewind, undo and purge on one store (see ``CheckpointStore`` for the contract)."""
+
+    def __init__(self, store: CheckpointStore) -> None:
+        self.store = store
+
+    # ------------------------------------------------------------------ previews
+
+    def preview(self, selection: Selection, *, delete: bool = False) -> ReprocessPlan:
+        view = StoreView.read(self.store)
+        return self._plan(view, REPROCESS, resolve(view, selection), selection, None, delete, None)
+
+    def preview_rewind(self, to_commit: int, *, delete: bool = False) -> ReprocessPlan:
+        view = StoreView.read(self.store)
+        return self._plan(view, REWIND, resolve_rewind(view, to_commit), None, to_commit, delete, None)
+
+    def preview_undo(self, epoch: int | None = None) -> ReprocessPlan:
+        return undo_plan(StoreView.read(self.store), epoch, requested_by=None)
+
+    def preview_purge(self, epoch: int) -> ReprocessPlan:
+        return purge_plan(StoreView.read(self.store), epoch, requested_by=None)
+
+    # ------------------------------------------------------------------ actions
+
+    def reprocess(
+        self,
+        selection: Selection,
+        *,
+        delete: bool,
+        expected: Expected,
+        takeover: bool,
+        requested_by: str | None,
+    ) -> ReprocessResult:
+        return self._retract(
+            REPROCESS, lambda view: resolve(view, selection), selection, None, delete, expected, takeover, requested_by
+        )
+
+    def rewind(
+        self, to_commit: int, *, delete: bool, expected: Expected, takeover: bool, requested_by: str | None
+    ) -> ReprocessResult:
+        return self._retract(
+            REWIND,
+            lambda view: resolve_rewind(view, to_commit),
+            None,
+            to_commit,
+            delete,
+            expected,
+            takeover,
+            requested_by,
+        )
+
+    def undo(self, epoch: int | None, *, expected: Expected, requested_by: str | None) -> ReprocessResult:
+        view = StoreView.read(self.store)
+        unfinished = self._unfinished(view)
+        if unfinished is not None:
+            if unfinished.action == UNDO and epoch in (None, unfinished.target):
+                return self._finish(view, unfinished)
+            raise self._in_progress(view, unfinished)
+        plan = undo_plan(view, epoch, requested_by=requested_by)
+        self._check_expected(plan, expected)
+        steps = self._steps(view)
+        steps.open_epoch(plan)
+        failpoint("store.undo.after_epoch")
+        return steps.undo(plan)
+
+    def purge(self, epoch: int | None, *, requested_by: str | None) -> ReprocessResult:
+        view = StoreView.read(self.store)
+        unfinished = self._unfinished(view)
+        if unfinished is not None:
+            if unfinished.action == PURGE and epoch in (None, unfinished.target):
+                return self._finish(view, unfinished)
+            raise self._in_progress(view, unfinished)
+        targets = [epoch] if epoch is not None else sorted(set(view.retractions.records) - view.retractions.purged)
+        results: list[ReprocessResult] = []
+        for target in targets:
+            plan = purge_plan(view, target, requested_by=requested_by)
+            steps = self._steps(view)
+            if plan.new_epoch is not None:
+                steps.open_epoch(plan)
+                failpoint("store.purge.after_epoch")
+            results.append(steps.purge(plan))
+            view = StoreView.read(self.store)
+        if len(results) == 1:
+            return results[0]
+        plan = purge_plan(view, targets[-1], requested_by=requested_by) if targets else self._empty_purge(view)
+        return ReprocessResult(
+            action=PURGE,
+            epoch=next((r.epoch for r in reversed(results) if r.epoch is not None), None),
+            plan=plan,
+            purged=tuple(sorted(p for r in results for p in r.purged)),
+        )
+
+    def resume(self) -> ReprocessResult | None:
+        view = StoreView.read(self.store)
+        unfinished = self._unfinished(view)
+        return None if unfinished is None else self._finish(view, unfinished)
+
+    def records(self) -> list[ReprocessRecord]:
+        view = StoreView.read(self.store)
+        records = view.retractions.as_records()
+        unfinished = self._unfinished(view)
+        if unfinished is not None and unfinished.action in (REPROCESS, REWIND) and unfinished.new_epoch is not None:
+            data = unfinished.to_json() | {"files": [f.to_json() for f in unfinished.files]}
+            records.append(record_from_json(unfinished.new_epoch, data, undone=False, purged=False))
+        return records
+
+    # ------------------------------------------------------------------ internals
+
+    def _retract(
+        self,
+        action: str,
+        resolver: Callable[[StoreView], list[Unit]],
+        selection: Selection | None,
+        to_commit: int | None,
+        delete: bool,
+        expected: Expected,
+        takeover: bool,
+        requested_by: str | None,
+    ) -> ReprocessResult:
+        view = StoreView.read(self.store)
+        unfinished = self._unfinished(view)
+        if unfinished is not None:
+            same = (unfinished.action, canonical(_request(unfinished.selection)), unfinished.to_commit) == (
+                action,
+                canonical(_request(selection)),
+                to_commit,
+            )
+            if same and unfinished.mode == ("delete" if delete else "quarantine"):
+                return self._finish(view, unfinished)
+            raise self._in_progress(view, unfinished)
+        plan = self._plan(view, action, resolver(view), selection, to_commit, delete, requested_by)
+        self._check_expected(plan, expected)
+        if plan.nothing_to_do and not plan.refused_paths:
+            return ReprocessResult(action=action, epoch=None, plan=plan)
+        if plan.refused_paths:
+            raise UnsafePathError(
+                f"the records of {self.store.uri} name {len(plan.refused_paths)} file(s) outside its root and the "
+                f"output roots (e.g. {list(plan.refused_paths[:3])}); they are never touched, so this {action} "
+                "cannot make the output exactly-once. Nothing was changed; run `airflow-ckpt check`, and declare "
+                "the job's real output roots if those files are yours"
+            )
+        self._check_fence(view, takeover)
+        failpoint("store.reprocess.before_epoch")
+        steps = self._steps(view)
+        steps.open_epoch(plan, supersede=view.state.latest if takeover else None)
+        failpoint("store.reprocess.after_epoch")
+        return steps.retract(plan)
+
+    def _plan(
+        self,
+        view: StoreView,
+        action: str,
+        units: list[Unit],
+        selection: Selection | None,
+        to_commit: int | None,
+        delete: bool,
+        requested_by: str | None,
+    ) -> ReprocessPlan:
+        return retraction_plan(
+            view,
+            units,
+            action=action,
+            selection=selection,
+            to_commit=to_commit,
+            delete=delete,
+            allowed_roots=output_guard(view).roots,
+            requested_by=requested_by,
+        )
+
+    def _steps(self, view: StoreView) -> Steps:
+        return Steps(self.store, output_guard(view).allows)
+
+    def _unfinished(self, view: StoreView) -> ReprocessPlan | None:
+        latest = view.state.latest
+        if latest is None or latest.status is not EpochStatus.OPEN:
+            return None
+        plan = view.maintenance_plan()
+        return None if plan is None else ReprocessPlan.from_json(plan)
+
+    def _finish(self, view: StoreView, plan: ReprocessPlan) -> ReprocessResult:
+        steps = self._steps(view)
+        if plan.action == UNDO:
+            return steps.undo(plan, resumed=True)
+        if plan.action == PURGE:
+            return steps.purge(plan, resumed=True)
+        return steps.retract(plan, resumed=True)
+
+    def _in_progress(self, view: StoreView, plan: ReprocessPlan) -> ReprocessInProgressError:
+        what = {UNDO: f"an undo of reprocess {plan.target}", PURGE: f"a purge of reprocess {plan.target}"}.get(
+            plan.action, f"a {plan.action}"
+        )
+        return ReprocessInProgressError(
+            f"{what} of {self.store.uri} (epoch {plan.new_epoch}) is unfinished: resume it first "
+            "(`airflow-ckpt resume`, or the same call again). Nothing was changed"
+        )
+
+    def _check_expected(self, plan: ReprocessPlan, expected: Expected) -> None:
+        if expected is None:
+            return
+        wanted = expected.fingerprint if isinstance(expected, ReprocessPlan) else str(expected)
+        if wanted != plan.fingerprint:
+            raise StoreChangedError(
+                f"{self.store.uri} changed since the preview was made (it is at epoch {plan.epoch} now): what "
+                "would be done differs from what was confirmed. Nothing was changed; look at the new preview"
+            )
+
+    def _check_fence(self, view: StoreView, takeover: bool) -> None:
+        latest = view.state.latest
+        if latest is None:
+            return
+        if latest.status is EpochStatus.OPEN and not takeover:
+            raise EpochConflictError(
+                f"epoch {latest.number} of {self.store.uri} is still open (owner {latest.owner!r}, opened "
+                f"{latest.created_at}): a submit may be running. Wait until it ends (or mark it failed), then "
+                "reprocess; if it is dead, pass takeover=True (CLI --takeover). Nothing was changed"
+            )
+        if latest.number in view.commits and latest.number not in view.done_commits:
+            raise EpochConflictError(
+                f"the commit of epoch {latest.number} of {self.store.uri} is unfinished: run the commit again "
+                "(it resumes), then reprocess. Nothing was changed"
+            )
+
+    def _empty_purge(self, view: StoreView) -> ReprocessPlan:
+        from airflow_ckpt_provider.store.reprocess.planner import previous_state
+
+        previous = previous_state(view)
+        return ReprocessPlan(
+            action=PURGE,
+            store_uri=self.store.uri,
+            epoch=previous.epoch,
+            new_epoch=None,
+            selection=None,
+            to_commit=None,
+            mode="delete",
+            checkpoints=(),
+            committed_checkpoints=0,
+            keys=0,
+            files=(),
+            previous=previous,
+            new_base=previous.valid,
+            snapshot_drop=(),
+            snapshot_from=previous.snapshot,
+            snapshot_keys=None,
+            output_roots=(),
+        )
+
+
+def _request(selection: Selection | None) -> object:
+    return None if selection is None else selection.to_json()

@@ -1,0 +1,292 @@
+"""The steps of reprocess, rewind, undo and purge after their maintenance epoch exists.
+
+Every step is idempotent and reads only the plan (the epoch record) and the objects it moves, so
+the same code runs the first time and when a re-run finishes what a crash left
+(docs/reprocess.md, "Steps and crash points"). Paths from the plan are input too: each one is
+checked against the deletion guard again here, and quarantine keys are recomputed, never read.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from airflow_ckpt_provider.failpoints import failpoint
+from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError, BlobStore
+from airflow_ckpt_provider.store.errors import (
+    CorruptCheckpointError,
+    EpochConflictError,
+    EpochFencedError,
+    PreconditionFailedError,
+    UnsafePathError,
+)
+from airflow_ckpt_provider.store.model import Epoch, EpochStatus
+from airflow_ckpt_provider.store.reprocess.lineage import KEY_COLUMN, drop_checkpoints, write_snapshot_data
+from airflow_ckpt_provider.store.reprocess.model import (
+    DELETE,
+    PURGE,
+    UNDO,
+    PlannedFile,
+    ReprocessPlan,
+    ReprocessResult,
+    dumps,
+)
+from airflow_ckpt_provider.store.reprocess.planner import quarantine_key
+from airflow_ckpt_provider.store.reprocess.records import PLAN_FIELD, marker_key, quarantine_prefix, record_key
+
+if TYPE_CHECKING:
+    from airflow_ckpt_provider.store.store import CheckpointStore
+
+MOVED, DELETED, MISSING = "moved", "deleted", "missing"
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Steps:
+    """Runs a plan against ``store``. ``allowed``: the deletion guard (True if a path may be touched)."""
+
+    def __init__(self, store: CheckpointStore, allowed: Callable[[str], bool]) -> None:
+        self.store = store
+        self.blobs = store.blobs
+        self.allowed = allowed
+
+    # ------------------------------------------------------------------ the fence
+
+    def open_epoch(self, plan: ReprocessPlan, *, supersede: Epoch | None = None) -> None:
+        """Create the maintenance epoch (create-if-absent): the atomic intent and the fence."""
+        assert plan.new_epoch is not None
+        epoch = Epoch(
+            number=plan.new_epoch,
+            owner=f"{plan.action}:{plan.requested_by or 'api'}",
+            created_at=_now(),
+            base=plan.new_base,
+            base_snapshot=plan.snapshot_from,
+            expected_partitions=None,
+            metadata={"action": plan.action, PLAN_FIELD: True},
+        )
+        record = epoch.to_json() | {PLAN_FIELD: plan.to_json()}
+        record[PLAN_FIELD].pop("description", None)
+        try:
+            self.blobs.put(f"epochs/{plan.new_epoch:08d}.json", dumps(record), if_absent=True)
+        except PreconditionFailedError:
+            raise EpochConflictError(
+                f"another submit or reprocess opened epoch {plan.new_epoch} of {self.store.uri} at the same time; "
+                "nothing was changed. Look at the store again (`airflow-ckpt progress`) and retry"
+            ) from None
+        if supersede is not None and supersede.status is EpochStatus.OPEN:
+            self.store.epoch_log.write_end(
+                supersede.number, EpochStatus.FAILED, {"reason": f"superseded by {plan.action} epoch {plan.new_epoch}"}
+            )
+
+    def _end(self, plan: ReprocessPlan, status: EpochStatus, summary: dict[str, Any]) -> None:
+        assert plan.new_epoch is not None
+        self.store.epoch_log.write_end(plan.new_epoch, status, summary)
+
+    # ------------------------------------------------------------------ reprocess / rewind
+
+    def retract(self, plan: ReprocessPlan, *, resumed: bool = False) -> ReprocessResult:
+        number = plan.new_epoch
+        assert number is not None
+        if plan.snapshot_drop:
+            self._write_snapshot(plan)
+        failpoint("store.reprocess.after_snapshot")
+        outcomes = self._move(plan) if plan.mode != DELETE else self._delete(plan)
+        record = {
+            "format_version": 1,
+            "epoch": number,
+            "action": plan.action,
+            "mode": plan.mode,
+            "selection": None if plan.selection is None else plan.selection.to_json(),
+            "to_commit": plan.to_commit,
+            "requested_by": plan.requested_by,
+            "created_at": plan.created_at,
+            "finished_at": _now(),
+            "previous": plan.previous.to_json(),
+            "checkpoints": list(plan.checkpoints),
+            "committed_checkpoints": plan.committed_checkpoints,
+            "keys": plan.keys,
+            "snapshot_drop": list(plan.snapshot_drop),
+            "files": [f.to_json() | {"outcome": outcomes[f.path]} for f in plan.files],
+        }
+        self.blobs.put(record_key(number), dumps(record))
+        failpoint("store.reprocess.before_end")
+        result = ReprocessResult(
+            action=plan.action,
+            epoch=number,
+            plan=plan,
+            moved=tuple(p for p, o in sorted(outcomes.items()) if o == MOVED),
+            deleted=tuple(p for p, o in sorted(outcomes.items()) if o == DELETED),
+            missing=tuple(p for p, o in sorted(outcomes.items()) if o == MISSING),
+            resumed=resumed,
+        )
+        self._end(plan, EpochStatus.RETRACTED, result.summary())
+        return result
+
+    def _write_snapshot(self, plan: ReprocessPlan) -> None:
+        """``snapshots/{n}``: the previous snapshot without the retracted checkpoints' keys."""
+        number = plan.new_epoch
+        assert number is not None and plan.snapshot_from is not None
+        prefix = f"snapshots/{number:08d}/"
+        if self.blobs.exists(prefix + "manifest.json"):
+            return
+        source = f"snapshots/{plan.snapshot_from:08d}/"
+        old = self.store.context.read_json(source + "manifest.json")
+        try:
+            table = pq.read_table(pa.BufferReader(self.blobs.get(source + "keys.parquet")[0]))
+        except BlobNotFoundError:
+            table = pa.table({KEY_COLUMN: pa.array([], pa.string())})
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise CorruptCheckpointError(
+                f"{self.blobs.child_uri(source + 'keys.parquet')} is corrupt ({exc}); nothing more was changed. "
+                "Run `airflow-ckpt check`"
+            ) from exc
+        kept = drop_checkpoints(table, plan.snapshot_drop)
+        write_snapshot_data(self.blobs, prefix, kept)
+        manifest = dict(old) | {
+            "snapshot": number,
+            "checkpoint_ids": sorted(set(old.get("checkpoint_ids", [])) - set(plan.snapshot_drop)),
+            "num_keys": kept.num_rows,
+            "created_at": _now(),
+            "derived_from": plan.snapshot_from,
+        }
+        self.blobs.put(prefix + "manifest.json", dumps(manifest))
+
+    def _checked(self, files: Sequence[PlannedFile], number: int) -> list[tuple[PlannedFile, str]]:
+        """Each file with its recomputed quarantine key; refuse the lot if any path is not allowed."""
+        refused = [f.path for f in files if not self.allowed(f.path)]
+        if refused:
+            raise UnsafePathError(
+                f"the plan of epoch {number} of {self.store.uri} names files outside the store root and the "
+                f"output roots (e.g. {refused[:3]}): nothing more is touched. Run `airflow-ckpt check`"
+            )
+        return [(f, quarantine_key(number, f.path)) for f in files]
+
+    def _present(self, files: Sequence[PlannedFile]) -> dict[str, int]:
+        """Output path -> size of the planned files that exist (one listing per directory)."""
+        by_dir: dict[str, set[str]] = defaultdict(set)
+        for f in files:
+            by_dir[f.path.rsplit("/", 1)[0]].add(f.path)
+
+        def listed(directory: str) -> dict[str, int]:
+            blobs = self.store.context.output_store(directory)
+            wanted = by_dir[directory]
+            return {blobs.child_uri(i.key): i.size for i in blobs.list("") if blobs.child_uri(i.key) in wanted}
+
+        found: dict[str, int] = {}
+        for sizes in self.store.context.map(listed, sorted(by_dir)):
+            found.update(sizes)
+        return found
+
+    def _output(self, path: str) -> tuple[BlobStore, str]:
+        directory, _, name = path.rpartition("/")
+        return self.store.context.output_store(directory), name
+
+    def _move(self, plan: ReprocessPlan) -> dict[str, str]:
+        number = plan.new_epoch
+        assert number is not None
+        files = self._checked(plan.files, number)
+        present = self._present(plan.files)
+        stored = {i.key: i.size for i in self.blobs.list(quarantine_prefix(number))}
+
+        def copy(item: tuple[PlannedFile, str]) -> None:
+            planned, key = item
+            if planned.path in present and stored.get(key) != present[planned.path]:
+                blobs, name = self._output(planned.path)
+                self.blobs.copy_from(blobs, name, key)
+                failpoint("store.reprocess.after_copy")
+
+        self.store.context.map(copy, files)
+        copied = {i.key: i.size for i in self.blobs.list(quarantine_prefix(number))}
+        short = [f.path for f, key in files if f.path in present and copied.get(key) != present[f.path]]
+        if short:
+            raise CorruptCheckpointError(
+                f"the quarantine copies of {short[:3]} do not match the originals; nothing was deleted. "
+                f"Run the reprocess again (it resumes)"
+            )
+        if not self.store.is_current_epoch(number):
+            raise EpochFencedError(
+                f"epoch {number} of {self.store.uri} was superseded while its files were being moved; the "
+                "originals still in the output are kept. Run `airflow-ckpt check`"
+            )
+        self._delete_originals([f.path for f, _ in files if f.path in present], "store.reprocess.after_move")
+        return {f.path: MOVED if key in copied else MISSING for f, key in files}
+
+    def _delete(self, plan: ReprocessPlan) -> dict[str, str]:
+        number = plan.new_epoch
+        assert number is not None
+        files = self._checked(plan.files, number)
+        present = self._present(plan.files)
+        self._delete_originals([f.path for f, _ in files if f.path in present], "store.reprocess.after_move")
+        return {f.path: DELETED if f.path in present else MISSING for f, _ in files}
+
+    def _delete_originals(self, paths: Sequence[str], point: str) -> None:
+        self.store.deleter.delete_output_files(paths, after_batch=lambda: failpoint(point))
+
+    # ------------------------------------------------------------------ undo
+
+    def undo(self, plan: ReprocessPlan, *, resumed: bool = False) -> ReprocessResult:
+        target = plan.target
+        assert target is not None
+        files = self._checked(plan.files, target)
+        present = self._present(plan.files)
+        restored: list[str] = []
+        missing: list[str] = []
+
+        def restore(item: tuple[PlannedFile, str]) -> str | None:
+            planned, key = item
+            if present.get(planned.path) == planned.size_bytes:
+                return planned.path
+            blobs, name = self._output(planned.path)
+            try:
+                blobs.copy_from(self.blobs, key, name)
+            except BlobNotFoundError:
+                return None
+            failpoint("store.undo.after_restore")
+            return planned.path
+
+        for (planned, _), done in zip(files, self.store.context.map(restore, files), strict=True):
+            (restored if done else missing).append(planned.path)
+        # The reprocess's snapshot is obsolete now (the undo epoch names the previous one).
+        self.store.deleter.delete_snapshot(target)
+        self.blobs.put(marker_key(target, "undone"), dumps({"epoch": target, "by": plan.new_epoch, "at": _now()}))
+        failpoint("store.undo.before_end")
+        result = ReprocessResult(
+            action=UNDO,
+            epoch=plan.new_epoch,
+            plan=plan,
+            restored=tuple(sorted(restored)),
+            missing=tuple(sorted(missing)),
+            resumed=resumed,
+        )
+        before = plan.previous.status
+        status = EpochStatus(before) if before in ("succeeded", "failed") else EpochStatus.RESTORED
+        self._end(plan, status, result.summary())
+        return result
+
+    # ------------------------------------------------------------------ purge
+
+    def purge(self, plan: ReprocessPlan, *, resumed: bool = False) -> ReprocessResult:
+        target = plan.target
+        assert target is not None
+        prefix = quarantine_prefix(target)
+        keys = [i.key for i in self.blobs.list(prefix)]
+        self.store.deleter.delete_records(keys, after_batch=lambda: failpoint("store.purge.during_delete"))
+        self.blobs.put(marker_key(target, "purged"), dumps({"epoch": target, "at": _now(), "files": len(keys)}))
+        failpoint("store.purge.before_end")
+        result = ReprocessResult(
+            action=PURGE,
+            epoch=plan.new_epoch,
+            plan=plan,
+            purged=tuple(sorted(f.path for f in plan.files)),
+            resumed=resumed,
+        )
+        if plan.new_epoch is not None:
+            self._end(plan, EpochStatus.RETRACTED, result.summary())
+        return result

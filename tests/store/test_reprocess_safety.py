@@ -1,0 +1,338 @@
+"""Reprocess safety on both backends: fencing against submits, commits and other reprocesses; a crash
+at every step (in-process and a killed process), finished by a re-run; bad input refused with a
+typed error before anything moves."""
+
+from __future__ import annotations
+
+import io
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_ckpt_provider import failpoints
+from airflow_ckpt_provider.store import (
+    REPROCESS_FAILPOINTS,
+    CommitRefusedError,
+    EmptySelectionError,
+    EpochConflictError,
+    EpochStatus,
+    QuarantineMissingError,
+    ReprocessInProgressError,
+    RetentionPolicy,
+    Selection,
+    StoreChangedError,
+    UndoUnavailableError,
+    UnknownCommitError,
+    UnknownEpochError,
+    UnknownInputFileError,
+    UnknownKeysError,
+    UnknownReprocessError,
+    UnsafePathError,
+    open_blobs,
+)
+from tests.store.conftest import Backend
+from tests.store.helpers import done_keys, write_task
+from tests.store.reprocess_helpers import Picture, name, quarantined_names, rerun_pending, run_and_commit
+
+PARTITIONS = [["a1", "a2"], ["b1"], ["c1", "c2", "c3"], ["d1", "d2"]]
+
+
+@pytest.fixture(autouse=True)
+def _no_failpoints() -> None:
+    failpoints.disable_all()
+
+
+# ---------------------------------------------------------------- fencing
+
+
+def test_reprocess_while_an_epoch_is_open_changes_nothing(backend: Backend) -> None:
+    store = backend.store()
+    run_and_commit(store, backend, PARTITIONS)
+    running = store.begin_epoch(owner="dag/task/run2")  # a submit is running
+    write_task(store, backend, epoch=running.number, partition=0, keys=["e1"])
+    before = Picture.take(backend)
+    with pytest.raises(EpochConflictError, match="open"):
+        store.reprocess(Selection(keys=["a1"]))
+    with pytest.raises(EpochConflictError, match="open"):
+        store.rewind(0)
+    assert Picture.take(backend) == before
+    # A dead submit can be superseded on purpose: its later seals are fenced.
+    result = store.reprocess(Selection(keys=["a1"]), takeover=True)
+    assert result.epoch == running.number + 1
+    assert "e1" in done_keys(store)  # what the dead run sealed is kept (valid, uncommitted)
+
+
+def test_submit_commit_clear_are_refused_during_an_unfinished_reprocess(backend: Backend) -> None:
+    store = backend.store()
+    run = run_and_commit(store, backend, PARTITIONS)
+    failpoints.enable("store.reprocess.after_move", kind="raise", hit=1)
+    with pytest.raises(failpoints.InjectedFault):
+        store.reprocess(Selection(keys=["c1"]))
+    failpoints.disable_all()
+    before = Picture.take(backend)
+    for attempt in (
+        lambda: store.begin_epoch(owner="dag/task/run"),
+        lambda: store.begin_epoch(owner="other", takeover=True),  # not even with takeover
+        lambda: store.clear(),
+        lambda: store.discard_uncommitted(),
+        lambda: store.reprocess(Selection(keys=["a1"])),  # another selection
+    ):
+        with pytest.raises(ReprocessInProgressError, match="resume"):
+            attempt()
+    with pytest.raises(CommitRefusedError, match="reprocess"):
+        store.commit([backend.output_uri])
+    assert Picture.take(backend) == before
+    report = store.check()
+    assert not report.ok and any("unfinished" in p and "resume" in p for p in report.problems)
+
+    finished = store.reprocess(Selection(keys=["c1"]))  # the same request finishes it
+    assert finished.resumed and sorted(finished.moved) == run.files[run.checkpoint_of("c1")]
+    assert store.check().ok
+
+
+def test_commit_refuses_a_finished_reprocess_epoch_until_a_run(backend: Backend) -> None:
+    store = backend.store()
+    run_and_commit(store, backend, PARTITIONS)
+    store.reprocess(Selection(keys=["b1"]))
+    before = Picture.take(backend)
+    with pytest.raises(CommitRefusedError, match="run the job"):
+        store.commit([backend.output_uri])
+    assert Picture.take(backend) == before
+    rerun_pending(store, backend, ["b1"])
+    assert store.check().ok
+
+
+def _racer(args: tuple[str, dict[str, Any], str, Any]) -> str:
+    uri, options, what, barrier = args
+    from airflow_ckpt_provider.store import EpochConflictError, Selection, open_store
+
+    store = open_store(uri, **options)
+    barrier.wait()
+    try:
+        if what == "submit":
+            return f"submit:{store.begin_epoch(owner='dag/task/run').number}"
+        return f"reprocess:{store.reprocess(Selection(keys=['a1'])).epoch}"
+    except EpochConflictError:
+        return "conflict"
+
+
+@pytest.mark.parametrize("other", ["submit", "reprocess"])
+def test_racing_a_submit_or_another_reprocess_exactly_one_wins(backend: Backend, other: str) -> None:
+    ctx = multiprocessing.get_context("fork")
+    repetitions = 6 if backend.name == "local" else 3
+    with ctx.Manager() as manager, ctx.Pool(2) as pool:
+        for rep in range(repetitions):
+            sub = Backend(backend.name, f"{backend.store_uri}/r{rep}", f"{backend.output_uri}/r{rep}", backend.options)
+            store = sub.store()
+            run = run_and_commit(store, sub, PARTITIONS)
+            barrier = manager.Barrier(2)
+            results = pool.map(_racer, [(sub.store_uri, sub.options, w, barrier) for w in ("reprocess", other)])
+            assert sorted(r.split(":")[0] for r in results) in (
+                sorted(["conflict", "reprocess"]),
+                sorted(["conflict", other]),
+            ), results
+            winner = next(r for r in results if r != "conflict")
+            epochs = store.list_epochs()
+            assert epochs[-1].number == run.epoch + 1  # exactly one new epoch
+            files_a1 = {name(p) for p in run.files[run.checkpoint_of("a1")]}
+            if winner.startswith("reprocess"):
+                assert quarantined_names(sub) == files_a1 and store.check().ok
+            else:
+                assert quarantined_names(sub) == set() and files_a1 <= sub.output_names()
+
+
+# ---------------------------------------------------------------- crashes
+
+
+def _reference(backend: Backend, action: str) -> Picture:
+    """The outcome of the same operation without a crash, on a twin store (for comparison)."""
+    twin = Backend(backend.name, f"{backend.store_uri}-twin", f"{backend.output_uri}-twin", backend.options)
+    store = twin.store()
+    run_and_commit(store, twin, PARTITIONS)
+    _prepare(store, action)
+    _operate(store, action)
+    return Picture.take(twin)
+
+
+def _shape(objects: dict[str, bytes]) -> list[tuple[str, int]]:
+    """Files without their random checkpoint ids (``part-P-I-eE``), with their sizes: comparable across stores."""
+    return sorted(("-".join(name(k).split("-")[:4]), len(v)) for k, v in objects.items())
+
+
+def _operate(store: Any, action: str) -> object:
+    if action == "reprocess":
+        return store.reprocess(Selection(keys=["a2", "d1"]))
+    if action == "rewind":
+        return store.rewind(0)
+    if action == "undo":
+        return store.undo_reprocess()
+    return store.purge_quarantine()
+
+
+def _prepare(store: Any, action: str) -> None:
+    if action in ("undo", "purge"):
+        store.reprocess(Selection(keys=["a2", "d1"]))
+
+
+POINTS = [
+    (action, point)
+    for action in ("reprocess", "rewind", "undo", "purge")
+    for point in REPROCESS_FAILPOINTS
+    if point.split(".")[1] == {"rewind": "reprocess"}.get(action, action)
+]
+
+
+def test_every_step_has_a_failpoint() -> None:
+    assert {p.split(".")[1] for p in REPROCESS_FAILPOINTS} == {"reprocess", "undo", "purge"}
+    assert len(POINTS) >= 10
+
+
+@pytest.mark.parametrize(("action", "point"), POINTS)
+def test_crash_at_every_step_then_a_rerun_finishes(backend: Backend, action: str, point: str) -> None:
+    store = backend.store()
+    run_and_commit(store, backend, PARTITIONS)
+    _prepare(store, action)
+    failpoints.enable(point, kind="raise", hit=1)
+    with pytest.raises(failpoints.InjectedFault):
+        _operate(store, action)
+    assert failpoints.hits(point) >= 1  # per-file points may be hit by parallel copies
+    failpoints.disable_all()
+    # Nothing lost at the crash: every file of the run is in the output or in the quarantine.
+    picture = Picture.take(backend)
+    everywhere = {name(k) for k in picture.output} | {name(k) for k in picture.quarantine()}
+    assert len(everywhere) == len(PARTITIONS) or action == "purge"
+
+    finished = store.resume_reprocess()
+    if point.endswith("before_epoch"):
+        assert finished is None  # nothing had happened: nothing to finish; do it again
+        _operate(store, action)
+    assert store.check().ok, store.check()
+    ours, reference = Picture.take(backend), _reference(backend, action)
+    assert _shape(ours.output) == _shape(reference.output)
+    assert _shape(ours.quarantine()) == _shape(reference.quarantine())
+    current = store.current_epoch()
+    assert current is not None and current.status is not EpochStatus.OPEN
+
+
+@pytest.mark.parametrize(
+    "point", ["store.reprocess.after_epoch", "store.reprocess.after_copy", "store.reprocess.after_move"]
+)
+def test_a_killed_process_is_finished_by_the_next_call(backend: Backend, point: str) -> None:
+    """A real process dies (os._exit) mid-reprocess; the same call from another process finishes it."""
+    store = backend.store()
+    run = run_and_commit(store, backend, PARTITIONS)
+    script = textwrap.dedent(
+        f"""
+        import json
+        from airflow_ckpt_provider.store import Selection, open_store
+        store = open_store({backend.store_uri!r}, **json.loads({json.dumps(json.dumps(backend.options))}))
+        store.reprocess(Selection(keys=["c2"]))
+        """
+    )
+    env = {**os.environ, "CKPT_FAILPOINTS": f"{point}=exit"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == failpoints.EXIT_CODE, proc.stderr
+    assert not store.check().ok
+    result = store.reprocess(Selection(keys=["c2"]))
+    assert result.resumed
+    assert quarantined_names(backend) == {name(p) for p in run.files[run.checkpoint_of("c2")]}
+    assert "c1" not in done_keys(store) and store.check().ok
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def _refused(backend: Backend, call: Any, error: type[Exception], match: str) -> None:
+    before = Picture.take(backend)
+    with pytest.raises(error, match=match):
+        call()
+    assert Picture.take(backend) == before
+
+
+def test_bad_input_is_a_typed_error_and_changes_nothing(backend: Backend) -> None:
+    store = backend.store()
+    run = run_and_commit(store, backend, PARTITIONS)
+    _refused(backend, lambda: store.reprocess(Selection()), EmptySelectionError, "clear")
+    _refused(backend, lambda: store.reprocess(Selection(keys=["a1", "nope", "zz"])), UnknownKeysError, "nope")
+    _refused(backend, lambda: store.preview_reprocess(Selection(keys=["nope"])), UnknownKeysError, "pending")
+    _refused(
+        backend,
+        lambda: store.reprocess(Selection(files=["s3://bucket/never/landed.parquet"])),
+        UnknownInputFileError,
+        "landed.parquet",
+    )
+    _refused(backend, lambda: store.reprocess(Selection(epochs=[run.epoch + 7])), UnknownEpochError, "epochs")
+    _refused(backend, lambda: store.rewind(run.epoch + 3), UnknownCommitError, "commit")
+    _refused(backend, lambda: store.reprocess(Selection(commits=[42])), UnknownCommitError, "42")
+    _refused(backend, lambda: store.undo_reprocess(), UnknownReprocessError, "no reprocess")
+    _refused(backend, lambda: store.purge_quarantine(5), UnknownReprocessError, "5")
+    _refused(backend, lambda: store.reprocess(Selection(keys=[1, 2])), UnknownKeysError, "type")
+
+
+def test_a_missing_quarantine_refuses_undo(backend: Backend) -> None:
+    store = backend.store()
+    run_and_commit(store, backend, PARTITIONS, files=2)
+    store.reprocess(Selection(keys=["c1"]))
+    blobs = backend.store_blobs()
+    lost = sorted(k for k in backend.store_keys() if k.startswith("quarantine/"))[0]
+    blobs.delete_many([lost])
+    _refused(backend, lambda: store.undo_reprocess(), QuarantineMissingError, name(lost))
+
+
+def test_a_stale_preview_is_refused(backend: Backend) -> None:
+    store = backend.store()
+    run_and_commit(store, backend, PARTITIONS)
+    plan = store.preview_reprocess(Selection(keys=["a1"]))
+    run_and_commit(store, backend, [["z1"]])  # the store moved on since the person read the preview
+    _refused(backend, lambda: store.reprocess(Selection(keys=["a1"]), expected=plan), StoreChangedError, "preview")
+    _refused(
+        backend,
+        lambda: store.reprocess(Selection(keys=["a1"]), expected=plan.fingerprint),
+        StoreChangedError,
+        "preview",
+    )
+    fresh = store.preview_reprocess(Selection(keys=["a1"]))
+    assert store.reprocess(Selection(keys=["a1"]), expected=fresh).epoch is not None
+
+
+def test_records_a_store_holds_are_checked_too(backend: Backend) -> None:
+    """A lineage record naming a file outside the output roots: listed by the preview, never moved."""
+    store = backend.store()
+    run = run_and_commit(store, backend, PARTITIONS, policy=RetentionPolicy.DELETE_AFTER_SUCCESS)
+    victim_root = backend.output_uri.rsplit("/", 1)[0] + "/victim"
+    victim_blobs = open_blobs(victim_root, **backend.options)
+    victim_blobs.put("precious.txt", b"precious")
+    victim = victim_blobs.child_uri("precious.txt")
+    blobs = backend.store_blobs()
+    key = f"lineage/{run.epoch:08d}.parquet"
+    lineage = pq.read_table(pa.BufferReader(blobs.get(key)[0]))
+    forged = lineage.slice(0, 1).to_pylist()[0] | {"path": victim, "size_bytes": 8}
+    sink = io.BytesIO()
+    pq.write_table(pa.concat_tables([lineage, pa.Table.from_pylist([forged], schema=lineage.schema)]), sink)
+    blobs.put(key, sink.getvalue())
+
+    plan = store.preview_reprocess(Selection(commits=[run.epoch]))
+    assert victim not in {f.path for f in plan.files} and plan.refused_paths == (victim,)
+    assert "precious.txt" in plan.describe()
+    _refused(backend, lambda: store.reprocess(Selection(commits=[run.epoch])), UnsafePathError, "precious.txt")
+    assert victim_blobs.get("precious.txt")[0] == b"precious"
+
+
+def test_undo_after_a_cleanup_deleted_the_checkpoints_is_refused(backend: Backend) -> None:
+    """If the retracted (now invalid) checkpoints were deleted since (by hand, or a cleanup), an undo would
+    restore files whose keys stay pending (duplicates after the next run), so it is refused."""
+    store = backend.store()
+    run = run_and_commit(store, backend, PARTITIONS, policy=None)
+    store.reprocess(Selection(keys=["a1"]))
+    blobs = backend.store_blobs()
+    blobs.delete_many([k for k in backend.store_keys() if k.startswith(f"checkpoints/{run.checkpoint_of('a1')}/")])
+    _refused(backend, lambda: store.undo_reprocess(), UndoUnavailableError, "deleted since")
+    assert store.check().ok
