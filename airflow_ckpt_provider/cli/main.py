@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from airflow_ckpt_provider import __version__
-from airflow_ckpt_provider.cli import commands
+from airflow_ckpt_provider.cli import commands, reprocess
 from airflow_ckpt_provider.cli.exit_codes import EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNAVAILABLE
 from airflow_ckpt_provider.cli.store_selection import StoreTarget, TargetError, open_target
 from airflow_ckpt_provider.store.errors import CheckpointError, StoreUnavailableError
@@ -106,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("check", "consistency report (exit 1 if problems are found)", commands.check).add_argument(
         "uri", nargs="?", metavar="URI", help="store URI"
     )
+    reprocess.register(add)
     return parser
 
 
