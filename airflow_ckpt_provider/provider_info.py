@@ -27,6 +27,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_ckpt_provider.operators.spark_submit",
                     "airflow_ckpt_provider.operators.commit",
                     "airflow_ckpt_provider.operators.clear",
+                    "airflow_ckpt_provider.operators.reprocess",
                 ],
             }
         ],

@@ -25,6 +25,8 @@ BYTES_FREED = "ckpt.bytes_freed"
 FILES_COMMITTED = "ckpt.files_committed"
 UNKNOWN_FILES = "ckpt.unknown_files"
 CLEARS = "ckpt.clears"
+REPROCESSES = "ckpt.reprocesses"
+FILES_RETRACTED = "ckpt.files_retracted"
 
 
 def task_tags(context: Mapping[str, Any]) -> dict[str, str]:

@@ -53,10 +53,16 @@ class Reprocessor:
 
     def preview(self, selection: Selection, *, delete: bool = False) -> ReprocessPlan:
         view = StoreView.read(self.store)
+        unfinished = self._same_unfinished(view, REPROCESS, selection, None, delete)
+        if unfinished is not None:
+            return unfinished
         return self._plan(view, REPROCESS, resolve(view, selection), selection, None, delete, None)
 
     def preview_rewind(self, to_commit: int, *, delete: bool = False) -> ReprocessPlan:
         view = StoreView.read(self.store)
+        unfinished = self._same_unfinished(view, REWIND, None, to_commit, delete)
+        if unfinished is not None:
+            return unfinished
         return self._plan(view, REWIND, resolve_rewind(view, to_commit), None, to_commit, delete, None)
 
     def preview_undo(self, epoch: int | None = None) -> ReprocessPlan:
@@ -163,16 +169,9 @@ class Reprocessor:
         requested_by: str | None,
     ) -> ReprocessResult:
         view = StoreView.read(self.store)
-        unfinished = self._unfinished(view)
+        unfinished = self._same_unfinished(view, action, selection, to_commit, delete)
         if unfinished is not None:
-            same = (unfinished.action, canonical(_request(unfinished.selection)), unfinished.to_commit) == (
-                action,
-                canonical(_request(selection)),
-                to_commit,
-            )
-            if same and unfinished.mode == ("delete" if delete else "quarantine"):
-                return self._finish(view, unfinished)
-            raise self._in_progress(view, unfinished)
+            return self._finish(view, unfinished)
         plan = self._plan(view, action, resolver(view), selection, to_commit, delete, requested_by)
         self._check_expected(plan, expected)
         if plan.nothing_to_do and not plan.refused_paths:
@@ -221,6 +220,28 @@ class Reprocessor:
             return None
         plan = view.maintenance_plan()
         return None if plan is None else ReprocessPlan.from_json(plan)
+
+    def _same_unfinished(
+        self, view: StoreView, action: str, selection: Selection | None, to_commit: int | None, delete: bool
+    ) -> ReprocessPlan | None:
+        """The unfinished plan if it is this very request (a retry finishes it); raise if another is."""
+        unfinished = self._unfinished(view)
+        if unfinished is None:
+            return None
+        same = (
+            unfinished.action,
+            canonical(_request(unfinished.selection)),
+            unfinished.to_commit,
+            unfinished.mode,
+        ) == (
+            action,
+            canonical(_request(selection)),
+            to_commit,
+            "delete" if delete else "quarantine",
+        )
+        if same:
+            return unfinished
+        raise self._in_progress(view, unfinished)
 
     def _finish(self, view: StoreView, plan: ReprocessPlan) -> ReprocessResult:
         steps = self._steps(view)

@@ -1,0 +1,239 @@
+"""``ReprocessCheckpointsOperator`` and ``RewindCheckpointsOperator``: redo part of a store from a DAG.
+
+Both make checkpoints pending again and take their output (committed or not) out of the output
+directory — to the store's quarantine by default — so the next run of the job writes it once
+more (docs/reprocess.md). The task logs the preview (counts and the exact files) before acting;
+``preview_only=True`` stops there. An Airflow retry after a crash finishes the interrupted action.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
+from airflow_ckpt_provider.hooks.store_location import resolve_store_uri
+from airflow_ckpt_provider.operators import metrics
+from airflow_ckpt_provider.store import CheckpointStore, ReprocessPlan, ReprocessResult, Selection
+from airflow_ckpt_provider.store.errors import ReprocessSelectionError
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+#: Files the task log lists in the preview before "… and N more".
+LOGGED_FILES = 200
+
+
+class ReprocessTooLargeError(ReprocessSelectionError):
+    """The plan retracts more files than the task's ``max_files`` allows; nothing was changed."""
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+def _as_list(value: Any, what: str) -> list[Any]:
+    """A list from a Python list, or a rendered template (JSON, or comma-separated text)."""
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                parsed = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ReprocessSelectionError(f"{what}: {text!r} is not a JSON list ({exc.msg})") from exc
+            return list(parsed)
+        return [part.strip() for part in text.split(",") if part.strip()]
+    if isinstance(value, (list, tuple, set)):
+        return list(value)
+    return [value]
+
+
+class _StoreActionOperator(BaseOperator):
+    """What reprocess and rewind share: the store, the mode, the preview in the log, metrics."""
+
+    ui_color = "#f0c987"
+
+    def __init__(
+        self,
+        *,
+        checkpoint_uri: str | None = None,
+        spark_task_id: str | None = None,
+        aws_conn_id: str | None = None,
+        delete: bool | str = False,
+        preview_only: bool | str = False,
+        max_files: int | str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.checkpoint_uri = checkpoint_uri
+        self.spark_task_id = spark_task_id
+        self.aws_conn_id = aws_conn_id
+        self.delete = delete
+        self.preview_only = preview_only
+        self.max_files = max_files
+
+    def _store(self, context: Context) -> tuple[str, CheckpointStore]:
+        uri = resolve_store_uri(context, self.checkpoint_uri, self.spark_task_id)
+        return uri, CheckpointHook(uri, aws_conn_id=self.aws_conn_id).get_store()
+
+    def _requested_by(self, context: Context) -> str:
+        ti = context["ti"]
+        return f"airflow:{ti.dag_id}/{ti.task_id}/{context['run_id']}"
+
+    def _act(self, context: Context, plan: ReprocessPlan, uri: str, run: Any) -> dict[str, Any]:
+        self.log.info("%s", plan.describe(max_files=LOGGED_FILES))
+        limit = None if self.max_files is None or self.max_files == "" else int(self.max_files)
+        if limit is not None and len(plan.files) > limit:
+            raise ReprocessTooLargeError(
+                f"the {plan.action} would take {len(plan.files)} file(s) out of the output, more than max_files="
+                f"{self.max_files}: nothing was changed. Narrow the selection, or raise max_files"
+            )
+        base = {"checkpoint_uri": uri, "aws_conn_id": self.aws_conn_id, "preview_only": _as_bool(self.preview_only)}
+        if _as_bool(self.preview_only):
+            self.log.info("preview_only=True: nothing was changed")
+            return base | {"preview": plan.to_json(max_files=0), "result": None}
+        result: ReprocessResult = run(plan)
+        summary = result.summary()
+        self.log.info(
+            "%s of %s%s: %d checkpoint(s), %d key(s) pending; %d file(s) moved to quarantine, %d deleted, "
+            "%d already missing (epoch %s)",
+            result.action,
+            uri,
+            " (resumed)" if result.resumed else "",
+            summary["checkpoints"],
+            summary["keys"],
+            summary["moved"],
+            summary["deleted"],
+            summary["missing"],
+            summary["epoch"],
+        )
+        tags = metrics.task_tags(context)
+        metrics.count(metrics.REPROCESSES, 1 if result.epoch is not None else 0, tags)
+        metrics.count(metrics.FILES_RETRACTED, summary["moved"] + summary["deleted"], tags)
+        return base | {"preview": None, "result": summary}
+
+
+class ReprocessCheckpointsOperator(_StoreActionOperator):
+    """Reprocess the checkpoints holding some keys, input files, epochs, commits or seal times.
+
+    Those checkpoints become pending (the next run of the job processes their keys again) and
+    their output files leave the output directory: moved to the store's quarantine
+    (``quarantine/{epoch}/`` under the store root; ``airflow-ckpt undo`` restores them before
+    the next run, ``airflow-ckpt purge`` deletes them), or deleted with ``delete=True``. Every
+    criterion given must hold. Refused, with nothing changed, while a submit holds the store.
+
+    :param checkpoint_uri: the store (templated). Default: the store ``spark_task_id`` used in this run.
+    :param spark_task_id: the ``CheckpointedSparkSubmitOperator`` whose store to work on.
+    :param aws_conn_id: ``aws`` connection for ``s3://`` stores.
+    :param keys: row keys (templated: a list, a JSON list, or comma-separated text).
+    :param files: input files, for jobs with file keys (templated, as ``keys``).
+    :param epochs: epoch numbers (templated). :param commits: commit numbers (templated).
+    :param sealed_after: / :param sealed_before: ISO 8601 times with a time zone (templated).
+    :param delete: delete the files instead of the quarantine (no undo).
+    :param preview_only: only log the preview (a dry run; ``dry_run`` is taken by BaseOperator).
+    :param max_files: refuse (nothing changed) when more files would be retracted.
+
+    Returns the counts (XCom): checkpoints, keys, files, bytes, moved, deleted, missing, epoch.
+    """
+
+    template_fields: Sequence[str] = (
+        "checkpoint_uri",
+        "keys",
+        "files",
+        "epochs",
+        "commits",
+        "sealed_after",
+        "sealed_before",
+        "delete",
+        "preview_only",
+        "max_files",
+    )
+
+    def __init__(
+        self,
+        *,
+        keys: Sequence[Any] | str | None = None,
+        files: Sequence[str] | str | None = None,
+        epochs: Sequence[int] | str | None = None,
+        commits: Sequence[int] | str | None = None,
+        sealed_after: str | None = None,
+        sealed_before: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.keys = keys
+        self.files = files
+        self.epochs = epochs
+        self.commits = commits
+        self.sealed_after = sealed_after
+        self.sealed_before = sealed_before
+
+    def selection(self) -> Selection:
+        try:
+            return Selection(
+                keys=_as_list(self.keys, "keys"),
+                files=[str(f) for f in _as_list(self.files, "files")],
+                epochs=[int(e) for e in _as_list(self.epochs, "epochs")],
+                commits=[int(c) for c in _as_list(self.commits, "commits")],
+                sealed_after=self.sealed_after or None,
+                sealed_before=self.sealed_before or None,
+            )
+        except ValueError as exc:
+            raise ReprocessSelectionError(f"{self.task_id}: {exc}") from exc
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        uri, store = self._store(context)
+        selection = self.selection()
+        delete = _as_bool(self.delete)
+        plan = store.preview_reprocess(selection, delete=delete)
+        return self._act(
+            context,
+            plan,
+            uri,
+            lambda confirmed: store.reprocess(
+                selection, delete=delete, expected=confirmed, requested_by=self._requested_by(context)
+            ),
+        )
+
+
+class RewindCheckpointsOperator(_StoreActionOperator):
+    """Return an incremental (``retain``) store to its state after commit ``to_commit``.
+
+    Every checkpoint sealed after that commit becomes pending and its output leaves the output
+    directory (quarantine by default), so the next run processes those inputs again — e.g. after
+    fixing a bug that affected the last runs. Otherwise as :class:`ReprocessCheckpointsOperator`.
+
+    :param to_commit: the commit (epoch number) to return to; 0 for before the first (templated).
+    """
+
+    template_fields: Sequence[str] = ("checkpoint_uri", "to_commit", "delete", "preview_only", "max_files")
+
+    def __init__(self, *, to_commit: int | str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.to_commit = to_commit
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        uri, store = self._store(context)
+        try:
+            to_commit = int(self.to_commit)
+        except (TypeError, ValueError):
+            raise ReprocessSelectionError(
+                f"{self.task_id}: to_commit={self.to_commit!r} is not a commit number"
+            ) from None
+        delete = _as_bool(self.delete)
+        plan = store.preview_rewind(to_commit, delete=delete)
+        return self._act(
+            context,
+            plan,
+            uri,
+            lambda confirmed: store.rewind(
+                to_commit, delete=delete, expected=confirmed, requested_by=self._requested_by(context)
+            ),
+        )
