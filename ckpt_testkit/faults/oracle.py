@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_ckpt_provider.store import CheckpointStore, RetentionPolicy
+from airflow_ckpt_provider.store.reprocess.records import retracted_paths
 from ckpt_testkit.faults.workload import OutputLocation, exactly_once_violations, expected_keys, expected_rows
 
 
@@ -56,6 +57,8 @@ class CommitRecords:
                 latest = max(latest or 0, int(record["epoch"]))
             else:
                 committed.update(str(f["path"]) for f in record.get("files", ()))
+        # A reprocess or rewind took these out of the committed output on purpose (docs/reprocess.md).
+        committed -= retracted_paths(store.blobs)
         return cls(frozenset(committed), frozenset(unknown), frozenset(kept), frozenset(deleted), latest)
 
 

@@ -12,7 +12,7 @@ import dataclasses
 import random
 from dataclasses import dataclass, field
 
-from airflow_ckpt_provider.store import RetentionPolicy
+from airflow_ckpt_provider.store import REPROCESS_FAILPOINTS, RetentionPolicy
 
 #: Failpoints on the executors (Python workers), in the order a write task meets them.
 EXECUTOR_FAILPOINTS = (
@@ -47,6 +47,8 @@ ORPHAN_POINTS = EXECUTOR_FAILPOINTS[
 ]
 #: Commit failpoints that are reached only when there are orphans to delete.
 ORPHAN_COMMIT_POINTS = ("store.commit.before_delete_orphans", "store.commit.during_delete_orphans")
+#: Failpoints of reprocess, rewind, undo and purge: dealt by ckpt_testkit/faults/reprocess_trials.py.
+REPROCESS_POINTS = REPROCESS_FAILPOINTS
 #: Not a failpoint: SIGKILL of the spark-submit process group at a random moment.
 SIGKILL = "sigkill.driver"
 CRASH_POINTS = (*EXECUTOR_FAILPOINTS, *DRIVER_FAILPOINTS, *NATIVE_FAILPOINTS, SIGKILL)

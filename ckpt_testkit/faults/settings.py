@@ -6,6 +6,8 @@
 ``CKPT_FAULT_STORE_TRIALS``    store-fault trials through the proxy (default 5: one per fault)
 ``CKPT_FAULT_RACES``           begin_epoch races per backend (default 100)
 ``CKPT_FAULT_DOUBLE_SUBMITS``  pairs of real spark-submits started together (default 1)
+``CKPT_FAULT_REPROCESS_TRIALS`` reprocess/rewind/undo/purge crash trials per backend (default 6; 36 deals
+                               every action x failpoint x crash kind once)
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class CampaignSettings:
     store_trials: int
     races: int
     double_submits: int
+    reprocess_trials: int = 6
 
     @classmethod
     def from_env(cls) -> CampaignSettings:
@@ -38,6 +41,7 @@ class CampaignSettings:
             store_trials=_int("CKPT_FAULT_STORE_TRIALS", 5),
             races=_int("CKPT_FAULT_RACES", 100),
             double_submits=_int("CKPT_FAULT_DOUBLE_SUBMITS", 1),
+            reprocess_trials=_int("CKPT_FAULT_REPROCESS_TRIALS", 6),
         )
 
     def replay_hint(self) -> str:
