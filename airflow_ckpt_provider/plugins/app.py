@@ -44,6 +44,7 @@ from airflow_ckpt_provider.plugins.locator import (
     open_ref,
 )
 from airflow_ckpt_provider.plugins.problems import StoreProblem, display_uri, problem_from, scrub
+from airflow_ckpt_provider.plugins.reprocess import router as reprocess_router
 from airflow_ckpt_provider.plugins.task_view import build_task_store_view, summary_of
 
 log = logging.getLogger(__name__)
@@ -292,6 +293,7 @@ def create_app() -> FastAPI:
         redoc_url=None,
     )
     app.include_router(router)
+    app.include_router(reprocess_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="checkpoints_static")
     app.add_exception_handler(HTTPException, _http_error)
     return app

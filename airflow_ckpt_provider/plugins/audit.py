@@ -16,11 +16,20 @@ from sqlalchemy.orm import Session
 EVENT_CLEAR = "checkpoints.clear"
 EVENT_DISCARD = "checkpoints.discard_uncommitted"
 EVENT_FAILED_SUFFIX = ".failed"
+#: Reprocess and rewind (docs/reprocess.md) and what follows them.
+EVENTS = {
+    "clear": EVENT_CLEAR,
+    "discard": EVENT_DISCARD,
+    "reprocess": "checkpoints.reprocess",
+    "rewind": "checkpoints.rewind",
+    "undo": "checkpoints.undo_reprocess",
+    "purge": "checkpoints.purge_quarantine",
+    "resume": "checkpoints.resume_reprocess",
+}
 
 
 def event_name(action: str, *, failed: bool = False) -> str:
-    base = EVENT_CLEAR if action == "clear" else EVENT_DISCARD
-    return base + (EVENT_FAILED_SUFFIX if failed else "")
+    return EVENTS[action] + (EVENT_FAILED_SUFFIX if failed else "")
 
 
 def write_audit_entry(
