@@ -51,6 +51,8 @@ def declared_roots(view: StoreView, commits: Iterable[int]) -> set[str]:
     return roots
 
 
-def output_guard(view: StoreView) -> OutputGuard:
-    roots = declared_roots(view, view.commits)
+def output_guard(view: StoreView, commits: Iterable[int] | None = None) -> OutputGuard:
+    """The guard for files committed by ``commits`` (default: every commit of the store; a plan
+    passes the few commits its files come from, so it reads only their lineage)."""
+    roots = declared_roots(view, view.commits if commits is None else commits)
     return OutputGuard(tuple(sorted(roots)) if roots else None)

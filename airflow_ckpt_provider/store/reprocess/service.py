@@ -19,7 +19,7 @@ from airflow_ckpt_provider.store.errors import (
     UnsafePathError,
 )
 from airflow_ckpt_provider.store.model import EpochStatus
-from airflow_ckpt_provider.store.reprocess.guard import output_guard
+from airflow_ckpt_provider.store.reprocess.guard import OutputGuard, output_guard
 from airflow_ckpt_provider.store.reprocess.model import (
     PURGE,
     REPROCESS,
@@ -172,7 +172,8 @@ class Reprocessor:
         unfinished = self._same_unfinished(view, action, selection, to_commit, delete)
         if unfinished is not None:
             return self._finish(view, unfinished)
-        plan = self._plan(view, action, resolver(view), selection, to_commit, delete, requested_by)
+        units = resolver(view)
+        plan = self._plan(view, action, units, selection, to_commit, delete, requested_by)
         self._check_expected(plan, expected)
         if plan.nothing_to_do and not plan.refused_paths:
             return ReprocessResult(action=action, epoch=None, plan=plan)
@@ -185,7 +186,7 @@ class Reprocessor:
             )
         self._check_fence(view, takeover)
         failpoint("store.reprocess.before_epoch")
-        steps = self._steps(view)
+        steps = Steps(self.store, self._guard(view, units).allows)
         steps.open_epoch(plan, supersede=view.state.latest if takeover else None)
         failpoint("store.reprocess.after_epoch")
         return steps.retract(plan)
@@ -207,11 +208,15 @@ class Reprocessor:
             selection=selection,
             to_commit=to_commit,
             delete=delete,
-            allowed_roots=output_guard(view).roots,
+            allowed_roots=self._guard(view, units).roots,
             requested_by=requested_by,
         )
 
+    def _guard(self, view: StoreView, units: list[Unit]) -> OutputGuard:
+        return output_guard(view, {u.commit for u in units if u.commit is not None})
+
     def _steps(self, view: StoreView) -> Steps:
+        """Steps for undo, purge and resume: the guard of every commit (their plans name no commits)."""
         return Steps(self.store, output_guard(view).allows)
 
     def _unfinished(self, view: StoreView) -> ReprocessPlan | None:

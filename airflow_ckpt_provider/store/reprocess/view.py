@@ -45,6 +45,7 @@ class Unit:
     num_keys: int
     committed: bool
     files: tuple[FileMetadata, ...]
+    commit: int | None = None  # the commit that first committed it (None: not committed)
 
 
 @dataclass
@@ -155,6 +156,7 @@ class StoreView:
             num_keys=checkpoint.num_keys,
             committed=checkpoint.status is CheckpointStatus.COMMITTED,
             files=files,
+            commit=self.committed_in(checkpoint.epoch) if checkpoint.status is CheckpointStatus.COMMITTED else None,
         )
 
     def unit_of_entry(self, entry: LineageEntry) -> Unit | None:
@@ -170,6 +172,7 @@ class StoreView:
             num_keys=folded[1] if folded else 0,
             committed=True,
             files=entry.files,
+            commit=entry.commit,
         )
 
     def materialize(self, checkpoint_ids: Iterable[str], epochs: dict[str, int]) -> list[Unit]:
