@@ -1,7 +1,8 @@
 """The large fault-injection campaign: many seeded trials, one report, zero violations expected.
 
     .venv/bin/python -m bench.fault_campaign [--seed S] [--trials 30] [--submit-trials 6] \
-        [--store-trials 20] [--races 100] [--double-submits 3] [--backends local,s3] [--only s3#12]
+        [--store-trials 20] [--reprocess-trials 36] [--races 100] [--double-submits 3] [--backends local,s3]
+        [--only s3#12]
 
 Per backend: ``--trials`` failpoint trials in one resident Spark session (a
 crash at a failpoint of the write task or the driver, raise or exit, at some
@@ -9,7 +10,10 @@ hit; resume, maybe crashing again; commit, maybe crashing there and retrying) an
 ``--submit-trials`` trials with spark-submit (SIGKILL of the driver at a random
 moment, or an exit failpoint in the driver). With S3: ``--store-trials``
 store faults through the TCP proxy (resets, stalls past the timeout, 500/503,
-the job's identity deleted on the server). Then ``--races`` begin_epoch races of
+the job's identity deleted on the server). ``--reprocess-trials`` crash reprocess, rewind, undo
+and purge at their failpoints (raise, or a killed process), finish them with a re-run, then run
+and commit the next job (36 deals every action x failpoint x crash kind once; store-API job, no
+Spark). Then ``--races`` begin_epoch races of
 two processes per backend and ``--double-submits`` pairs of real spark-submits.
 
 Every trial prints its seed and plan; ``--seed S --only local#7`` replays one.
@@ -28,10 +32,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from ckpt_testkit.faults.campaign import Backend, Campaign
+from ckpt_testkit.faults.campaign import Backend, Campaign, TrialResult
 from ckpt_testkit.faults.plans import Planner
 from ckpt_testkit.faults.processes import SparkHost
 from ckpt_testkit.faults.races import race_begin_epoch, race_spark_submits
+from ckpt_testkit.faults.reprocess_trials import ReprocessTrial, deal, run_trial
 from ckpt_testkit.faults.store_faults import S3Target, run_store_fault_trial
 from ckpt_testkit.faults.workload import make_inputs
 from ckpt_testkit.seaweed import SeaweedServer
@@ -45,10 +50,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--trials", type=int, default=30, help="failpoint trials per backend (resident session)")
     parser.add_argument("--submit-trials", type=int, default=6, help="spark-submit trials per backend")
     parser.add_argument("--store-trials", type=int, default=20, help="store-fault trials (S3 only)")
+    parser.add_argument(
+        "--reprocess-trials", type=int, default=36, help="reprocess/rewind/undo/purge crash trials per backend"
+    )
     parser.add_argument("--races", type=int, default=100, help="begin_epoch races per backend")
     parser.add_argument("--double-submits", type=int, default=3, help="pairs of spark-submits started together")
     parser.add_argument("--backends", default="local,s3", help="comma-separated: local, s3")
-    parser.add_argument("--only", default=None, help="replay one trial: local#3, s3#5, local-submit#1, s3-fault#2")
+    parser.add_argument(
+        "--only", default=None, help="replay one trial: local#3, s3#5, local-submit#1, s3-fault#2, local-reprocess#4"
+    )
     parser.add_argument("--work-dir", default=None, help="keep everything here (default: a temp dir)")
     return parser.parse_args()
 
@@ -93,6 +103,9 @@ def main() -> int:
                 )
         host.stop()  # the races need the cores
         for backend in backends:
+            for trial in deal(str(seed), args.reprocess_trials):
+                campaign.report.add(_reprocess_trial(trial, backend, server, bucket, inputs, work))
+        for backend in backends:
             if args.races:
                 if backend == "s3" and server is not None:
                     uri, options = f"s3://{bucket}/races/{time.time_ns()}", server.options()
@@ -125,6 +138,27 @@ def main() -> int:
             server.close()
 
 
+def _reprocess_trial(
+    trial: ReprocessTrial, backend: str, server: SeaweedServer | None, bucket: str, inputs: list[str], work: Path
+) -> TrialResult:
+    where = work / "reprocess" / backend / f"t{trial.index}-{time.time_ns()}"
+    (where / "out").mkdir(parents=True)
+    if backend == "s3" and server is not None:
+        store_uri, options = f"s3://{bucket}/reprocess/{where.name}", server.options()
+    else:
+        store_uri, options = f"file://{where / 'store'}", {}
+    result = run_trial(
+        trial,
+        backend=backend,
+        store_uri=store_uri,
+        options=options,
+        output_uri=f"file://{where / 'out'}",
+        inputs=inputs,
+    )
+    print(f"{result.trial_id}: {trial.describe()} -> {result.violations or 'ok'}", flush=True)
+    return result
+
+
 def replay(
     only: str,
     campaign: Campaign,
@@ -147,6 +181,11 @@ def replay(
             work_dir=work / "store-faults",
             report=campaign.report,
         )
+    elif name.endswith("-reprocess"):
+        backend = name.split("-")[0]
+        trials = deal(str(campaign.seed), index + 1)
+        result = _reprocess_trial(trials[index], backend, server, bucket, inputs, work)
+        campaign.report.add(result)
     else:
         backend, _, kind = name.partition("-")
         result = campaign.run_trial(planner.trial(backend, index, own_driver=kind == "submit"))

@@ -86,7 +86,7 @@ class CampaignReport:
         return found
 
     def format(self) -> str:
-        backends = sorted({t.backend for t in self.trials if t.kind == "failpoint"})
+        backends = sorted({t.backend for t in self.trials if t.kind in ("failpoint", "reprocess")})
         armed: Counter[tuple[str, str]] = Counter()
         fired: Counter[tuple[str, str]] = Counter()
         for trial in self.trials:
@@ -107,6 +107,9 @@ class CampaignReport:
                 lines.append(point.ljust(width) + cells)
             per_backend = Counter(t.backend for t in self.trials if t.kind == "failpoint")
             lines.append("trials".ljust(width) + "".join(f"{per_backend[b]:>20}" for b in backends))
+            reprocess = Counter(t.backend for t in self.trials if t.kind == "reprocess")
+            if reprocess:
+                lines.append("reprocess trials".ljust(width) + "".join(f"{reprocess[b]:>20}" for b in backends))
             lines.append("")
         faults = [t for t in self.trials if t.kind == "store-fault"]
         if faults:

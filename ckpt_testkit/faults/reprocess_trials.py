@@ -7,8 +7,9 @@ process — then checks: nothing was lost at the crash (every output file is in 
 the quarantine), a re-run finishes the action (``resume_reprocess``), ``check()`` is clean, and
 after the next run's commit every input row is in the output exactly once (docs/reprocess.md).
 
-The workload's job is passed in (``run_job(store, output_uri, inputs) -> epoch``), so the same
-trials run with the store-API job (fast) or a Spark job.
+The workload's job is passed in (``run_job(store, output_uri, inputs) -> epoch``; default: the
+store-API job, fast), so the same trials can run with a Spark job. The campaign runs them with
+``python -m bench.fault_campaign --reprocess-trials N`` and CI with ``CKPT_FAULT_REPROCESS_TRIALS``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +34,9 @@ from airflow_ckpt_provider.store import (
     Selection,
     open_store,
 )
+from ckpt_testkit.faults.campaign import TrialResult
 from ckpt_testkit.faults.oracle import audit_after_commit, check_store
+from ckpt_testkit.faults.store_api_job import run_job as store_api_run_job
 from ckpt_testkit.faults.workload import OutputLocation, inputs_of_round
 
 ACTIONS = ("reprocess", "rewind", "undo", "purge")
@@ -105,13 +109,36 @@ def _everywhere(store: CheckpointStore, output: OutputLocation) -> set[str]:
 def run_trial(
     trial: ReprocessTrial,
     *,
+    backend: str,
+    store_uri: str,
+    options: Mapping[str, Any],
+    output_uri: str,
+    inputs: Sequence[str],
+    run_job: RunJob = store_api_run_job,
+) -> TrialResult:
+    """Run one trial; its result lists the violations (none: every promise kept) and whether the
+    armed failpoint fired, for the campaign's report."""
+    started = time.monotonic()
+    result = TrialResult(f"{backend}-reprocess#{trial.index}", backend, trial.describe(), kind="reprocess")
+    violations = _run(
+        trial, store_uri=store_uri, options=options, output_uri=output_uri, inputs=inputs, run_job=run_job
+    )
+    fired = not any(v.startswith(f"{trial.point} did not fire") or "the child exited" in v for v in violations)
+    result.armed.append((trial.point, fired))
+    result.violations += violations
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _run(
+    trial: ReprocessTrial,
+    *,
     store_uri: str,
     options: Mapping[str, Any],
     output_uri: str,
     inputs: Sequence[str],
     run_job: RunJob,
 ) -> list[str]:
-    """Run one trial; returns its violations (empty: every promise kept)."""
     store = open_store(store_uri, **options)
     output = OutputLocation(output_uri, options)
     for round_number in (1, 2):

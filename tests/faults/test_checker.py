@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from airflow_ckpt_provider.store import CheckpointStore, EpochStatus, RetentionPolicy, new_checkpoint_id, open_store
-from tests.faults.store_api_job import run_job, write_task
+from ckpt_testkit.faults.store_api_job import run_job, write_task
 
 pytestmark = pytest.mark.faults
 

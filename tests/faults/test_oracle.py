@@ -13,8 +13,8 @@ import pytest
 
 from airflow_ckpt_provider.store import CheckpointStore, RetentionPolicy, open_store
 from ckpt_testkit.faults.oracle import audit_after_commit
+from ckpt_testkit.faults.store_api_job import run_job, write_task
 from ckpt_testkit.faults.workload import OutputLocation
-from tests.faults.store_api_job import run_job, write_task
 
 pytestmark = pytest.mark.faults
 
