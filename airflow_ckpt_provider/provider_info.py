@@ -92,6 +92,39 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "10",
                         "default": "10",
                     },
+                    "ui_store_deadline_seconds": {
+                        "description": "The Checkpoints view answers within this many seconds whatever its "
+                        "store does (an unreachable store shows as a message, not a hanging page).",
+                        "version_added": "0.2.0",
+                        "type": "float",
+                        "example": "5",
+                        "default": "5",
+                    },
+                    "ui_action_deadline_seconds": {
+                        "description": "How long a Clear or Discard from the Checkpoints view may take.",
+                        "version_added": "0.2.0",
+                        "type": "float",
+                        "example": "120",
+                        "default": "120",
+                    },
+                    "ui_max_concurrent_store_calls": {
+                        "description": "Store reads of the Checkpoints view running at once per API-server "
+                        "process; more wait for a slot until their deadline (so slow stores never take "
+                        "Airflow's own API down).",
+                        "version_added": "0.2.0",
+                        "type": "integer",
+                        "example": "4",
+                        "default": "4",
+                    },
+                    "ui_trust_forwarded_headers": {
+                        "description": "Believe X-Forwarded-Host/X-Forwarded-Proto when checking that a "
+                        "Clear comes from Airflow's own pages. Only behind a proxy that sets (and overwrites) "
+                        "them; otherwise set [api] base_url to the public address.",
+                        "version_added": "0.2.0",
+                        "type": "boolean",
+                        "example": "True",
+                        "default": "False",
+                    },
                 },
             }
         },

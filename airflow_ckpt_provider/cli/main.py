@@ -21,6 +21,7 @@ from airflow_ckpt_provider import __version__
 from airflow_ckpt_provider.cli import commands, reprocess
 from airflow_ckpt_provider.cli.exit_codes import EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNAVAILABLE
 from airflow_ckpt_provider.cli.store_selection import StoreTarget, TargetError, open_target
+from airflow_ckpt_provider.display.redaction import without_uri_userinfo
 from airflow_ckpt_provider.store.errors import CheckpointError, StoreUnavailableError
 
 __all__ = ["EXIT_ERROR", "EXIT_FINDINGS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_UNAVAILABLE", "build_parser", "main"]
@@ -137,7 +138,7 @@ def _error(err: TextIO, exc: BaseException) -> None:
     # One line: the typed errors already say what happened and what to do.
     # KeyError subclasses quote their message in str(); print the message itself.
     text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-    message = " ".join(text.split()) or type(exc).__name__
+    message = without_uri_userinfo(" ".join(text.split())) or type(exc).__name__
     err.write(f"airflow-ckpt: error: {message}\n")
 
 

@@ -72,16 +72,49 @@ class StoreTarget:
         return options
 
 
-def resolve_uri(target: StoreTarget) -> str:
-    """The store URI of ``target`` (importing Airflow only for a task instance)."""
+@dataclass(frozen=True)
+class ResolvedTarget:
+    """The store URI a target names, and the connection its task's operator names (if any)."""
+
+    uri: str
+    aws_conn_id: str | None = None
+    source: str = "given on the command line"
+
+
+def resolve_target(target: StoreTarget) -> ResolvedTarget:
+    """The store ``target`` names. A task instance's store is the one its operator was configured
+    with, read from Airflow's metadata DB (hooks/task_store.py); without a readable DB, the
+    ``[ckpt]`` default location (a note on stderr says so). Raises
+    :class:`~airflow_ckpt_provider.hooks.task_store.StoreLocationUnknownError`."""
     target.validate()
     if not target.names_task_instance:
         assert target.uri is not None
-        return target.uri
+        return ResolvedTarget(target.uri)
     from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
+    from airflow_ckpt_provider.hooks.task_store import configured_store
 
     assert target.dag_id and target.task_id and target.run_id
-    return CheckpointHook.resolve_uri(None, dag_id=target.dag_id, task_id=target.task_id, run_id=target.run_id)
+    try:
+        from airflow.utils.session import create_session
+
+        with create_session(scoped=False) as session:
+            found = configured_store(session, target.dag_id, target.task_id, target.run_id)
+        return ResolvedTarget(found.uri, found.aws_conn_id, found.source)
+    except CheckpointError:
+        raise
+    except Exception as exc:  # no metadata DB here (not configured, not migrated, unreachable)
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        sys.stderr.write(
+            f"airflow-ckpt: note: Airflow's metadata DB cannot be read ({reason}): using the [ckpt] default "
+            "location of the task instance; if its operator names a checkpoint_uri, pass that URI instead\n"
+        )
+    uri = CheckpointHook.resolve_uri(None, dag_id=target.dag_id, task_id=target.task_id, run_id=target.run_id)
+    return ResolvedTarget(uri, None, "default location")
+
+
+def resolve_uri(target: StoreTarget) -> str:
+    """The store URI of ``target`` (importing Airflow only for a task instance)."""
+    return resolve_target(target).uri
 
 
 def open_target(target: StoreTarget) -> CheckpointStore:
@@ -89,24 +122,31 @@ def open_target(target: StoreTarget) -> CheckpointStore:
 
     With Airflow involved (a task instance or ``--aws-conn-id``) the provider's hook
     supplies the options the operator would use ([ckpt] timeouts, the connection's
-    credentials, endpoint and region); flags given here override them.
+    credentials, endpoint and region); flags given here override them. Connections are
+    read from the environment, the secrets backends and Airflow's metadata DB; one that
+    is named but cannot be found is an error, never boto3's default chain.
     """
     if not (target.names_task_instance or target.aws_conn_id):
         return open_store(resolve_uri(target), **target.store_options())
     # Airflow logs to stdout (e.g. "credentials retrieved"); stdout belongs to the result
     # (``--json`` must stay parseable), so Airflow's output goes to stderr.
     with contextlib.redirect_stdout(sys.stderr):
-        uri = resolve_uri(target)
+        resolved = resolve_target(target)
         from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
+        from airflow_ckpt_provider.hooks.connections import metadata_db_connection
 
-        hook = CheckpointHook(checkpoint_uri=uri, aws_conn_id=target.aws_conn_id)
+        hook = CheckpointHook(
+            checkpoint_uri=resolved.uri,
+            aws_conn_id=target.aws_conn_id or resolved.aws_conn_id,
+            connection_lookup=metadata_db_connection,
+        )
         try:
             options = dict(hook.store_options)
         except CheckpointError:
             raise
-        except Exception as exc:  # the connection or the credential chain failed
+        except Exception as exc:  # the credential chain failed in a way the hook does not know
             raise StoreUnavailableError(
                 f"no usable credentials from connection {hook.aws_conn_id!r} ({type(exc).__name__}: {exc}); "
                 "define it as AIRFLOW_CONN_<ID> with keys, or use AWS_* environment variables"
             ) from exc
-    return open_store(uri, **(options | target.store_options()))
+    return open_store(resolved.uri, **(options | target.store_options()))

@@ -9,6 +9,7 @@ from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
 
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
+from airflow_ckpt_provider.hooks.connections import ConnectionLookup, StoreConnectionError, task_connection
 from airflow_ckpt_provider.store import (
     CheckpointStore,
     ClearResult,
@@ -24,6 +25,17 @@ from airflow_ckpt_provider.store import (
 _SEEN_SECRETS: set[str] = set()
 
 
+def endpoint_userinfo(endpoint_url: Any) -> list[str]:
+    """The user-info of an endpoint URL (``user:password`` and each part): secrets to mask."""
+    if not isinstance(endpoint_url, str) or "://" not in endpoint_url:
+        return []
+    authority = endpoint_url.split("://", 1)[1].split("/", 1)[0]
+    if "@" not in authority:
+        return []
+    userinfo = authority.rsplit("@", 1)[0]
+    return [userinfo, *(part for part in userinfo.split(":") if len(part) >= 4)]
+
+
 def seen_secrets() -> frozenset[str]:
     """The store credentials any ``CheckpointHook`` of this process has read so far."""
     return frozenset(_SEEN_SECRETS)
@@ -36,8 +48,11 @@ class CheckpointHook(BaseHook):
     credentials, endpoint (connection extra ``endpoint_url``, for S3-compatible
     servers) and region come from the Amazon provider's ``aws`` connection
     ``aws_conn_id`` (default: the ``[ckpt] aws_conn_id`` option; empty means boto3's
-    default chain: environment, instance profile, ...). Store timeouts and the
-    breaker threshold come from the ``[ckpt]`` section.
+    default chain: environment, instance profile, ...). A connection id that is set but
+    not defined, or cannot be read, raises :class:`StoreConnectionError`: never a fall-back
+    to the default chain (that is this process's own identity). ``connection_lookup`` reads
+    connections (default: Airflow's task SDK; the command line passes the metadata DB's).
+    Store timeouts and the breaker threshold come from the ``[ckpt]`` section.
 
     Secret values are registered with Airflow's log masker as soon as they are read.
     """
@@ -49,11 +64,13 @@ class CheckpointHook(BaseHook):
         checkpoint_uri: str | None = None,
         aws_conn_id: str | None = None,
         config: CheckpointConfig | None = None,
+        connection_lookup: ConnectionLookup = task_connection,
     ) -> None:
         super().__init__()
         self.config = config or CheckpointConfig.load()
         self.checkpoint_uri = checkpoint_uri
         self.aws_conn_id = aws_conn_id or self.config.aws_conn_id
+        self._connection_lookup = connection_lookup
 
     @staticmethod
     def resolve_uri(
@@ -91,7 +108,7 @@ class CheckpointHook(BaseHook):
         options["timeout_seconds"] = self.config.store_timeout_seconds
         if self.aws_conn_id:
             options.update(self._aws_options(self.aws_conn_id))
-        for value in secret_options(options).values():
+        for value in [*secret_options(options).values(), *endpoint_userinfo(options.get("endpoint_url"))]:
             mask_secret(value)
             _SEEN_SECRETS.add(str(value))
         return options
@@ -107,10 +124,9 @@ class CheckpointHook(BaseHook):
         return secret_options(self.store_options)
 
     def _aws_options(self, aws_conn_id: str) -> dict[str, Any]:
-        # Imported here: the Amazon provider is only needed for s3:// stores.
-        from airflow.providers.amazon.aws.hooks.base_aws import AwsGenericHook
-
-        aws: AwsGenericHook[Any] = AwsGenericHook(aws_conn_id=aws_conn_id, client_type="s3")
+        # The connection is read here, strictly: the Amazon provider's hook would swallow a
+        # missing one and fall back to the default credential chain.
+        aws = _resolved_aws_hook(self._connection_lookup(aws_conn_id))
         options: dict[str, Any] = {}
         endpoint = aws.conn_config.get_service_endpoint_url("s3")
         if endpoint:
@@ -119,7 +135,13 @@ class CheckpointHook(BaseHook):
             options["region_name"] = aws.region_name
         # get_credentials() also resolves role assumption into temporary keys, which is
         # what a Spark job on other machines needs: it cannot assume the role itself.
-        credentials = aws.get_credentials()
+        try:
+            credentials = aws.get_credentials()
+        except AttributeError as exc:  # botocore found no credentials at all (None has no frozen copy)
+            raise StoreConnectionError(
+                f"connection {aws_conn_id!r} holds no keys and boto3's default credential chain found none: "
+                "put the access key and secret in the connection (login/password), or a role it can assume"
+            ) from exc
         if credentials.access_key:
             options["aws_access_key_id"] = credentials.access_key
         if credentials.secret_key:
@@ -154,3 +176,17 @@ class CheckpointHook(BaseHook):
             result.bytes_freed,
         )
         return result
+
+
+def _resolved_aws_hook(connection: Any) -> Any:
+    """The Amazon provider's hook over an already-read ``connection`` (it reads none itself)."""
+    # Imported here: the Amazon provider is only needed for s3:// stores.
+    from airflow.providers.amazon.aws.hooks.base_aws import AwsGenericHook
+    from airflow.providers.amazon.aws.utils.connection_wrapper import AwsConnectionWrapper
+
+    class _ResolvedAwsHook(AwsGenericHook):  # type: ignore[type-arg]
+        @cached_property
+        def conn_config(self) -> AwsConnectionWrapper:
+            return AwsConnectionWrapper(conn=connection, region_name=None, botocore_config=None, verify=None)
+
+    return _ResolvedAwsHook(aws_conn_id=connection.conn_id, client_type="s3")

@@ -41,6 +41,14 @@ class CheckpointConfig:
     retention_policy: RetentionPolicy
     breaker_max_failures: int
     store_timeout_seconds: float
+    #: The Checkpoints view (plugins/store_calls.py): a page answers within this many seconds.
+    ui_store_deadline_seconds: float = 5.0
+    #: Clear and discard from the view may take this long (they delete; a page only reads).
+    ui_action_deadline_seconds: float = 120.0
+    #: Store calls of the view running at once per API-server process.
+    ui_max_concurrent_store_calls: int = 4
+    #: Whether the view believes X-Forwarded-Host/-Proto (only behind a proxy that sets them).
+    ui_trust_forwarded_headers: bool = False
 
     @classmethod
     def load(cls) -> CheckpointConfig:
@@ -55,6 +63,10 @@ class CheckpointConfig:
             ),
             breaker_max_failures=conf.getint(SECTION, "breaker_max_failures", fallback=3),
             store_timeout_seconds=conf.getfloat(SECTION, "store_timeout_seconds", fallback=10.0),
+            ui_store_deadline_seconds=conf.getfloat(SECTION, "ui_store_deadline_seconds", fallback=5.0),
+            ui_action_deadline_seconds=conf.getfloat(SECTION, "ui_action_deadline_seconds", fallback=120.0),
+            ui_max_concurrent_store_calls=conf.getint(SECTION, "ui_max_concurrent_store_calls", fallback=4),
+            ui_trust_forwarded_headers=conf.getboolean(SECTION, "ui_trust_forwarded_headers", fallback=False),
         )
 
     def default_store_uri(self, dag_id: str, task_id: str, run_id: str) -> str:

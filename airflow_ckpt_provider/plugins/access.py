@@ -9,7 +9,9 @@ manager about the DAG's task instances: reading needs ``GET``, clearing ``PUT``
 Changes are guarded against cross-site requests: the UI cookie is ``SameSite=Lax``
 already, and on top of that a change must be a JSON body with a custom header (which
 a cross-site form cannot send without a CORS preflight that this app never allows)
-and, when the browser names its origin, that origin must be this server.
+and, when the browser names its origin, that origin must be this server: its ``Host``, or
+``[api] base_url``; forwarded headers count only where ``[ckpt] ui_trust_forwarded_headers``
+says a proxy sets them.
 """
 
 from __future__ import annotations
@@ -49,11 +51,30 @@ def can_access_dag(user: Any, dag_id: str, *, edit: bool) -> bool:
     )
 
 
-def _this_origin(request: Request) -> set[str]:
-    """Origins this server answers as: its Host (and a proxy's forwarded host)."""
-    scheme = request.headers.get("x-forwarded-proto", request.url.scheme)
-    hosts = {request.headers.get("host", ""), request.headers.get("x-forwarded-host", "")}
-    return {f"{proto}://{host}" for host in hosts if host for proto in {scheme, request.url.scheme}}
+def _origin_of(url: str) -> str | None:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower() if parts.scheme and parts.netloc else None
+
+
+def _this_origin(request: Request, *, trust_forwarded: bool) -> set[str]:
+    """Origins this server answers as: the Host the browser sent, ``[api] base_url`` (the public
+    address behind a proxy), and X-Forwarded-Host/-Proto only when ``[ckpt]
+    ui_trust_forwarded_headers`` says a proxy sets them (a client can send them too)."""
+    schemes = {request.url.scheme}
+    hosts = {request.headers.get("host", "")}
+    if trust_forwarded:
+        schemes.add(request.headers.get("x-forwarded-proto", request.url.scheme))
+        hosts.add(request.headers.get("x-forwarded-host", ""))
+    origins = {f"{scheme}://{host}".lower() for host in hosts if host for scheme in schemes}
+    try:
+        from airflow.sdk.configuration import conf
+
+        base_origin = _origin_of(conf.get("api", "base_url", fallback="") or "")
+    except Exception:  # no [api] section: only the Host header counts
+        base_origin = None
+    if base_origin:
+        origins.add(base_origin)
+    return origins
 
 
 def require_same_origin_json(request: Request) -> None:
@@ -74,7 +95,10 @@ def require_same_origin_json(request: Request) -> None:
     origin = request.headers.get("origin")
     if origin and origin != "null":
         parts = urlsplit(origin)
-        if f"{parts.scheme}://{parts.netloc}" not in _this_origin(request):
+        from airflow_ckpt_provider.hooks.config import CheckpointConfig
+
+        trust = CheckpointConfig.load().ui_trust_forwarded_headers
+        if f"{parts.scheme}://{parts.netloc}".lower() not in _this_origin(request, trust_forwarded=trust):
             raise HTTPException(
                 status.HTTP_403_FORBIDDEN, f"Cross-site checkpoint actions are refused (origin {origin})"
             )

@@ -10,121 +10,180 @@ JSON (what the pages show, and the actions):
 * ``GET /api/dag?dag_id[&limit]`` — the same
 * ``POST /api/task/clear`` and ``POST /api/task/discard`` — edit access; a JSON body
   ``{"dag_id", "task_id", "run_id", "expected_epoch"}`` with the ``X-Requested-With``
-  header; each writes an audit-log entry.
+  header; each writes an audit-log entry, refused attempts included.
 
-Store failures answer 503 (unreachable) or 422 (corrupt, misconfigured) with
-``{"error", "detail"}`` and never a stack trace; nothing is deleted then.
+How a request runs (docs/security.md): the metadata DB is read in short sessions (who may see
+what, which store the task's operator names); the store is read on the view's own bounded
+threads under a deadline, with no DB session held (plugins/store_calls.py); the audit entry
+is written in a short session afterwards. A store owned by another DAG's tasks is refused
+with 409 unless the user has rights on that DAG (plugins/ownership.py). Store failures answer
+503 (unreachable, too slow) or 422 (corrupt, misconfigured) with ``{"error", "detail"}`` and
+never a stack trace; nothing is deleted then. Every response forbids framing by other sites.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypeVar
 from urllib.parse import quote
 
-from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
-from airflow_ckpt_provider.display.deletion_preview import preview
+from airflow_ckpt_provider.display.deletion_preview import DeletionPreview, preview
+from airflow_ckpt_provider.hooks.config import CheckpointConfig
 from airflow_ckpt_provider.plugins import pages
 from airflow_ckpt_provider.plugins.access import can_access_dag, require_dag_access, require_same_origin_json
-from airflow_ckpt_provider.plugins.audit import write_audit_entry
+from airflow_ckpt_provider.plugins.audit import EVENTS, write_audit_entry
+from airflow_ckpt_provider.plugins.flow import (
+    audit_ref,
+    context_json,
+    located,
+    ref_json,
+    store_calls,
+    user_name,
+    with_db,
+)
 from airflow_ckpt_provider.plugins.locator import (
     ACTIVE_STATES,
-    TaskInstanceNotFound,
     TaskStoreRef,
     dag_store_rows,
-    locate_task_store,
-    open_ref,
 )
+from airflow_ckpt_provider.plugins.ownership import OwnerMismatch, check_owners, owner_dag_id
 from airflow_ckpt_provider.plugins.problems import StoreProblem, display_uri, problem_from, scrub
 from airflow_ckpt_provider.plugins.reprocess import router as reprocess_router
-from airflow_ckpt_provider.plugins.task_view import build_task_store_view, summary_of
+from airflow_ckpt_provider.plugins.store_access import open_for_view
+from airflow_ckpt_provider.plugins.store_calls import Deadline
+from airflow_ckpt_provider.plugins.task_view import TaskStoreView, build_task_store_view, summary_of
+from airflow_ckpt_provider.store import ClearResult
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 STATIC_DIR = Path(__file__).parent / "static"
 #: Runs the DAG view looks at by default, and at most.
 DEFAULT_DAG_RUNS = 10
 MAX_DAG_RUNS = 50
+#: Airflow's ids are at most 250 characters (its ``StringID`` columns).
+MAX_ID_LENGTH = 250
+ACTIONS = ("clear", "discard")
+#: What every response says about framing: only Airflow's own pages may show these in an iframe.
+FRAME_HEADERS = {"X-Frame-Options": "SAMEORIGIN", "Content-Security-Policy": "frame-ancestors 'self'"}
+#: Bytes of a refused action's body read to say, in the audit log, which task it was aimed at.
+_AUDIT_BODY_LIMIT = 4096
 
 
 class ActionBody(BaseModel):
-    dag_id: str = Field(min_length=1, max_length=250)
-    task_id: str = Field(min_length=1, max_length=250)
-    run_id: str = Field(min_length=1, max_length=250)
+    dag_id: str = Field(min_length=1, max_length=MAX_ID_LENGTH)
+    task_id: str = Field(min_length=1, max_length=MAX_ID_LENGTH)
+    run_id: str = Field(min_length=1, max_length=MAX_ID_LENGTH)
     #: The epoch the confirmation was computed at: refuse if the store moved on since.
     expected_epoch: int | None = None
 
 
-def _locate(session: Any, dag_id: str, task_id: str, run_id: str) -> TaskStoreRef:
-    try:
-        return locate_task_store(session, dag_id, task_id, run_id)
-    except TaskInstanceNotFound as exc:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+# ---------------------------------------------------------------------- the task view
 
 
-def _ref_json(ref: TaskStoreRef) -> dict[str, Any]:
-    return {
-        "dag_id": ref.dag_id,
-        "task_id": ref.task_id,
-        "run_id": ref.run_id,
-        "task_state": ref.state,
-        "store_uri": display_uri(ref.uri),
-        "store_source": ref.source,
-    }
+@dataclass(frozen=True)
+class _TaskRead:
+    view: TaskStoreView | None
+    mismatch: OwnerMismatch | None
 
 
-def task_payload(session: Any, user: Any, dag_id: str, task_id: str, run_id: str) -> tuple[int, dict[str, Any]]:
+async def task_payload(user: Any, dag_id: str, task_id: str, run_id: str) -> tuple[int, dict[str, Any]]:
     """What the task view shows: (HTTP status, body). Store failures become a message."""
-    require_dag_access(user, dag_id, edit=False)
-    ref = _locate(session, dag_id, task_id, run_id)
-    body = _ref_json(ref) | {"can_edit": can_access_dag(user, dag_id, edit=True)}
+    config = CheckpointConfig.load()
+    found = await located(user, dag_id, task_id, run_id, edit=False)
+    if isinstance(found, StoreProblem):
+        return found.status_code, context_json(dag_id, task_id, run_id) | found.to_json()
+    ref = found
+    can_edit = await run_in_threadpool(can_access_dag, user, dag_id, edit=True)
+    body = ref_json(ref) | {"can_edit": can_edit}
+    deadline = Deadline.after(config.ui_store_deadline_seconds)
     secrets: list[str] = []
-    try:
-        store, secrets = open_ref(ref)
+
+    def read() -> _TaskRead:
+        store, found = open_for_view(ref, deadline, config)
+        secrets.extend(found)
         try:
-            report = build_task_store_view(store)
-            return 200, body | {"store_uri": report.store_uri, "report": report.to_json()}
+            view = build_task_store_view(store)
+            mismatch = check_owners(
+                view.epoch_records, dag_id, lambda d: can_access_dag(user, d, edit=False), edit=False
+            )
+            return _TaskRead(None if mismatch else view, mismatch)
         finally:
             store.close()
+
+    try:
+        outcome = await store_calls().run(read, deadline)
     except Exception as exc:
         problem = problem_from(exc, ref.uri, secrets)
         return problem.status_code, body | problem.to_json()
+    if outcome.mismatch is not None:
+        mismatch = outcome.mismatch
+        await run_in_threadpool(
+            audit_ref, user, "view", ref, {"http_status": 409, **mismatch.to_json()}, True, mismatch.foreign_dag_ids
+        )
+        return 409, body | mismatch.to_json()
+    assert outcome.view is not None
+    return 200, body | {"store_uri": outcome.view.store_uri, "report": outcome.view.to_json()}
 
 
-def dag_payload(session: Any, user: Any, dag_id: str, limit: int) -> dict[str, Any]:
-    require_dag_access(user, dag_id, edit=False)
-    rows, discovery_problem = dag_store_rows(session, dag_id, limit_runs=limit)
+# ---------------------------------------------------------------------- the DAG view
 
-    def summarize(ref: TaskStoreRef) -> dict[str, Any]:
+
+async def dag_payload(user: Any, dag_id: str, limit: int) -> dict[str, Any]:
+    config = CheckpointConfig.load()
+
+    def locate(session: Session) -> Any:
+        require_dag_access(user, dag_id, edit=False)
+        return dag_store_rows(session, dag_id, limit_runs=limit)
+
+    rows, unknown = await with_db(locate)
+    deadline = Deadline.after(config.ui_store_deadline_seconds)
+
+    async def summarize(ref: TaskStoreRef) -> dict[str, Any]:
         secrets: list[str] = []
-        try:
-            store, secrets = open_ref(ref)
+
+        def read() -> dict[str, Any]:
+            store, found = open_for_view(ref, deadline, config)
+            secrets.extend(found)
             try:
-                return {"store_uri": display_uri(store.uri), "summary": summary_of(store)}
+                summary = summary_of(store)
+                owner = summary.pop("owner_dag_id", None)
+                if owner and owner != dag_id and not can_access_dag(user, owner, edit=False):
+                    return OwnerMismatch(dag_id, (owner,), edit=False).to_json()
+                return {"store_uri": display_uri(store.uri), "summary": summary}
             finally:
                 store.close()
+
+        try:
+            return await store_calls().run(read, deadline)
         except Exception as exc:
             return problem_from(exc, ref.uri, secrets).to_json()
 
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        summaries = list(pool.map(summarize, [row.ref for row in rows]))
+    summaries = await asyncio.gather(*(summarize(row.ref) for row in rows))
     stores = [
-        _ref_json(row.ref) | {"task_ids": row.task_ids, "view_path": _task_view_path(row.ref)} | summary
+        ref_json(row.ref) | {"task_ids": row.task_ids, "view_path": _task_view_path(row.ref)} | summary
         for row, summary in zip(rows, summaries, strict=True)
     ]
     return {
         "dag_id": dag_id,
         "runs_examined": limit,
         "stores": stores,
-        "discovery_problem": None if discovery_problem is None else scrub(discovery_problem),
+        "unknown_stores": [scrub(line) for line in unknown],
     }
 
 
@@ -134,66 +193,104 @@ def _task_view_path(ref: TaskStoreRef) -> str:
     return "dags/{}/runs/{}/tasks/{}/plugin/checkpoints".format(*parts)
 
 
-def run_action(session: Any, user: Any, action: str, body: ActionBody) -> tuple[int, dict[str, Any]]:
-    """Clear or discard one task instance's store, audited. Returns (HTTP status, body)."""
-    require_dag_access(user, body.dag_id, edit=True)
-    ref = _locate(session, body.dag_id, body.task_id, body.run_id)
-    context = _ref_json(ref) | {"action": action}
+# ---------------------------------------------------------------------- clear and discard
 
-    def audit(extra: dict[str, Any], *, failed: bool) -> int:
-        return write_audit_entry(
-            session,
-            user=user,
-            action=action,
-            dag_id=ref.dag_id,
-            task_id=ref.task_id,
-            run_id=ref.run_id,
-            extra={"store_uri": display_uri(ref.uri), **extra},
-            failed=failed,
-        )
+
+@dataclass(frozen=True)
+class _ActionOutcome:
+    owner_dag_ids: tuple[str, ...] = ()
+    mismatch: OwnerMismatch | None = None
+    what: DeletionPreview | None = None
+    stale: bool = False
+    result: ClearResult | None = None
+
+
+async def run_action(user: Any, action: str, body: ActionBody) -> tuple[int, dict[str, Any]]:
+    """Clear or discard one task instance's store, audited. Returns (HTTP status, body)."""
+    config = CheckpointConfig.load()
+    found = await located(user, body.dag_id, body.task_id, body.run_id, edit=True)
+    if isinstance(found, StoreProblem):
+        context = context_json(body.dag_id, body.task_id, body.run_id) | {"action": action}
+        return found.status_code, context | found.to_json()
+    ref = found
+    context = ref_json(ref) | {"action": action}
+
+    async def refuse(
+        code: int, kind: str, message: str, *, also: tuple[str, ...] = (), **extra: Any
+    ) -> tuple[int, dict[str, Any]]:
+        entry = {"refused": message, "http_status": code, "error": kind, **extra}
+        audit_id = await run_in_threadpool(audit_ref, user, action, ref, entry, True, also)
+        return code, context | {"error": kind, "detail": message, "audit_log_id": audit_id, **extra}
 
     if ref.state in ACTIVE_STATES:
         message = (
             f"The task instance is {ref.state}: it may be writing checkpoints right now. "
             "Wait until it finishes (or mark it failed), then try again. Nothing was deleted."
         )
-        audit_id = audit({"refused": message}, failed=True)
-        return 409, context | {"error": "task_active", "detail": message, "audit_log_id": audit_id}
+        return await refuse(409, "task_active", message)
 
+    deadline = Deadline.after(config.ui_action_deadline_seconds)
     secrets: list[str] = []
-    try:
-        store, secrets = open_ref(ref)
+
+    def act() -> _ActionOutcome:
+        store, found = open_for_view(ref, deadline, config, retries=2)
+        secrets.extend(found)
         try:
+            epochs = store.list_epochs()
+            owners = tuple(sorted({d for d in map(owner_dag_id, epochs) if d}))
+            mismatch = check_owners(epochs, ref.dag_id, lambda d: can_access_dag(user, d, edit=True), edit=True)
+            if mismatch is not None:
+                return _ActionOutcome(owners, mismatch=mismatch)
             what = preview(store, action)
             if body.expected_epoch is not None and what.epoch != body.expected_epoch:
-                message = (
-                    f"The store changed since the page was loaded (epoch {what.epoch}, the page showed "
-                    f"{body.expected_epoch}). Nothing was deleted; reload and review again."
-                )
-                audit_id = audit({"refused": message}, failed=True)
-                return 409, context | {"error": "store_changed", "detail": message, "audit_log_id": audit_id}
+                return _ActionOutcome(owners, what=what, stale=True)
+            if what.nothing_to_delete:
+                return _ActionOutcome(owners, what=what)  # no fencing epoch in a store that holds nothing
             result = store.clear() if action == "clear" else store.discard_uncommitted()
+            return _ActionOutcome(owners, what=what, result=result)
         finally:
             store.close()
-    except Exception as exc:
-        problem: StoreProblem = problem_from(exc, ref.uri, secrets)
-        audit_id = audit({"error": problem.kind, "detail": problem.message}, failed=True)
-        return problem.status_code, context | problem.to_json() | {"audit_log_id": audit_id}
 
-    deleted = {
+    try:
+        outcome = await store_calls().run(act, deadline)
+    except Exception as exc:
+        problem = problem_from(exc, ref.uri, secrets)
+        return await refuse(problem.status_code, problem.kind, problem.message)
+    foreign = tuple(d for d in outcome.owner_dag_ids if d != ref.dag_id)
+    if outcome.mismatch is not None:
+        mismatch = outcome.mismatch
+        return await refuse(
+            409,
+            "store_owner_mismatch",
+            mismatch.message(),
+            also=foreign,
+            store_owner_dag_ids=list(mismatch.foreign_dag_ids),
+        )
+    what = outcome.what
+    assert what is not None
+    if outcome.stale:
+        message = (
+            f"The store changed since the page was loaded (epoch {what.epoch}, the page showed "
+            f"{body.expected_epoch}). Nothing was deleted; reload and review again."
+        )
+        return await refuse(409, "store_changed", message)
+    result = outcome.result
+    deleted: dict[str, Any] = {
         "previous_epoch": what.epoch,
-        "fencing_epoch": result.epoch,
-        "deleted_checkpoints": len(result.deleted_checkpoints),
-        "deleted_files": len(result.deleted_files),
-        "deleted_snapshots": len(result.deleted_snapshots),
-        "bytes_freed": result.bytes_freed,
-        "keys_forgotten": what.keys,
+        "fencing_epoch": None if result is None else result.epoch,
+        "deleted_checkpoints": 0 if result is None else len(result.deleted_checkpoints),
+        "deleted_files": 0 if result is None else len(result.deleted_files),
+        "deleted_snapshots": 0 if result is None else len(result.deleted_snapshots),
+        "bytes_freed": 0 if result is None else result.bytes_freed,
+        "keys_forgotten": what.keys if result is not None else 0,
     }
-    audit_id = audit(deleted, failed=False)
+    if foreign:
+        deleted["store_owner_dag_ids"] = list(foreign)
+    audit_id = await run_in_threadpool(audit_ref, user, action, ref, deleted, False, foreign)
     log.info(
         "checkpoints %s by %s on %s/%s/%s: %s",
         action,
-        user.get_name(),
+        user_name(user),
         ref.dag_id,
         ref.task_id,
         ref.run_id,
@@ -202,29 +299,31 @@ def run_action(session: Any, user: Any, action: str, body: ActionBody) -> tuple[
     return 200, context | {"result": deleted, "audit_log_id": audit_id}
 
 
+# ---------------------------------------------------------------------- routes
+
 router = APIRouter()
+#: An Airflow id in a query string (a longer one is refused with 422, never looked up).
+IdQuery = Annotated[str, Query(min_length=1, max_length=MAX_ID_LENGTH)]
 
 
 @router.get("/api/task", summary="Checkpoints of a task instance's store")
-def get_task(
+async def get_task(
     user: GetUserDep,
-    session: SessionDep,
-    dag_id: str = Query(min_length=1),
-    run_id: str = Query(min_length=1),
-    task_id: str = Query(min_length=1),
+    dag_id: IdQuery,
+    run_id: IdQuery,
+    task_id: IdQuery,
 ) -> JSONResponse:
-    code, body = task_payload(session, user, dag_id, task_id, run_id)
+    code, body = await task_payload(user, dag_id, task_id, run_id)
     return JSONResponse(body, status_code=code)
 
 
 @router.get("/api/dag", summary="Checkpoint stores of a DAG's latest runs")
-def get_dag(
+async def get_dag(
     user: GetUserDep,
-    session: SessionDep,
-    dag_id: str = Query(min_length=1),
+    dag_id: IdQuery,
     limit: int = Query(DEFAULT_DAG_RUNS, ge=1, le=MAX_DAG_RUNS),
 ) -> JSONResponse:
-    return JSONResponse(dag_payload(session, user, dag_id, limit))
+    return JSONResponse(await dag_payload(user, dag_id, limit))
 
 
 @router.post(
@@ -232,8 +331,8 @@ def get_dag(
     summary="Delete every checkpoint of the store: the next run reprocesses everything",
     dependencies=[Depends(require_same_origin_json)],
 )
-def post_clear(body: ActionBody, user: GetUserDep, session: SessionDep) -> JSONResponse:
-    code, payload = run_action(session, user, "clear", body)
+async def post_clear(body: ActionBody, user: GetUserDep) -> JSONResponse:
+    code, payload = await run_action(user, "clear", body)
     return JSONResponse(payload, status_code=code)
 
 
@@ -242,36 +341,98 @@ def post_clear(body: ActionBody, user: GetUserDep, session: SessionDep) -> JSONR
     summary="Delete sealed but uncommitted checkpoints and their output files",
     dependencies=[Depends(require_same_origin_json)],
 )
-def post_discard(body: ActionBody, user: GetUserDep, session: SessionDep) -> JSONResponse:
-    code, payload = run_action(session, user, "discard", body)
+async def post_discard(body: ActionBody, user: GetUserDep) -> JSONResponse:
+    code, payload = await run_action(user, "discard", body)
     return JSONResponse(payload, status_code=code)
 
 
 @router.get("/ui/task", response_class=HTMLResponse, include_in_schema=False)
-def task_page(
+async def task_page(
     user: GetUserDep,
-    session: SessionDep,
-    dag_id: str = Query(min_length=1),
-    run_id: str = Query(min_length=1),
-    task_id: str = Query(min_length=1),
+    dag_id: IdQuery,
+    run_id: IdQuery,
+    task_id: IdQuery,
 ) -> HTMLResponse:
-    code, body = task_payload(session, user, dag_id, task_id, run_id)
+    code, body = await task_payload(user, dag_id, task_id, run_id)
     return HTMLResponse(pages.render_task(body), status_code=code)
 
 
 @router.get("/ui/dag", response_class=HTMLResponse, include_in_schema=False)
-def dag_page(
+async def dag_page(
     user: GetUserDep,
-    session: SessionDep,
-    dag_id: str = Query(min_length=1),
+    dag_id: IdQuery,
     limit: int = Query(DEFAULT_DAG_RUNS, ge=1, le=MAX_DAG_RUNS),
 ) -> HTMLResponse:
-    return HTMLResponse(pages.render_dag(dag_payload(session, user, dag_id, limit)))
+    return HTMLResponse(pages.render_dag(await dag_payload(user, dag_id, limit)))
+
+
+# ---------------------------------------------------------------------- refusals
+
+
+def _refused_endpoint(request: Request) -> str | None:
+    """The action a refused POST asked for: clear, discard, or (reprocess) what its body names."""
+    if request.method != "POST" or "/api/task/" not in request.url.path:
+        return None
+    last = request.url.path.rstrip("/").rsplit("/", 1)[-1]
+    return last if last in (*ACTIONS, "reprocess") else None
+
+
+async def _requested_task(request: Request) -> dict[str, str | None]:
+    """Which task a refused action was aimed at, as far as its body says (best effort, bounded)."""
+    fields: dict[str, str | None] = {"dag_id": None, "task_id": None, "run_id": None, "action": None}
+    try:
+        raw = await request.body()
+        data = json.loads(raw[:_AUDIT_BODY_LIMIT]) if len(raw) <= _AUDIT_BODY_LIMIT else None
+    except Exception:  # not JSON, or the body is gone: the entry names no task
+        return fields
+    if isinstance(data, dict):
+        for name in fields:
+            value = data.get(name)
+            if isinstance(value, str) and 0 < len(value) <= MAX_ID_LENGTH:
+                fields[name] = value
+    return fields
+
+
+async def _requesting_user(request: Request) -> Any:
+    """The user of a refused request, if its credentials are valid (None: anonymous)."""
+    from airflow.api_fastapi.core_api.security import bearer_scheme, get_user
+
+    try:
+        credentials = await bearer_scheme(request)
+        return await get_user(request, None, credentials)
+    except Exception:  # not logged in, or an invalid token: the entry says "anonymous"
+        return None
+
+
+async def _audit_refusal(request: Request, status_code: int, detail: str) -> None:
+    action = _refused_endpoint(request)
+    if action is None:
+        return
+    task = await _requested_task(request)
+    if action == "reprocess" and task["action"] in EVENTS:
+        action = str(task["action"])
+    user = await _requesting_user(request)
+    entry = {"refused": detail, "http_status": status_code}
+    try:
+        await run_in_threadpool(
+            lambda: write_audit_entry(
+                user_name=user_name(user),
+                action=action,
+                dag_id=task["dag_id"],
+                task_id=task["task_id"],
+                run_id=task["run_id"],
+                extra=entry,
+                failed=True,
+            )
+        )
+    except Exception:  # the refusal stands even if the audit log cannot be written
+        log.exception("could not write the audit entry of a refused checkpoint %s", action)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
-    """JSON for the API; a short page for the views (a login link on 401)."""
+    """JSON for the API; a short page for the views (a login link on 401). Refused actions are audited."""
     assert isinstance(exc, HTTPException)
+    await _audit_refusal(request, exc.status_code, str(exc.detail))
     if "/ui/" not in request.url.path:
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
     login_url = None
@@ -285,6 +446,24 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return HTMLResponse(pages.render_error(exc.status_code, str(exc.detail), login_url), status_code=exc.status_code)
 
 
+async def _invalid_request(request: Request, exc: Exception) -> Response:
+    """422 for ids that cannot be Airflow's (too long, empty), without echoing the input back."""
+    assert isinstance(exc, RequestValidationError)
+    fields = sorted({".".join(str(p) for p in error.get("loc", ())[1:]) for error in exc.errors()})
+    message = f"Invalid request: {', '.join(f for f in fields if f) or 'body'} (ids are 1-{MAX_ID_LENGTH} characters)"
+    await _audit_refusal(request, 422, message)
+    if "/ui/" in request.url.path:
+        return HTMLResponse(pages.render_error(422, message, None), status_code=422)
+    return JSONResponse({"detail": message}, status_code=422)
+
+
+async def _frame_headers(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+    response = await call_next(request)
+    for name, value in FRAME_HEADERS.items():
+        response.headers.setdefault(name, value)
+    return response
+
+
 def create_app() -> FastAPI:
     app = FastAPI(
         title="Checkpoints",
@@ -296,4 +475,6 @@ def create_app() -> FastAPI:
     app.include_router(reprocess_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="checkpoints_static")
     app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.middleware("http")(_frame_headers)
     return app

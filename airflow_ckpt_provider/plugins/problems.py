@@ -15,7 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from airflow_ckpt_provider.display.redaction import without_uri_userinfo
 from airflow_ckpt_provider.hooks.checkpoint import seen_secrets
+from airflow_ckpt_provider.hooks.connections import StoreConnectionError
+from airflow_ckpt_provider.hooks.task_store import StoreLocationUnknownError
 from airflow_ckpt_provider.store.errors import (
     CheckpointError,
     CorruptCheckpointError,
@@ -31,19 +34,25 @@ log = logging.getLogger(__name__)
 
 
 def display_uri(uri: str) -> str:
-    """``uri`` without user-info, query or fragment: what may be shown to anyone who can read the DAG."""
+    """``uri`` as anyone who can read the DAG may see it: without user-info (and, for web URLs,
+    without query or fragment). ``s3://`` and ``file://`` URIs are kept verbatim otherwise: there
+    '?' and '#' belong to the key (file URIs of this provider escape them), so cutting them off
+    would name another store."""
+    uri = without_uri_userinfo(uri)
+    if uri.startswith(("s3://", "s3a://", "file:")):
+        # Except a pre-signed URL's query pasted onto an S3 URI: its signature is a credential.
+        return _PRESIGNED_QUERY.sub("", uri)
     try:
         parts = urlsplit(uri)
     except ValueError:
         return "<unparseable store URI>"
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
 
 
-# user-info of any URI in a message (scheme://user:password@host) and query strings of
-# object URIs (pre-signed URLs carry signatures there).
-_URI_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s'\"@]+@")
-_URI_QUERY = re.compile(r"(\b(?:s3a?|https?|file)://[^\s'\"?]*)\?[^\s'\"]*")
+_PRESIGNED_QUERY = re.compile(r"\?[^?]*x-amz-.*$", re.IGNORECASE)
+# Query strings of web URLs (pre-signed URLs carry signatures there). Not of s3:// or file://
+# URIs: there a '?' is part of the key or path (file URIs of this provider escape it anyway).
+_URI_QUERY = re.compile(r"(\bhttps?://[^\s'\"?]*)\?[^\s'\"]*")
 
 
 def scrub(message: str, secrets: Iterable[str] = ()) -> str:
@@ -53,7 +62,7 @@ def scrub(message: str, secrets: Iterable[str] = ()) -> str:
     Airflow's own masker has no public call that redacts a string; the hook registers each value
     with it (``mask_secret``, for logs) and in :func:`seen_secrets` (for this).
     """
-    message = _URI_QUERY.sub(r"\1", _URI_USERINFO.sub(r"\1", message))
+    message = _URI_QUERY.sub(r"\1", without_uri_userinfo(message))
     # Longest first: a secret that contains another is replaced whole.
     for secret in sorted({*secrets, *seen_secrets()}, key=len, reverse=True):
         if secret and len(secret) >= 4:
@@ -95,7 +104,7 @@ def problem_from(exc: BaseException, store_uri: str, secrets: Iterable[str] = ()
     where = display_uri(store_uri)
     secrets = [*uri_secrets(store_uri), *secrets]
     text = scrub(" ".join(str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc).split()), secrets)
-    if type(exc).__name__ == "AirflowNotFoundException":  # the store's connection is not defined
+    if isinstance(exc, StoreConnectionError) or type(exc).__name__ == "AirflowNotFoundException":
         return StoreProblem(
             503,
             "store_unavailable",
@@ -116,6 +125,8 @@ def problem_from(exc: BaseException, store_uri: str, secrets: Iterable[str] = ()
             f"The checkpoint store {where} holds data that cannot be read: {text}. Nothing was changed. "
             "Run `airflow-ckpt check` on it for a full report.",
         )
+    if isinstance(exc, StoreLocationUnknownError):
+        return StoreProblem(422, "store_location_unknown", f"{text}")
     if isinstance(exc, InvalidStoreUriError | PathOutsideRootError):
         return StoreProblem(422, "store_misconfigured", f"The checkpoint store location is not valid: {text}")
     if isinstance(exc, EpochConflictError):

@@ -7,31 +7,34 @@
 * ``GET /api/task/reprocesses`` — the store's reprocess history (read access).
 
 Every POST needs edit access to the DAG's task instances (as clear does), a JSON body with the
-``X-Requested-With`` header, and is refused (409) while the task instance runs; every action,
-done or refused, writes an audit-log entry.
+``X-Requested-With`` header, and is refused (409) while the task instance runs or when the store
+belongs to another DAG the user has no rights on; every action, done or refused, writes an
+audit-log entry. Requests run as the clear endpoints do (plugins/flow.py): short DB sessions,
+store calls on bounded threads under a deadline (docs/security.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from typing import Any, Literal
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
-from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep
 from fastapi import APIRouter, Depends, HTTPException, Query, status
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
 
-from airflow_ckpt_provider.plugins.access import can_access_dag, require_dag_access, require_same_origin_json
-from airflow_ckpt_provider.plugins.audit import write_audit_entry
-from airflow_ckpt_provider.plugins.locator import (
-    ACTIVE_STATES,
-    TaskInstanceNotFound,
-    TaskStoreRef,
-    locate_task_store,
-    open_ref,
-)
-from airflow_ckpt_provider.plugins.problems import display_uri, problem_from
+from airflow_ckpt_provider.hooks.config import CheckpointConfig
+from airflow_ckpt_provider.plugins.access import can_access_dag, require_same_origin_json
+from airflow_ckpt_provider.plugins.flow import audit_ref, context_json, located, store_calls
+from airflow_ckpt_provider.plugins.locator import ACTIVE_STATES, TaskStoreRef
+from airflow_ckpt_provider.plugins.ownership import OwnerMismatch, check_owners, owner_dag_id
+from airflow_ckpt_provider.plugins.problems import StoreProblem, display_uri, problem_from
+from airflow_ckpt_provider.plugins.store_access import open_for_view
+from airflow_ckpt_provider.plugins.store_calls import Deadline
 from airflow_ckpt_provider.store import CheckpointStore, ReprocessPlan, ReprocessResult, Selection
 from airflow_ckpt_provider.store.errors import StoreChangedError
 
@@ -76,13 +79,6 @@ class ReprocessBody(BaseModel):
     delete: bool = False
     #: The fingerprint of the preview the person confirmed (required to act).
     expected: str | None = Field(default=None, max_length=64)
-
-
-def _locate(session: Any, body: ReprocessBody) -> TaskStoreRef:
-    try:
-        return locate_task_store(session, body.dag_id, body.task_id, body.run_id)
-    except TaskInstanceNotFound as exc:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
 
 
 def _preview(store: CheckpointStore, body: ReprocessBody) -> ReprocessPlan | None:
@@ -131,56 +127,76 @@ def _context(ref: TaskStoreRef) -> dict[str, Any]:
     }
 
 
-def preview_payload(session: Any, user: Any, body: ReprocessBody) -> tuple[int, dict[str, Any]]:
-    require_dag_access(user, body.dag_id, edit=True)
-    ref = _locate(session, body)
-    secrets: list[str] = []
-    try:
-        store, secrets = open_ref(ref)
+@dataclass(frozen=True)
+class _Outcome:
+    mismatch: OwnerMismatch | None = None
+    plan: ReprocessPlan | None = None
+    result: ReprocessResult | None = None
+    records: list[dict[str, Any]] | None = None
+    owner_dag_ids: tuple[str, ...] = ()
+
+
+def _in_store(
+    user: Any,
+    ref: TaskStoreRef,
+    deadline: Deadline,
+    secrets: list[str],
+    work: Callable[[CheckpointStore], _Outcome],
+    *,
+    edit: bool,
+) -> Callable[[], _Outcome]:
+    """A store call: open the task's store under ``deadline``, refuse a store other DAGs own
+    (plugins/ownership.py), then ``work``."""
+    config = CheckpointConfig.load()
+
+    def call() -> _Outcome:
+        store, found = open_for_view(ref, deadline, config, retries=2 if edit else 0)
+        secrets.extend(found)
         try:
-            plan = _preview(store, body)
+            epochs = store.list_epochs()
+            owners = tuple(sorted({d for d in map(owner_dag_id, epochs) if d and d != ref.dag_id}))
+            mismatch = check_owners(epochs, ref.dag_id, lambda d: can_access_dag(user, d, edit=edit), edit=edit)
+            if mismatch is not None:
+                return _Outcome(mismatch=mismatch, owner_dag_ids=owners)
+            return dataclasses.replace(work(store), owner_dag_ids=owners)
         finally:
             store.close()
+
+    return call
+
+
+async def preview_payload(user: Any, body: ReprocessBody) -> tuple[int, dict[str, Any]]:
+    found = await located(user, body.dag_id, body.task_id, body.run_id, edit=True)
+    if isinstance(found, StoreProblem):
+        return found.status_code, context_json(body.dag_id, body.task_id, body.run_id) | found.to_json()
+    ref = found
+    secrets: list[str] = []
+    deadline = Deadline.after(CheckpointConfig.load().ui_action_deadline_seconds)  # a dry run reads much
+    try:
+        outcome = await store_calls().run(
+            _in_store(user, ref, deadline, secrets, lambda store: _Outcome(plan=_preview(store, body)), edit=True),
+            deadline,
+        )
     except HTTPException:
         raise
     except Exception as exc:
         problem = problem_from(exc, ref.uri, secrets)
         return problem.status_code, _context(ref) | problem.to_json()
-    if plan is None:
+    if outcome.mismatch is not None:
+        return 409, _context(ref) | outcome.mismatch.to_json()
+    if outcome.plan is None:
         return 200, _context(ref) | {"preview": None}
-    return 200, _context(ref) | {"preview": plan.to_json(max_files=PREVIEW_FILES)}
+    return 200, _context(ref) | {"preview": outcome.plan.to_json(max_files=PREVIEW_FILES)}
 
 
-def action_payload(session: Any, user: Any, body: ReprocessBody) -> tuple[int, dict[str, Any]]:
+async def action_payload(user: Any, body: ReprocessBody) -> tuple[int, dict[str, Any]]:
     """Run the confirmed action, audited. Returns (HTTP status, body)."""
-    require_dag_access(user, body.dag_id, edit=True)
-    ref = _locate(session, body)
+    found = await located(user, body.dag_id, body.task_id, body.run_id, edit=True)
+    if isinstance(found, StoreProblem):
+        context = context_json(body.dag_id, body.task_id, body.run_id) | {"action": body.action}
+        return found.status_code, context | found.to_json()
+    ref = found
     context = _context(ref) | {"action": body.action}
-
-    def audit(extra: dict[str, Any], *, failed: bool) -> int:
-        return write_audit_entry(
-            session,
-            user=user,
-            action=body.action,
-            dag_id=ref.dag_id,
-            task_id=ref.task_id,
-            run_id=ref.run_id,
-            extra={"store_uri": display_uri(ref.uri), **extra},
-            failed=failed,
-        )
-
-    if ref.state in ACTIVE_STATES:
-        message = (
-            f"The task instance is {ref.state}: it may be writing checkpoints right now. Wait until it finishes "
-            "(or mark it failed), then try again. Nothing was changed."
-        )
-        return 409, context | {
-            "error": "task_active",
-            "detail": message,
-            "audit_log_id": audit({"refused": message}, failed=True),
-        }
-
-    secrets: list[str] = []
     asked = {
         "selection": body.selection.selection().describe() if body.action == "reprocess" else None,
         "to_commit": body.to_commit,
@@ -188,24 +204,40 @@ def action_payload(session: Any, user: Any, body: ReprocessBody) -> tuple[int, d
         "delete": body.delete,
         "fingerprint": body.expected,
     }
+
+    async def refuse(code: int, kind: str, message: str, also: tuple[str, ...] = ()) -> tuple[int, dict[str, Any]]:
+        entry = asked | {"refused": message, "http_status": code, "error": kind}
+        audit_id = await run_in_threadpool(audit_ref, user, body.action, ref, entry, True, also)
+        return code, context | {"error": kind, "detail": message, "audit_log_id": audit_id}
+
+    if ref.state in ACTIVE_STATES:
+        message = (
+            f"The task instance is {ref.state}: it may be writing checkpoints right now. Wait until it finishes "
+            "(or mark it failed), then try again. Nothing was changed."
+        )
+        return await refuse(409, "task_active", message)
+
+    secrets: list[str] = []
+    deadline = Deadline.after(CheckpointConfig.load().ui_action_deadline_seconds)
+    who = f"ui:{user.get_name()}"
     try:
-        store, secrets = open_ref(ref)
-        try:
-            result = _act(store, body, f"ui:{user.get_name()}")
-        finally:
-            store.close()
+        outcome = await store_calls().run(
+            _in_store(user, ref, deadline, secrets, lambda store: _Outcome(result=_act(store, body, who)), edit=True),
+            deadline,
+        )
     except HTTPException:
         raise
     except StoreChangedError as exc:
-        message = f"{exc} Reload the preview and review it again."
-        audit_id = audit(asked | {"refused": message}, failed=True)
-        return 409, context | {"error": "store_changed", "detail": message, "audit_log_id": audit_id}
+        return await refuse(409, "store_changed", f"{exc} Reload the preview and review it again.")
     except Exception as exc:
         problem = problem_from(exc, ref.uri, secrets)
-        audit_id = audit(asked | {"error": problem.kind, "detail": problem.message}, failed=True)
-        return problem.status_code, context | problem.to_json() | {"audit_log_id": audit_id}
-    summary = None if result is None else result.summary()
-    audit_id = audit(asked | {"result": summary}, failed=False)
+        return await refuse(problem.status_code, problem.kind, problem.message)
+    if outcome.mismatch is not None:
+        return await refuse(409, "store_owner_mismatch", outcome.mismatch.message(), outcome.owner_dag_ids)
+    summary = None if outcome.result is None else outcome.result.summary()
+    audit_id = await run_in_threadpool(
+        audit_ref, user, body.action, ref, asked | {"result": summary}, False, outcome.owner_dag_ids
+    )
     log.info(
         "checkpoints %s by %s on %s/%s/%s: %s",
         body.action,
@@ -226,8 +258,8 @@ router = APIRouter()
     summary="What a reprocess, rewind, undo or purge would do (changes nothing)",
     dependencies=[Depends(require_same_origin_json)],
 )
-def post_preview(body: ReprocessBody, user: GetUserDep, session: SessionDep) -> JSONResponse:
-    code, payload = preview_payload(session, user, body)
+async def post_preview(body: ReprocessBody, user: GetUserDep) -> JSONResponse:
+    code, payload = await preview_payload(user, body)
     return JSONResponse(payload, status_code=code)
 
 
@@ -236,31 +268,32 @@ def post_preview(body: ReprocessBody, user: GetUserDep, session: SessionDep) -> 
     summary="Run a previewed reprocess, rewind, undo or purge (or resume an interrupted one)",
     dependencies=[Depends(require_same_origin_json)],
 )
-def post_action(body: ReprocessBody, user: GetUserDep, session: SessionDep) -> JSONResponse:
-    code, payload = action_payload(session, user, body)
+async def post_action(body: ReprocessBody, user: GetUserDep) -> JSONResponse:
+    code, payload = await action_payload(user, body)
     return JSONResponse(payload, status_code=code)
 
 
+IdQuery = Annotated[str, Query(min_length=1, max_length=250)]
+
+
 @router.get("/api/task/reprocesses", summary="The reprocess history of a task instance's store")
-def get_history(
-    user: GetUserDep,
-    session: SessionDep,
-    dag_id: str = Query(min_length=1, max_length=250),
-    run_id: str = Query(min_length=1, max_length=250),
-    task_id: str = Query(min_length=1, max_length=250),
-) -> JSONResponse:
-    require_dag_access(user, dag_id, edit=False)
-    body = ReprocessBody(dag_id=dag_id, task_id=task_id, run_id=run_id)
-    ref = _locate(session, body)
+async def get_history(user: GetUserDep, dag_id: IdQuery, run_id: IdQuery, task_id: IdQuery) -> JSONResponse:
+    found = await located(user, dag_id, task_id, run_id, edit=False)
+    if isinstance(found, StoreProblem):
+        return JSONResponse(context_json(dag_id, task_id, run_id) | found.to_json(), status_code=found.status_code)
+    ref = found
     secrets: list[str] = []
+    deadline = Deadline.after(CheckpointConfig.load().ui_store_deadline_seconds)
+
+    def history(store: CheckpointStore) -> _Outcome:
+        return _Outcome(records=[r.to_json() for r in store.list_reprocesses()])
+
     try:
-        store, secrets = open_ref(ref)
-        try:
-            records = [r.to_json() for r in store.list_reprocesses()]
-        finally:
-            store.close()
+        outcome = await store_calls().run(_in_store(user, ref, deadline, secrets, history, edit=False), deadline)
     except Exception as exc:
         problem = problem_from(exc, ref.uri, secrets)
         return JSONResponse(_context(ref) | problem.to_json(), status_code=problem.status_code)
-    can_edit = can_access_dag(user, dag_id, edit=True)
-    return JSONResponse(_context(ref) | {"reprocesses": records, "can_edit": can_edit})
+    if outcome.mismatch is not None:
+        return JSONResponse(_context(ref) | outcome.mismatch.to_json(), status_code=409)
+    can_edit = await run_in_threadpool(can_access_dag, user, dag_id, edit=True)
+    return JSONResponse(_context(ref) | {"reprocesses": outcome.records, "can_edit": can_edit})

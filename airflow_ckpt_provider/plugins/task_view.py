@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_ckpt_provider.display.deletion_preview import preview_clear, preview_discard
+from airflow_ckpt_provider.plugins.ownership import owner_dag_id
 from airflow_ckpt_provider.plugins.problems import display_uri
-from airflow_ckpt_provider.store import CheckpointStore
+from airflow_ckpt_provider.store import CheckpointStore, Epoch
 
 #: The view lists at most this many checkpoints (newest first); the counts cover all.
 MAX_CHECKPOINT_ROWS = 200
@@ -29,6 +30,8 @@ class TaskStoreView:
     checkpoint_count: int
     uncommitted_count: int
     previews: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The epoch records read (for the owner check; not shown as such).
+    epoch_records: tuple[Epoch, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -51,6 +54,7 @@ def _epoch_json(epoch: Any) -> dict[str, Any]:
         "base_snapshot": epoch.base_snapshot,
         "expected_partitions": epoch.expected_partitions,
         "owner": epoch.owner,
+        "owner_dag_id": owner_dag_id(epoch),
         "created_at": epoch.created_at,
         "ended_at": epoch.ended_at,
     }
@@ -64,7 +68,8 @@ def build_task_store_view(store: CheckpointStore) -> TaskStoreView:
     progress = state.to_json()
     progress["store_uri"] = uri
     progress["epoch"] = None if state.epoch is None else _epoch_json(state.epoch)
-    epochs = [_epoch_json(e) for e in reversed(store.list_epochs())]
+    records = store.list_epochs()
+    epochs = [_epoch_json(e) for e in reversed(records)]
     checkpoints = sorted(contents.checkpoints, key=lambda c: c.sealed_at, reverse=True)
     rows = [
         {
@@ -95,6 +100,7 @@ def build_task_store_view(store: CheckpointStore) -> TaskStoreView:
         checkpoint_count=len(checkpoints),
         uncommitted_count=len(contents.uncommitted),
         previews=previews,
+        epoch_records=tuple(records),
     )
 
 
@@ -112,4 +118,5 @@ def summary_of(store: CheckpointStore) -> dict[str, Any]:
         "files": progress.files,
         "bytes": progress.bytes,
         "committed": progress.committed,
+        "owner_dag_id": None if epoch is None else owner_dag_id(epoch),
     }

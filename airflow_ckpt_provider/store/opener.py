@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_ckpt_provider.store.blobs.base import BlobStore
@@ -58,24 +58,30 @@ def open_blobs(uri: str, **options: Any) -> BlobStore:
     )
 
 
-def open_store(uri: str, **options: Any) -> CheckpointStore:
+def open_store(
+    uri: str, *, wrap_blobs: Callable[[BlobStore], BlobStore] | None = None, **options: Any
+) -> CheckpointStore:
     """Open the checkpoint store at ``uri``. Nothing is created until the first write.
 
     ``uri``: ``file:///abs/dir``, ``/abs/dir`` or ``s3://bucket/prefix``. Options:
     ``endpoint_url``, ``region_name``, ``aws_access_key_id``, ``aws_secret_access_key``,
     ``aws_session_token`` or ``boto3_session`` (S3); ``timeout_seconds`` (per request,
     default 10), ``max_attempts`` (retries, default 3), ``breaker_max_failures``
-    (default 3), ``max_workers`` (parallel reads, default 16). Raises
-    :class:`InvalidStoreUriError`; reachability errors surface on first use.
+    (default 3), ``max_workers`` (parallel reads, default 16). ``wrap_blobs`` wraps the
+    object layer of the store and of every output location it opens (the UI bounds its
+    requests in time this way). Raises :class:`InvalidStoreUriError`; reachability errors
+    surface on first use.
     """
     unknown = set(options) - set(STORE_OPTIONS) - set(_S3_OPTIONS) - {"boto3_session"}
     if unknown:
         raise InvalidStoreUriError(f"unknown store options {sorted(unknown)}")
-    blobs = open_blobs(uri, **options)
-    serialisable = {k: v for k, v in options.items() if k != "boto3_session" and v is not None}
 
     def opener(output_uri: str) -> BlobStore:
-        return open_blobs(output_uri, **options)
+        opened = open_blobs(output_uri, **options)
+        return wrap_blobs(opened) if wrap_blobs is not None else opened
+
+    blobs = opener(uri)
+    serialisable = {k: v for k, v in options.items() if k != "boto3_session" and v is not None}
 
     return CheckpointStore(
         blobs,

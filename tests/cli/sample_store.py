@@ -18,16 +18,18 @@ def fill_store(
     expected_partitions: int | None = 4,
     keys_per_partition: int = 50,
     options: Mapping[str, Any] | None = None,
+    owner: str = "sample",
 ) -> CheckpointStore:
     """One epoch with ``partitions`` sealed checkpoints, each with its keys and one output file.
 
     Keys are ``key-{partition}-{i}``; every output file really exists under ``output_dir``
-    (a ``file://`` or ``s3://`` URI) and has :data:`FILE_BYTES` bytes.
+    (a ``file://`` or ``s3://`` URI) and has :data:`FILE_BYTES` bytes. ``owner``: the epoch's
+    owner, ``"dag_id/task_id/run_id"`` as the submit operator writes it.
     """
     options = dict(options or {})
     store = open_store(uri, **options)
     output = open_blobs(output_dir, **options)
-    epoch = store.begin_epoch(owner="sample", expected_partitions=expected_partitions)
+    epoch = store.begin_epoch(owner=owner, expected_partitions=expected_partitions)
     for partition in range(partitions):
         checkpoint_id = new_checkpoint_id()
         name = f"part-{partition:05d}.parquet"

@@ -21,24 +21,56 @@ from typing import Any
 import httpx
 
 from tests.support.airflow_harness import AirflowHarness
+from tests.support.hanging_endpoint import HangingEndpoint
+from tests.support.per_dag_auth_manager import RIGHTS_ENV
 
 DAG_ID = "ckpt_ui_demo"
 SPARK_TASK = "spark_job"
 OTHER_TASK = "report"
-PASSWORDS = {"admin": "admin-pw-1", "viewer": "viewer-pw-1", "editor": "editor-pw-1"}
+PASSWORDS = {
+    "admin": "admin-pw-1",
+    "viewer": "viewer-pw-1",
+    "editor": "editor-pw-1",
+    "alice": "alice-pw-1",
+}
 #: An ``aws`` connection whose endpoint nobody listens on (a store that cannot be reached).
 UNREACHABLE_CONN_ID = "ckpt_unreachable"
 UNREACHABLE_SECRET = "unreachable-secret-key-0123456789"
-ROLES = {"admin": "admin", "viewer": "viewer", "editor": "user"}
+ROLES = {"admin": "admin", "viewer": "viewer", "editor": "user", "alice": "user"}
+
+# The attack suite's DAGs (tests/plugins/test_attacks.py). Two teams: alice may edit team A's
+# DAG and nothing else (per-DAG rights through tests/support/per_dag_auth_manager.py).
+TEAM_A = "ckpt_team_a"
+TEAM_B = "ckpt_team_b"
+DAG_RIGHTS = {"alice": {TEAM_A: "edit"}}
+#: Team A's task whose DAG file names team B's store (a DAG author's mistake, or an attack).
+POINTS_AT_B_TASK = "points_at_b"
+#: Stores on an S3 endpoint that accepts connections and never answers.
+HANGING_DAG = "ckpt_hanging_store"
+HANGING_CONN_ID = "ckpt_hanging"
+HANGING_SECRET = "hanging-secret-key-0123456789"
+#: A connection whose endpoint URL carries a password (it must never reach a log).
+LEAKY_CONN_ID = "ckpt_leaky_endpoint"
+LEAKY_ENDPOINT_PASSWORD = "endpoint-url-pw-5678"
+#: Tasks whose store paths need escaping in a URI.
+ODD_DAG = "ckpt_odd_paths"
+ODD_TASK = "odd_store"
+SIBLING_TASK = "sibling_store"
+ODD_SEGMENT = "store#2 ?x=%2F y \u00fc\u6f22"
+#: The server's own (default chain) AWS identity: it must never be used for a store.
+SERVER_DEFAULT_ACCESS_KEY = "SERVER-DEFAULT-IDENTITY-KEY"
 
 DAG_SOURCE = f'''
-"""A DAG whose task instances the Checkpoints views show (the stores are filled by the tests)."""
+"""A DAG whose task instances the Checkpoints views show (the tasks never run; the tests fill the stores)."""
 import pendulum
-from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG
 
+from airflow_ckpt_provider.operators.commit import CheckpointCommitOperator
+from airflow_ckpt_provider.operators.spark_submit import CheckpointedSparkSubmitOperator
+
 with DAG("{DAG_ID}", schedule=None, start_date=pendulum.datetime(2024, 1, 1), catchup=False):
-    EmptyOperator(task_id="{SPARK_TASK}") >> EmptyOperator(task_id="{OTHER_TASK}")
+    spark = CheckpointedSparkSubmitOperator(task_id="{SPARK_TASK}", application="job.py")
+    spark >> CheckpointCommitOperator(task_id="{OTHER_TASK}", spark_task_id="{SPARK_TASK}")
 '''
 
 
@@ -48,6 +80,62 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+ATTACK_DAGS_SOURCE = """
+\"\"\"DAGs of the attack suite: their tasks never run; the stores are filled by the tests.\"\"\"
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_ckpt_provider.operators.commit import CheckpointCommitOperator
+from airflow_ckpt_provider.operators.spark_submit import CheckpointedSparkSubmitOperator
+
+START = pendulum.datetime(2024, 1, 1)
+TEAM_B_STORE = {team_b_store!r}
+
+with DAG({team_a!r}, schedule=None, start_date=START, catchup=False):
+    CheckpointedSparkSubmitOperator(task_id="spark_job", application="job.py")
+    CheckpointedSparkSubmitOperator(task_id={points_at_b!r}, application="job.py", checkpoint_uri=TEAM_B_STORE)
+
+with DAG({team_b!r}, schedule=None, start_date=START, catchup=False):
+    CheckpointedSparkSubmitOperator(task_id="spark_job", application="job.py", checkpoint_uri=TEAM_B_STORE)
+
+with DAG({hanging!r}, schedule=None, start_date=START, catchup=False):
+    CheckpointedSparkSubmitOperator(
+        task_id="spark_job",
+        application="job.py",
+        checkpoint_uri="s3://hanging-bucket/stores/shared",
+        aws_conn_id={hanging_conn!r},
+    )
+    CheckpointCommitOperator(task_id="commit", spark_task_id="spark_job", aws_conn_id={hanging_conn!r})
+    CheckpointedSparkSubmitOperator(
+        task_id="missing_connection",
+        application="job.py",
+        checkpoint_uri="s3://hanging-bucket/stores/missing",
+        aws_conn_id="no_such_connection",
+    )
+    CheckpointedSparkSubmitOperator(
+        task_id="leaky_endpoint",
+        application="job.py",
+        checkpoint_uri="s3://hanging-bucket/stores/leaky",
+        aws_conn_id={leaky_conn!r},
+    )
+    CheckpointedSparkSubmitOperator(
+        task_id="credentials_in_uri",
+        application="job.py",
+        checkpoint_uri="s3://user:hunter2secret@bucket/prefix?X-Amz-Signature=abc",
+    )
+    CheckpointedSparkSubmitOperator(
+        task_id="unreachable",
+        application="job.py",
+        checkpoint_uri="s3://ckpt-bucket/stores/unreachable",
+        aws_conn_id={unreachable_conn!r},
+    )
+
+with DAG({odd!r}, schedule=None, start_date=START, catchup=False):
+    CheckpointedSparkSubmitOperator(task_id={odd_task!r}, application="job.py", checkpoint_uri={odd_store!r})
+    CheckpointedSparkSubmitOperator(task_id={sibling_task!r}, application="job.py", checkpoint_uri={sibling_store!r})
+"""
+
+
 @dataclass
 class ApiServer:
     harness: AirflowHarness
@@ -55,6 +143,7 @@ class ApiServer:
     process: subprocess.Popen[bytes]
     log_path: Path
     startup_seconds: float = 0.0
+    hanging: HangingEndpoint | None = None
     _tokens: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -104,6 +193,8 @@ class ApiServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        if self.hanging is not None:
+            self.hanging.close()
 
     # ------------------------------------------------------------------ HTTP
 
@@ -123,16 +214,18 @@ class ApiServer:
         headers = {} if user is None else {"Authorization": f"Bearer {self.token(user)}"}
         return httpx.Client(base_url=self.base_url, headers=headers, timeout=60)
 
-    def trigger_run(self, run_id: str) -> None:
+    def trigger_run(self, run_id: str, dag_id: str = DAG_ID) -> None:
         """A DAG run through the public API; its task instances exist at once (state none)."""
         with self.client("admin") as client:
-            response = client.post(f"/api/v2/dags/{DAG_ID}/dagRuns", json={"dag_run_id": run_id, "logical_date": None})
+            response = client.post(f"/api/v2/dags/{dag_id}/dagRuns", json={"dag_run_id": run_id, "logical_date": None})
             assert response.status_code == 200, response.text
 
-    def push_xcom(self, run_id: str, task_id: str, key: str, value: Any) -> None:
-        with self.client("admin") as client:
+    def push_xcom(
+        self, run_id: str, task_id: str, key: str, value: Any, *, dag_id: str = DAG_ID, user: str = "admin"
+    ) -> None:
+        with self.client(user) as client:
             response = client.post(
-                f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries",
+                f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries",
                 json={"key": key, "value": value},
             )
             assert response.status_code == 201, response.text
@@ -144,13 +237,19 @@ class ApiServer:
             return list(db.execute(sql, params))
 
     def audit_entries(self, run_id: str) -> list[dict[str, Any]]:
+        return self._audit("run_id = ?", run_id)
+
+    def audit_entries_of_dag(self, dag_id: str) -> list[dict[str, Any]]:
+        return self._audit("dag_id = ?", dag_id)
+
+    def _audit(self, where: str, *params: Any) -> list[dict[str, Any]]:
         rows = self.query(
             "SELECT event, owner, dag_id, task_id, run_id, extra FROM log "
-            "WHERE event LIKE 'checkpoints.%' AND run_id = ? ORDER BY id",
-            run_id,
+            f"WHERE event LIKE 'checkpoints.%' AND {where} ORDER BY id",
+            *params,
         )
         return [
-            {"event": e, "owner": o, "dag_id": d, "task_id": t, "run_id": r, "extra": json.loads(x)}
+            {"event": e, "owner": o, "dag_id": d, "task_id": t, "run_id": r, "extra": json.loads(x or "{}")}
             for e, o, d, t, r, x in rows
         ]
 
@@ -162,34 +261,97 @@ class ApiServer:
             )
             db.commit()
 
-    def default_store_path(self, run_id: str, task_id: str = SPARK_TASK) -> Path:
+    def default_store_path(self, run_id: str, task_id: str = SPARK_TASK, dag_id: str = DAG_ID) -> Path:
         """Where the operator's default store of this task instance lives (run ids here need no escaping)."""
-        return self.home / "checkpoints" / DAG_ID / task_id / run_id
+        return self.home / "checkpoints" / dag_id / task_id / run_id
+
+    @property
+    def team_b_store(self) -> Path:
+        return self.home / "team_b" / "shared_store"
+
+    @property
+    def odd_store(self) -> Path:
+        """A store whose path holds '#', '?', '%2F', spaces and non-ASCII letters."""
+        return self.home / "odd" / ODD_SEGMENT
+
+    @property
+    def sibling_store(self) -> Path:
+        """The store an unescaped ``file://`` URI of :attr:`odd_store` would name instead."""
+        return self.home / "odd" / "store"
+
+
+def _aws_connection(login: str, password: str, endpoint_url: str) -> str:
+    return json.dumps(
+        {
+            "conn_type": "aws",
+            "login": login,
+            "password": password,
+            "extra": {"endpoint_url": endpoint_url, "region_name": "us-east-1"},
+        }
+    )
 
 
 def start_ui_airflow(home: Path) -> ApiServer:
-    """Migrate a fresh Airflow, install the demo DAG, serialize it, start the API server."""
+    """Migrate a fresh Airflow, install the demo and attack DAGs, serialize them, start the API server.
+
+    The server runs a per-DAG auth manager (the simple one plus per-DAG rights for alice), and
+    has its own default AWS identity in its environment, pointed at the hanging endpoint: a store
+    read that fell back to it would show that key at the endpoint.
+    """
     harness = AirflowHarness.create(home)
+    hanging = HangingEndpoint()
     passwords = home / "passwords.json"
     passwords.write_text(json.dumps(PASSWORDS))
+    unreachable = f"http://127.0.0.1:{free_port()}"
+    leaky = f"http://leaky-user:{LEAKY_ENDPOINT_PASSWORD}@127.0.0.1:{free_port()}"
     harness.env.update(
         {
+            "AIRFLOW__CORE__AUTH_MANAGER": "tests.support.per_dag_auth_manager.PerDagAuthManager",
+            RIGHTS_ENV: json.dumps(DAG_RIGHTS),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{r}" for u, r in ROLES.items()),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
             "AIRFLOW__API__EXPOSE_CONFIG": "False",
-            f"AIRFLOW_CONN_{UNREACHABLE_CONN_ID.upper()}": json.dumps(
-                {
-                    "conn_type": "aws",
-                    "login": "unreachable-access-key",
-                    "password": UNREACHABLE_SECRET,
-                    "extra": {"endpoint_url": f"http://127.0.0.1:{free_port()}", "region_name": "us-east-1"},
-                }
+            f"AIRFLOW_CONN_{UNREACHABLE_CONN_ID.upper()}": _aws_connection(
+                "unreachable-access-key", UNREACHABLE_SECRET, unreachable
             ),
+            f"AIRFLOW_CONN_{HANGING_CONN_ID.upper()}": _aws_connection(
+                "hanging-access-key", HANGING_SECRET, hanging.endpoint_url
+            ),
+            f"AIRFLOW_CONN_{LEAKY_CONN_ID.upper()}": _aws_connection("leaky-access-key", "leaky-secret", leaky),
+            "AWS_ACCESS_KEY_ID": SERVER_DEFAULT_ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": "server-default-secret",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL_S3": hanging.endpoint_url,
         }
     )
     (harness.dags_folder / f"{DAG_ID}.py").write_text(DAG_SOURCE)
+    odd_root = home / "odd"
+    (harness.dags_folder / "ckpt_attack_dags.py").write_text(
+        ATTACK_DAGS_SOURCE.format(
+            team_a=TEAM_A,
+            team_b=TEAM_B,
+            team_b_store=str(home / "team_b" / "shared_store"),
+            points_at_b=POINTS_AT_B_TASK,
+            hanging=HANGING_DAG,
+            hanging_conn=HANGING_CONN_ID,
+            leaky_conn=LEAKY_CONN_ID,
+            unreachable_conn=UNREACHABLE_CONN_ID,
+            odd=ODD_DAG,
+            odd_task=ODD_TASK,
+            odd_store=str(odd_root / ODD_SEGMENT),
+            sibling_task=SIBLING_TASK,
+            sibling_store=str(odd_root / "store"),
+        )
+    )
     proc = harness.airflow("dags", "reserialize")
     if proc.returncode != 0:
+        hanging.close()
         raise RuntimeError(f"airflow dags reserialize failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return ApiServer.start(harness)
+    try:
+        server = ApiServer.start(harness)
+    except BaseException:
+        hanging.close()
+        raise
+    server.hanging = hanging
+    return server

@@ -20,11 +20,12 @@ import threading
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import quote, unquote
 
 from airflow_ckpt_provider.store.blobs.base import BlobInfo, BlobNotFoundError, BlobStore, check_key
 from airflow_ckpt_provider.store.errors import (
     InvalidStoreUriError,
+    PathOutsideRootError,
     PreconditionFailedError,
     StoreAccessDeniedError,
     StoreNotFoundError,
@@ -34,13 +35,31 @@ from airflow_ckpt_provider.store.errors import (
 _LOCK_SUFFIX = ".lock"
 
 
+#: Characters a file URI keeps as they are (RFC 3986 path characters). Everything else, and '%'
+#: itself, is percent-escaped, so that '#', '?', '%2F' or a space in a directory name can never
+#: make a URI name another directory (docs/store-api.md, "Store URIs").
+_URI_SAFE = "/:@!$&'()*+,;=~"
+
+
+def file_uri(path: str | os.PathLike[str]) -> str:
+    """``/a/b c#1`` → ``file:///a/b%20c%231``: the one URI of an absolute local path."""
+    return "file://" + quote(os.fspath(path), safe=_URI_SAFE)
+
+
 def local_path_of(uri: str) -> Path:
-    """``file:///a/b`` or ``/a/b`` → ``Path('/a/b')`` (absolute, normalized)."""
+    """``file:///a/b``, ``file:/a/b`` or ``/a/b`` → ``Path('/a/b')`` (absolute, normalized).
+
+    A file URI's path is percent-decoded; it has no query or fragment, so a raw '#' or '?'
+    (in URIs written unescaped by earlier versions) is part of the path.
+    """
     if uri.startswith("file:"):
-        parsed = urlparse(uri)
-        if parsed.netloc not in ("", "localhost"):
-            raise InvalidStoreUriError(f"{uri!r}: file URIs must be local (file:///absolute/path)")
-        raw = unquote(parsed.path)
+        rest = uri[len("file:") :]
+        if rest.startswith("//"):
+            host, slash, path = rest[2:].partition("/")
+            if host not in ("", "localhost"):
+                raise InvalidStoreUriError(f"{uri!r}: file URIs must be local (file:///absolute/path)")
+            rest = slash + path
+        raw = unquote(rest)
     else:
         raw = uri
     if not raw or not os.path.isabs(raw):
@@ -59,9 +78,18 @@ class LocalBlobStore(BlobStore):
 
     def __init__(self, uri: str) -> None:
         self.root = local_path_of(uri)
-        self.uri = "file://" + str(self.root).rstrip("/")
+        self.uri = file_uri(self.root).rstrip("/")
         self.request_count = 0
         self._count_lock = threading.Lock()
+
+    def child_uri(self, key: str) -> str:
+        return f"{self.uri}/{quote(check_key(key), safe=_URI_SAFE)}"
+
+    def relative_key(self, uri: str) -> str:
+        path = local_path_of(uri)
+        if self.root not in path.parents:
+            raise PathOutsideRootError(f"{uri!r} is not under {self.uri!r}")
+        return check_key(path.relative_to(self.root).as_posix())
 
     # -- helpers -----------------------------------------------------------------------------
 

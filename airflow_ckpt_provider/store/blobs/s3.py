@@ -130,6 +130,15 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     return bucket, prefix
 
 
+def without_userinfo(url: str) -> str:
+    """``http://user:pw@host:1/x`` → ``http://host:1/x``: what a message may show of an endpoint URL."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    return f"{scheme}://{authority.rsplit('@', 1)[-1]}{slash}{path}"
+
+
 def _check_prefix(prefix: str) -> str:
     """A listing prefix: a key or the start of one (may end with ``/``), never escaping the root."""
     if prefix == "":
@@ -187,6 +196,8 @@ class S3BlobStore(BlobStore):
             )
         self.page_size = int(page_size)
         self.endpoint_url = endpoint_url
+        #: The endpoint as messages show it: without user-info (an endpoint URL may carry a password).
+        self.shown_endpoint = without_userinfo(endpoint_url) if endpoint_url else None
         self._options: dict[str, Any] = {
             "endpoint_url": endpoint_url,
             "aws_access_key_id": aws_access_key_id,
@@ -242,7 +253,7 @@ class S3BlobStore(BlobStore):
         return {k: v for k, v in self._options.items() if v is not None}
 
     def __repr__(self) -> str:  # no credentials in reprs
-        return f"S3BlobStore({self.uri!r}, endpoint_url={self.endpoint_url!r})"
+        return f"S3BlobStore({self.uri!r}, endpoint_url={self.shown_endpoint!r})"
 
     def _count_request(self, event_name: str = "", **_: Any) -> None:
         operation = event_name.rsplit(".", 1)[-1]
@@ -264,7 +275,7 @@ class S3BlobStore(BlobStore):
 
     def _raise(self, exc: Exception, action: str, key: str | None) -> NoReturn:
         where = f"{self.uri}/{key}" if key else self.uri
-        endpoint = f" at {self.endpoint_url}" if self.endpoint_url else ""
+        endpoint = f" at {self.shown_endpoint}" if self.shown_endpoint else ""
         if isinstance(exc, ClientError):
             error = exc.response.get("Error", {})
             code = str(error.get("Code", ""))
@@ -333,7 +344,7 @@ class S3BlobStore(BlobStore):
         return int(exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 0) or 0) > 0
 
     def _missing_bucket(self, cause: Exception | None = None) -> StoreNotFoundError:
-        endpoint = f" at {self.endpoint_url}" if self.endpoint_url else ""
+        endpoint = f" at {self.shown_endpoint}" if self.shown_endpoint else ""
         error = StoreNotFoundError(
             f"bucket {self.bucket!r} does not exist{endpoint}: create it or fix the URI ({self.uri})"
         )

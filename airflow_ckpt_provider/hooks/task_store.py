@@ -1,0 +1,191 @@
+"""Which store a task instance was configured with, read from Airflow's metadata DB.
+
+The Checkpoints view and ``airflow-ckpt --dag-id/--task-id/--run-id`` show and clear the
+store a task's *operator* names, in this order (docs/security.md, "Which store a page shows"):
+
+1. the operator's ``checkpoint_uri`` / ``aws_conn_id`` as that task instance rendered them
+   (Airflow records rendered template fields when the task runs);
+2. the same fields in the serialized DAG of the task instance's DAG version (a task that has
+   not run yet), unless they are templates (then the store is not known yet: an error);
+3. the ``[ckpt]`` default location for (dag, task, run).
+
+A store-facing task without a ``checkpoint_uri`` of its own (commit, clear, sensor with
+``spark_task_id``) works on its Spark task's store, resolved the same way. Never from XCom:
+anyone with edit rights on a DAG can write its task instances' XCom entries through the REST
+API, and could point the page, and its Clear button, at any other store.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
+from airflow_ckpt_provider.store.errors import CheckpointError
+
+#: The operator fields that name a store (template fields of the provider's operators).
+URI_FIELD = "checkpoint_uri"
+CONN_FIELD = "aws_conn_id"
+SPARK_TASK_FIELD = "spark_task_id"
+
+SOURCE_RENDERED = "rendered by the task"
+SOURCE_NAMED = "named by the operator"
+SOURCE_DEFAULT = "default location"
+
+_TEMPLATE_MARKERS = ("{{", "{%", "{#")
+#: Deserialized DAG versions kept per process (the view asks for the same few DAGs again and again).
+_DAG_CACHE_SIZE = 32
+
+
+class TaskInstanceNotFound(CheckpointError, LookupError):
+    """No task instance (dag_id, task_id, run_id) in the metadata DB."""
+
+
+class StoreLocationUnknownError(CheckpointError):
+    """The operator's store location is a template the task instance has not rendered yet."""
+
+
+@dataclass(frozen=True)
+class ConfiguredStore:
+    """Where a task instance keeps its checkpoints, and how that was decided (no credentials)."""
+
+    uri: str
+    aws_conn_id: str | None
+    source: str  # SOURCE_RENDERED, SOURCE_NAMED or SOURCE_DEFAULT
+    #: The Spark task whose store this is, when the task itself names none (commit, clear, sensor).
+    spark_task_id: str | None = None
+    #: Whether the task is one of the provider's operators (it has a ``checkpoint_uri`` field).
+    checkpoint_task: bool = False
+
+
+@dataclass(frozen=True)
+class _Fields:
+    values: Mapping[str, Any]
+    source: str
+    checkpoint_task: bool
+
+
+class _DagVersions:
+    """A small, thread-safe cache of deserialized DAG versions, keyed by version id and hash."""
+
+    def __init__(self) -> None:
+        self._cache: OrderedDict[tuple[str, str | None], Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def task(self, session: Session, dag_id: str, task_id: str, version_id: Any) -> Any | None:
+        from airflow.models.serialized_dag import SerializedDagModel
+
+        model = None
+        if version_id is not None:
+            model = session.scalar(select(SerializedDagModel).where(SerializedDagModel.dag_version_id == version_id))
+        if model is None:  # a run older than DAG versioning, or a version `airflow db clean` removed
+            model = SerializedDagModel.get(dag_id, session=session)
+        if model is None:
+            return None
+        key = (str(model.dag_version_id), model.dag_hash)
+        with self._lock:
+            dag = self._cache.get(key)
+            if dag is not None:
+                self._cache.move_to_end(key)
+        if dag is None:
+            dag = model.dag
+            with self._lock:
+                self._cache[key] = dag
+                while len(self._cache) > _DAG_CACHE_SIZE:
+                    self._cache.popitem(last=False)
+        return getattr(dag, "task_dict", {}).get(task_id)
+
+
+_DAG_VERSIONS = _DagVersions()
+
+
+def task_instance_states(session: Session, dag_id: str, task_id: str, run_id: str) -> list[str | None]:
+    """The states of the task instance (one per map index); :class:`TaskInstanceNotFound` if none."""
+    from airflow.models.taskinstance import TaskInstance as TI
+
+    states = [
+        None if s is None else str(s)
+        for s in session.scalars(
+            select(TI.state).where(TI.dag_id == dag_id, TI.task_id == task_id, TI.run_id == run_id)
+        ).all()
+    ]
+    if not states:
+        raise TaskInstanceNotFound(f"no task instance {task_id!r} in run {run_id!r} of DAG {dag_id!r}")
+    return states
+
+
+def _fields(session: Session, dag_id: str, task_id: str, run_id: str, map_index: int) -> _Fields:
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
+    from airflow.models.taskinstance import TaskInstance as TI
+
+    rendered_query = select(RTIF.map_index, RTIF.rendered_fields).where(
+        RTIF.dag_id == dag_id, RTIF.task_id == task_id, RTIF.run_id == run_id
+    )
+    rendered_rows = {int(m): f for m, f in session.execute(rendered_query)}
+    # Mapped instances share the task's fields unless told otherwise; the lowest map index speaks for them.
+    rendered = rendered_rows.get(map_index)
+    if rendered is None and map_index == -1 and rendered_rows:
+        rendered = rendered_rows[min(rendered_rows)]
+    version_id = session.scalar(
+        select(TI.dag_version_id)
+        .where(TI.dag_id == dag_id, TI.task_id == task_id, TI.run_id == run_id)
+        .order_by(TI.map_index)
+        .limit(1)
+    )
+    task = _DAG_VERSIONS.task(session, dag_id, task_id, version_id)
+    template_fields = tuple(getattr(task, "template_fields", ()) or ())
+    checkpoint_task = URI_FIELD in template_fields
+    if isinstance(rendered, Mapping) and URI_FIELD in rendered:
+        return _Fields(rendered, SOURCE_RENDERED, True)
+    if task is None:
+        return _Fields({}, SOURCE_DEFAULT, False)
+    named = {name: getattr(task, name, None) for name in (URI_FIELD, CONN_FIELD, SPARK_TASK_FIELD)}
+    for name, value in named.items():
+        if isinstance(value, str) and any(marker in value for marker in _TEMPLATE_MARKERS):
+            raise StoreLocationUnknownError(
+                f"the {name} of task {task_id!r} in DAG {dag_id!r} is templated ({value!r}) and task instance "
+                f"{run_id!r} has not rendered it yet (it has not run): its store is known once it runs. "
+                "Name the store by its URI instead"
+            )
+    return _Fields(named, SOURCE_NAMED, checkpoint_task)
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, str) and value.strip() and value.strip() != "None":
+        return value.strip()
+    return None
+
+
+def configured_store(
+    session: Session, dag_id: str, task_id: str, run_id: str, *, map_index: int = -1
+) -> ConfiguredStore:
+    """The store the task instance's operator names (see the module docstring), read from the DB.
+
+    Reads only the metadata DB: no store is opened. Raises :class:`StoreLocationUnknownError`.
+    """
+    fields = _fields(session, dag_id, task_id, run_id, map_index)
+    uri = _text(fields.values.get(URI_FIELD))
+    conn = _text(fields.values.get(CONN_FIELD))
+    spark_task_id = _text(fields.values.get(SPARK_TASK_FIELD))
+    if uri is None and spark_task_id is not None and spark_task_id != task_id:
+        spark = _fields(session, dag_id, spark_task_id, run_id, map_index)
+        spark_uri = _text(spark.values.get(URI_FIELD))
+        return ConfiguredStore(
+            uri=CheckpointHook.resolve_uri(spark_uri, dag_id=dag_id, task_id=spark_task_id, run_id=run_id),
+            aws_conn_id=conn or _text(spark.values.get(CONN_FIELD)),
+            source=spark.source if spark_uri else SOURCE_DEFAULT,
+            spark_task_id=spark_task_id,
+            checkpoint_task=fields.checkpoint_task,
+        )
+    return ConfiguredStore(
+        uri=CheckpointHook.resolve_uri(uri, dag_id=dag_id, task_id=task_id, run_id=run_id),
+        aws_conn_id=conn,
+        source=fields.source if uri else SOURCE_DEFAULT,
+        checkpoint_task=fields.checkpoint_task,
+    )

@@ -1,0 +1,116 @@
+"""How every request of the Checkpoints view runs (docs/security.md, "The API server stays up").
+
+The metadata DB is read in short sessions on worker threads (:func:`with_db`), never held while
+a store is read; store calls run on the view's own bounded threads under a deadline
+(:func:`store_calls`, plugins/store_calls.py); the task instance's store is the one its operator
+names (:func:`locate`, plugins/locator.py). Shared by the clear/discard and reprocess endpoints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+from typing import Any, TypeVar
+
+from fastapi import HTTPException, status
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+
+from airflow_ckpt_provider.hooks.config import CheckpointConfig
+from airflow_ckpt_provider.plugins.access import require_dag_access
+from airflow_ckpt_provider.plugins.audit import write_audit_entry
+from airflow_ckpt_provider.plugins.locator import TaskInstanceNotFound, TaskStoreRef, locate_task_store
+from airflow_ckpt_provider.plugins.problems import StoreProblem, display_uri, problem_from
+from airflow_ckpt_provider.plugins.store_calls import StoreCalls
+
+T = TypeVar("T")
+
+
+@cache
+def store_calls() -> StoreCalls:
+    """This process's pool for store calls (``[ckpt] ui_max_concurrent_store_calls`` at once)."""
+    return StoreCalls(CheckpointConfig.load().ui_max_concurrent_store_calls)
+
+
+async def with_db(fn: Callable[[Session], T]) -> T:
+    """``fn(session)`` on a worker thread, in a session that is closed before it returns."""
+    from airflow.utils.session import create_session
+
+    def call() -> T:
+        with create_session(scoped=False) as session:
+            return fn(session)
+
+    return await run_in_threadpool(call)
+
+
+def user_name(user: Any) -> str | None:
+    return None if user is None else str(user.get_name())
+
+
+def locate(session: Session, user: Any, dag_id: str, task_id: str, run_id: str, *, edit: bool) -> TaskStoreRef:
+    """The task instance's store, once the user may read (or edit) the DAG's task instances (403)
+    and the task instance exists (404)."""
+    require_dag_access(user, dag_id, edit=edit)
+    try:
+        return locate_task_store(session, dag_id, task_id, run_id)
+    except TaskInstanceNotFound as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+
+
+async def located(user: Any, dag_id: str, task_id: str, run_id: str, *, edit: bool) -> TaskStoreRef | StoreProblem:
+    """:func:`locate` off the event loop; a store location that is not known yet (a templated
+    ``checkpoint_uri`` the task has not rendered) becomes a :class:`StoreProblem`."""
+    try:
+        return await with_db(lambda session: locate(session, user, dag_id, task_id, run_id, edit=edit))
+    except HTTPException:
+        raise
+    except Exception as exc:  # a templated location the task has not rendered yet, or a DB failure
+        return problem_from(exc, "")
+
+
+def ref_json(ref: TaskStoreRef) -> dict[str, Any]:
+    return {
+        "dag_id": ref.dag_id,
+        "task_id": ref.task_id,
+        "run_id": ref.run_id,
+        "task_state": ref.state,
+        "store_uri": display_uri(ref.uri),
+        "store_source": ref.source,
+        "spark_task_id": ref.spark_task_id,
+    }
+
+
+def context_json(dag_id: str, task_id: str, run_id: str) -> dict[str, Any]:
+    """The request's task instance, before its store is known."""
+    return {
+        "dag_id": dag_id,
+        "task_id": task_id,
+        "run_id": run_id,
+        "task_state": None,
+        "store_uri": None,
+        "store_source": None,
+        "spark_task_id": None,
+        "can_edit": False,
+    }
+
+
+def audit_ref(
+    user: Any,
+    action: str,
+    ref: TaskStoreRef,
+    extra: dict[str, Any],
+    failed: bool,
+    also_dag_ids: tuple[str, ...] = (),
+) -> int:
+    """One audit entry for an action on ``ref``'s store (and one in each of ``also_dag_ids``, the
+    other DAGs whose tasks own the store). A short DB session of its own: call it off the loop."""
+    return write_audit_entry(
+        user_name=user_name(user),
+        action=action,
+        dag_id=ref.dag_id,
+        task_id=ref.task_id,
+        run_id=ref.run_id,
+        extra={"store_uri": display_uri(ref.uri), **extra},
+        failed=failed,
+        also_dag_ids=also_dag_ids,
+    )

@@ -1,0 +1,37 @@
+"""Opening a task's store for the Checkpoints view: its operator's connection, the view's deadline.
+
+Credentials come from the connection the operator names (or ``[ckpt] aws_conn_id``); a named
+connection that cannot be read is an error (hooks/connections.py), never the API server's own
+AWS identity. Every request the store makes, to itself or to an output location, is refused
+once the page's deadline has passed, and each one is bounded by the deadline too.
+"""
+
+from __future__ import annotations
+
+from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
+from airflow_ckpt_provider.hooks.config import CheckpointConfig
+from airflow_ckpt_provider.plugins.locator import TaskStoreRef
+from airflow_ckpt_provider.plugins.problems import secret_values
+from airflow_ckpt_provider.plugins.store_calls import Deadline, DeadlineBlobStore
+from airflow_ckpt_provider.store import CheckpointStore, open_store
+from airflow_ckpt_provider.store.blobs.base import BlobStore
+
+
+def open_for_view(
+    ref: TaskStoreRef, deadline: Deadline, config: CheckpointConfig, *, retries: int = 0
+) -> tuple[CheckpointStore, list[str]]:
+    """The store of ``ref``, its requests bounded by ``deadline``; and the secret values to scrub.
+
+    Raises the hook's :class:`StoreConnectionError` (connection not defined or unreadable).
+    """
+    hook = CheckpointHook(checkpoint_uri=ref.uri, aws_conn_id=ref.aws_conn_id, config=config)
+    options = dict(hook.store_options)
+    if ref.uri.startswith(("s3://", "s3a://")):
+        # One request never outlives the page; a retry would only wait twice as long.
+        options["timeout_seconds"] = max(0.5, min(float(options.get("timeout_seconds") or 10), deadline.seconds))
+        options["max_attempts"] = retries
+
+    def bounded(blobs: BlobStore) -> BlobStore:
+        return DeadlineBlobStore(blobs, deadline)
+
+    return open_store(ref.uri, wrap_blobs=bounded, **options), secret_values(options)
