@@ -244,7 +244,7 @@ async def run_action(user: Any, action: str, body: ActionBody) -> tuple[int, dic
             what = preview(store, action)
             if body.expected_epoch is not None and what.epoch != body.expected_epoch:
                 return _ActionOutcome(owners, what=what, stale=True)
-            if what.nothing_to_delete:
+            if what.nothing_to_do:
                 return _ActionOutcome(owners, what=what)  # no fencing epoch in a store that holds nothing
             result = store.clear() if action == "clear" else store.discard_uncommitted()
             return _ActionOutcome(owners, what=what, result=result)
