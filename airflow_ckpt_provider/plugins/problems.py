@@ -53,6 +53,8 @@ _PRESIGNED_QUERY = re.compile(r"\?[^?]*x-amz-.*$", re.IGNORECASE)
 # Query strings of web URLs (pre-signed URLs carry signatures there). Not of s3:// or file://
 # URIs: there a '?' is part of the key or path (file URIs of this provider escape it anyway).
 _URI_QUERY = re.compile(r"(\bhttps?://[^\s'\"?]*)\?[^\s'\"]*")
+# A pre-signed URL's query pasted onto an s3:// URI: its signature is a credential.
+_S3_PRESIGNED_QUERY = re.compile(r"(\bs3a?://[^\s'\"?]*)\?[^\s'\"]*x-amz-[^\s'\"]*", re.IGNORECASE)
 
 
 def scrub(message: str, secrets: Iterable[str] = ()) -> str:
@@ -63,6 +65,7 @@ def scrub(message: str, secrets: Iterable[str] = ()) -> str:
     with it (``mask_secret``, for logs) and in :func:`seen_secrets` (for this).
     """
     message = _URI_QUERY.sub(r"\1", without_uri_userinfo(message))
+    message = _S3_PRESIGNED_QUERY.sub(r"\1", message)
     # Longest first: a secret that contains another is replaced whole.
     for secret in sorted({*secrets, *seen_secrets()}, key=len, reverse=True):
         if secret and len(secret) >= 4:

@@ -141,12 +141,13 @@ def test_preview_then_reprocess_then_undo_then_purge_all_audited(ui_server: ApiS
 
     events = [(e["event"], e["owner"]) for e in ui_server.audit_entries(run_id)]
     assert events == [
+        ("checkpoints.reprocess.failed", "admin"),  # the unconfirmed request, refused (422)
         ("checkpoints.reprocess.failed", "admin"),  # the stale confirmation, refused
         ("checkpoints.reprocess", "admin"),
         ("checkpoints.undo_reprocess", "admin"),
         ("checkpoints.purge_quarantine", "admin"),
     ]
-    entry = ui_server.audit_entries(run_id)[1]["extra"]
+    entry = ui_server.audit_entries(run_id)[2]["extra"]
     assert entry["result"]["moved"] == 2 and entry["fingerprint"] == plan["fingerprint"]
     assert "key-0-7" in entry["selection"]
 
