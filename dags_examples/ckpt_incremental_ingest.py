@@ -56,6 +56,9 @@ with DAG(
         aws_conn_id=AWS_CONN_ID,
         output_roots=[LAKE],
         retention_policy="retain",
-        outlets=[Asset(name="ckpt_lake_events", uri=LAKE)],
+        # The asset is named by its URI: Airflow activates an asset only when neither its name
+        # nor its URI names another active asset, so a fixed name would block the same DAG
+        # pointed at another bucket (until a scheduler's orphanage pass) in a shared metadata DB.
+        outlets=[Asset(LAKE)],
     )
     ingest >> commit
