@@ -4,6 +4,7 @@ typed error before anything moves."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import multiprocessing
@@ -11,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -245,6 +247,82 @@ def test_a_killed_process_is_finished_by_the_next_call(backend: Backend, point: 
     assert result.resumed
     assert quarantined_names(backend) == {name(p) for p in run.files[run.checkpoint_of("c2")]}
     assert "c1" not in done_keys(store) and store.check().ok
+
+
+# ---------------------------------------------------------------- killed in the middle of a local write
+
+# A child process that dies (os._exit, like a kill) between writing a temporary file under
+# ``directory`` and giving it its name: exactly what a killed process leaves in a local directory.
+_KILLED_BEFORE_THE_RENAME = """
+import json, os
+from airflow_ckpt_provider import failpoints
+from airflow_ckpt_provider.store import Selection, open_store
+
+_replace = os.replace
+
+def _killed_before_the_rename(src, dst, *args, **kwargs):
+    if os.fspath(dst).startswith(DIRECTORY) and ".tmp-" in os.fspath(src):
+        os._exit(failpoints.EXIT_CODE)
+    _replace(src, dst, *args, **kwargs)
+
+os.replace = _killed_before_the_rename
+store = open_store(STORE_URI, **json.loads(OPTIONS))
+"""
+
+
+def _kill_before_a_rename(backend: Backend, directory: Path, call: str) -> None:
+    values = {"DIRECTORY": str(directory), "STORE_URI": backend.store_uri, "OPTIONS": json.dumps(backend.options)}
+    script = "".join(f"{k} = {v!r}\n" for k, v in values.items()) + _KILLED_BEFORE_THE_RENAME + call + "\n"
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == failpoints.EXIT_CODE, proc.stderr
+
+
+def _temporaries(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.rglob(".*.tmp-*"))
+
+
+def test_an_undo_killed_mid_restore_leaves_no_second_copy(backend: Backend, tmp_path: Path) -> None:
+    """Undo killed while it restores a file into a local output directory (store on this backend): the
+    temporary copy it was writing is a second copy of the file's rows for readers that list hidden files,
+    and an orphan commit never sees. Resuming the undo removes it; the next run's commit leaves exactly
+    the committed files."""
+    out = tmp_path / "local-out"
+    backend = dataclasses.replace(backend, output_uri=out.as_uri())
+    store = backend.store()
+    run = run_and_commit(store, backend, PARTITIONS)
+    store.reprocess(Selection(keys=["a2", "d1"]))
+
+    _kill_before_a_rename(backend, out, "store.undo_reprocess()")
+    assert _temporaries(out), "the kill did not happen mid-restore"
+    assert not store.check().ok  # the undo is unfinished
+
+    result = store.resume_reprocess()
+    assert result is not None and result.resumed and len(result.restored) == 2
+    assert _temporaries(out) == []
+    assert sorted(p.name for p in out.iterdir()) == sorted(name(p) for p in run.all_files)
+    assert store.check().ok, store.check()
+    rerun_pending(store, backend, [])  # nothing is pending after the undo: the next run adds nothing
+    assert sorted(p.name for p in out.iterdir()) == sorted(name(p) for p in run.all_files)
+    assert store.check().ok, store.check()
+
+
+def test_a_reprocess_killed_mid_copy_leaves_nothing_in_the_quarantine(tmp_path: Path) -> None:
+    """The same kill while a reprocess copies a file into a local store's quarantine: its resume removes
+    the temporary copy, so a purge leaves nothing behind."""
+    backend = Backend("local", (tmp_path / "store").as_uri(), (tmp_path / "out").as_uri())
+    store = backend.store()
+    run_and_commit(store, backend, PARTITIONS)
+    quarantine = tmp_path / "store" / "quarantine"
+
+    _kill_before_a_rename(backend, quarantine, 'store.reprocess(Selection(keys=["a2", "d1"]))')
+    assert _temporaries(quarantine), "the kill did not happen mid-copy"
+
+    result = store.reprocess(Selection(keys=["a2", "d1"]))
+    assert result.resumed and len(result.moved) == 2
+    assert _temporaries(quarantine) == []
+    store.purge_quarantine()
+    assert [p for p in quarantine.rglob("*") if p.is_file()] == []
+    assert store.check().ok, store.check()
 
 
 # ---------------------------------------------------------------- bad input

@@ -112,6 +112,22 @@ class BlobStore(abc.ABC):
     def abort_upload(self, upload: PendingUpload) -> None:
         """Abort an incomplete multipart upload (no-op on backends without them)."""
 
+    def discard_interrupted_writes(self, keys: Iterable[str]) -> builtins.list[str]:
+        """Remove what writes of ``keys`` cut short by a killed process left behind them (here:
+        incomplete multipart uploads of exactly those keys; local disk: their temporary files),
+        never the objects themselves. Readers never saw these leftovers, but they hold space and,
+        on a local output directory, a reader that lists hidden files sees a second copy of the
+        rows. Call it only while no other writer of these keys can be running (the caller's epoch
+        fences them). Idempotent; returns the leftovers removed."""
+        wanted = set(keys)
+        removed: builtins.list[str] = []
+        for prefix in sorted({k.rpartition("/")[0] + "/" if "/" in k else "" for k in wanted}):
+            for upload in self.list_pending_uploads(prefix):
+                if upload.key in wanted:
+                    self.abort_upload(upload)
+                    removed.append(upload.key)
+        return removed
+
     def get_if_exists(self, key: str) -> tuple[bytes, str] | None:
         try:
             return self.get(key)

@@ -15,6 +15,7 @@ import errno
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import threading
 import uuid
@@ -33,6 +34,9 @@ from airflow_ckpt_provider.store.errors import (
 )
 
 _LOCK_SUFFIX = ".lock"
+#: Temporary files are ``.{name}{_TEMP_MARKER}{hex}`` beside ``name``.
+_TEMP_MARKER = ".tmp-"
+_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.tmp-[0-9a-f]{32}")
 
 
 #: Characters a file URI keeps as they are (RFC 3986 path characters). Everything else, and '%'
@@ -112,7 +116,7 @@ class LocalBlobStore(BlobStore):
             path.parent.mkdir(parents=True, exist_ok=True)
         except FileNotFoundError as exc:  # pragma: no cover - racing rmtree
             raise StoreNotFoundError(f"cannot create {path.parent}: {exc}") from exc
-        tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex}"
+        tmp = path.parent / f".{path.name}{_TEMP_MARKER}{uuid.uuid4().hex}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             view = memoryview(data)
@@ -208,7 +212,7 @@ class LocalBlobStore(BlobStore):
         path = self._path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex}"
+            tmp = path.parent / f".{path.name}{_TEMP_MARKER}{uuid.uuid4().hex}"
             try:
                 os.link(origin, tmp)
             except FileNotFoundError as exc:
@@ -226,6 +230,34 @@ class LocalBlobStore(BlobStore):
             raise
         except OSError as exc:
             raise self._fail(exc, f"copying {source_key} to {key}") from exc
+
+    def discard_interrupted_writes(self, keys: Iterable[str]) -> builtins.list[str]:
+        """Delete the temporary files (``.{name}.tmp-{hex}``) a killed writer of ``keys`` left in
+        their directories (one directory scan each); see :meth:`BlobStore.discard_interrupted_writes`."""
+        names_by_dir: dict[Path, set[str]] = {}
+        for key in keys:
+            path = self._path(key)
+            names_by_dir.setdefault(path.parent, set()).add(path.name)
+        removed: builtins.list[str] = []
+        for directory, names in sorted(names_by_dir.items()):
+            self._count()
+            try:
+                entries = [e.name for e in os.scandir(directory)]
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except OSError as exc:
+                raise self._fail(exc, f"listing {directory}") from exc
+            for entry in entries:
+                temporary = _TEMP_NAME.fullmatch(entry)
+                if temporary and temporary.group("name") in names:
+                    try:
+                        (directory / entry).unlink()
+                    except FileNotFoundError:
+                        continue
+                    except OSError as exc:
+                        raise self._fail(exc, f"deleting {directory / entry}") from exc
+                    removed.append(os.path.relpath(directory / entry, self.root))
+        return removed
 
     def list(self, prefix: str = "") -> Iterator[BlobInfo]:
         self._count()

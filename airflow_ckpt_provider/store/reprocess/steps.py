@@ -203,6 +203,7 @@ class Steps:
                 failpoint("store.reprocess.after_copy")
 
         self.store.context.map(copy, files)
+        self.blobs.discard_interrupted_writes([key for _, key in files])  # a killed earlier run's copies
         copied = {i.key: i.size for i in self.blobs.list(quarantine_prefix(number))}
         short = [f.path for f, key in files if f.path in present and copied.get(key) != present[f.path]]
         if short:
@@ -253,6 +254,7 @@ class Steps:
 
         for (planned, _), done in zip(files, self.store.context.map(restore, files), strict=True):
             (restored if done else missing).append(planned.path)
+        self._discard_interrupted_restores([f.path for f, _ in files])
         # The reprocess's snapshot is obsolete now (the undo epoch names the previous one).
         self.store.deleter.delete_snapshot(target)
         self.blobs.put(marker_key(target, "undone"), dumps({"epoch": target, "by": plan.new_epoch, "at": _now()}))
@@ -269,6 +271,18 @@ class Steps:
         status = EpochStatus(before) if before in ("succeeded", "failed") else EpochStatus.RESTORED
         self._end(plan, status, result.summary())
         return result
+
+    def _discard_interrupted_restores(self, paths: Sequence[str]) -> None:
+        """A run of this undo killed mid-restore left a temporary copy beside its destination: a
+        hidden file that commit never lists, and a second copy of the rows for readers that list
+        hidden files. The undo epoch fences every other writer of these names until it ends
+        (docs/reprocess.md, "Steps and crash points")."""
+        by_dir: dict[str, list[str]] = defaultdict(list)
+        for path in paths:
+            directory, _, name = path.rpartition("/")
+            by_dir[directory].append(name)
+        for directory, names in sorted(by_dir.items()):
+            self.store.context.output_store(directory).discard_interrupted_writes(names)
 
     # ------------------------------------------------------------------ purge
 

@@ -193,6 +193,22 @@ def test_pending_multipart_uploads_are_listed_and_aborted(
     assert other == [PendingUpload(key="part-9.parquet", upload_id=outside)]
 
 
+def test_interrupted_writes_of_named_keys_are_discarded(
+    make_blobs: BlobsFactory, s3_server: SeaweedServer, s3_bucket: str
+) -> None:
+    """What a killed multipart copy leaves: an incomplete upload of the key. Only the named keys' uploads go."""
+    blobs = make_blobs("out")
+    raw = s3_server.client()
+    raw.create_multipart_upload(Bucket=s3_bucket, Key="out/d/part-1.parquet")
+    neighbour = raw.create_multipart_upload(Bucket=s3_bucket, Key="out/d/part-2.parquet")["UploadId"]
+    blobs.put("d/part-1.parquet", b"restored")
+
+    assert blobs.discard_interrupted_writes(["d/part-1.parquet", "e/absent.parquet"]) == ["d/part-1.parquet"]
+    assert blobs.list_pending_uploads("") == [PendingUpload(key="d/part-2.parquet", upload_id=neighbour)]
+    assert blobs.get("d/part-1.parquet")[0] == b"restored"  # the object itself stays
+    assert blobs.discard_interrupted_writes(["d/part-1.parquet"]) == []  # idempotent
+
+
 def test_every_request_is_counted_from_many_threads(make_blobs: BlobsFactory) -> None:
     blobs = make_blobs()
     blobs.put("a", b"1")
