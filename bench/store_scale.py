@@ -75,7 +75,7 @@ def fill(
     owner: str = "bench",
 ) -> float:
     """N sealed checkpoints (plus one failed attempt per ``FAILED_EVERY``) in one epoch that ends ``status``."""
-    epoch = store.begin_epoch(owner=owner).number
+    epoch = store.begin_epoch(owner=owner, output_roots=[output]).number
     out = store.context.output_store(output)
     payload = b"PAR1" + b"\0" * 60 + b"PAR1"  # a few bytes: the store never reads output files
 

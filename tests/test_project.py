@@ -119,6 +119,21 @@ def test_code_and_docs_cite_only_what_the_repository_holds() -> None:
     assert offenders == []
 
 
+def test_every_store_deletion_passes_the_deletion_guard() -> None:
+    """Only the blob layer and store/deletion.py (which asks the DeletionGuard before each call)
+    delete objects or abort uploads: no other store module can reach past the store root and the
+    declared output roots (docs/design.md, invariant 10)."""
+    allowed = {PACKAGE / "store" / "deletion.py"}
+    offenders = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((PACKAGE / "store").rglob("*.py"))
+        if path not in allowed and "blobs" not in path.relative_to(PACKAGE / "store").parts
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\.(delete_many|abort_upload)\(", line)
+    ]
+    assert offenders == []
+
+
 def test_store_imports_without_airflow_or_spark() -> None:
     code = (
         "import sys; import airflow_ckpt_provider.store, airflow_ckpt_provider.failpoints; "

@@ -15,6 +15,7 @@ from typing import Any
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.store.context import StoreContext
 from airflow_ckpt_provider.store.deletion import StoreDeleter
+from airflow_ckpt_provider.store.deletion_guard import canonical_uri
 from airflow_ckpt_provider.store.epochs import EpochLog
 from airflow_ckpt_provider.store.errors import (
     CommitRefusedError,
@@ -23,7 +24,7 @@ from airflow_ckpt_provider.store.errors import (
     PreconditionFailedError,
 )
 from airflow_ckpt_provider.store.keys import duplicate_keys
-from airflow_ckpt_provider.store.layout import commit_done_key, commit_key, under_root
+from airflow_ckpt_provider.store.layout import commit_done_key, commit_key
 from airflow_ckpt_provider.store.model import CommitResult, EpochStatus, FileMetadata
 from airflow_ckpt_provider.store.records import commit_result_from_json, dumps, now
 from airflow_ckpt_provider.store.reprocess.lineage import write_lineage
@@ -74,15 +75,17 @@ class Committer:
             check_disjoint(self._reader, state)
             files_by_id = {c.checkpoint_id: self._reader.files_of([c]) for c in state.valid}
             files = [f for c in state.valid for f in files_by_id[c.checkpoint_id]]
+            guard = self._deleter.guard(output_roots)
             # Which checkpoint wrote which file, kept after compaction deletes the manifests (docs/reprocess.md).
-            declared = [self._context.output_store(r).uri for r in (output_roots or [])]
-            write_lineage(self._blobs, epoch.number, state.valid, files_by_id, declared)
+            write_lineage(self._blobs, epoch.number, state.valid, files_by_id, list(guard.root_uris))
             record = {
                 "epoch": epoch.number,
                 "checkpoint_ids": [c.checkpoint_id for c in state.valid],
                 "files": [f.to_json() for f in files],
                 "degraded": bool(degraded or epoch.degraded),
                 "created_at": now(),
+                # Kept with the commit record: the roots outlive epoch records that retention prunes.
+                "output_roots": list(guard.root_uris),
             }
             try:
                 self._blobs.put(record_key, dumps(record), if_absent=True)
@@ -108,14 +111,20 @@ class Committer:
     ) -> CommitResult:
         epoch_number = int(record["epoch"])
         committed_files = tuple(FileMetadata.from_json(f) for f in record["files"])
-        authoritative = {f.path for f in committed_files}
+        authoritative = {canonical_uri(f.path) for f in committed_files}
         valid_ids = {c.checkpoint_id for c in state.valid} | set(record["checkpoint_ids"])
         recorded = self._deleter.intents(skip=valid_ids)
         intents = recorded.paths
-        # Normalized like the writers' paths (file:///abs, s3://bucket/key), whatever form the caller used.
-        roots = [self._context.output_store(r).uri for r in (output_roots or [])] or sorted(
-            ({p.rsplit("/", 1)[0] for p in intents} | {p.root for p in recorded.patterns}) - {""}
-        )
+        guard = self._deleter.guard(output_roots)
+        refused_records = [f"{cid}: {why}" for cid, why in recorded.rejected]
+        if output_roots is not None:
+            roots, refused_roots = guard.sweep_roots(output_roots)
+            refused_records += [f"output root {r}: not declared for this store, not swept" for r in refused_roots]
+        else:
+            # Only the directories writers recorded files in: listing a whole declared root (years
+            # of a data lake) would cost far more than the orphans it can hold.
+            wanted = {p.rsplit("/", 1)[0] for p in intents} | {p.root for p in recorded.patterns}
+            roots, _ = guard.sweep_roots(sorted(wanted))
 
         def unprovable(checkpoint_id: str, epoch: int | None) -> bool:
             # In a degraded epoch a task may have finished its output but failed to seal.
@@ -125,13 +134,20 @@ class Committer:
 
         candidates: dict[str, str] = {}
         kept: list[str] = []
+        undeclared: list[str] = []
         for path, (checkpoint_id, epoch) in intents.items():
             if path in authoritative or checkpoint_id in valid_ids:
                 continue
             if unprovable(checkpoint_id, epoch):
                 kept.append(path)
-            elif under_root(path, roots):
+                continue
+            reason = guard.refusal(path)
+            if reason is None:
                 candidates[path] = checkpoint_id
+            elif not guard.declared and not guard.roots:
+                undeclared.append(path)
+            else:
+                refused_records.append(f"{checkpoint_id}: {reason}")
 
         known = authoritative | set(intents) | self._reader.committed_paths()
         kept_by_name: dict[str, str] = {}
@@ -139,16 +155,17 @@ class Committer:
         def doomed_by_name(path: str) -> bool:
             # A native write's file: an orphan unless a valid checkpoint owns it (then it is in ``known``).
             for pattern in recorded.patterns:
-                if pattern.matches(path) and under_root(path, roots):
+                if pattern.matches(path):
                     if unprovable(pattern.checkpoint_id, pattern.epoch):
                         kept_by_name[path] = pattern.checkpoint_id
                         return False
                     return True
             return False
 
-        deleted, aborted, unknown, bytes_freed = self._deleter.delete_recorded(roots, candidates, known, doomed_by_name)
-        unknown = [p for p in unknown if p not in kept_by_name]
+        sweep = self._deleter.delete_recorded(guard, roots, candidates, known, doomed_by_name)
+        unknown = [p for p in sweep.unknown if p not in kept_by_name]
         kept.extend(sorted(kept_by_name))
+        refused_records += [f"{p}: refused by the deletion guard" for p in sweep.refused]
 
         kept_ids = {intents[p][0] for p in kept if p in intents} | set(kept_by_name.values())
         stale_ids = sorted(({c for c in state.manifests if c not in valid_ids} | set(state.unsealed)) - kept_ids)
@@ -157,14 +174,17 @@ class Committer:
             epoch=epoch_number,
             committed_checkpoints=tuple(record["checkpoint_ids"]),
             committed_files=committed_files,
-            deleted_files=tuple(sorted(deleted)),
+            deleted_files=tuple(sorted(sweep.deleted)),
             deleted_checkpoints=tuple(stale_ids),
-            aborted_uploads=tuple(sorted(aborted)),
+            aborted_uploads=tuple(sorted(sweep.aborted)),
             unknown_files=tuple(sorted(unknown)),
             kept_unprovable=tuple(sorted(kept)),
-            bytes_freed=bytes_freed,
+            bytes_freed=sweep.bytes_freed,
             degraded=degraded,
             already_committed=False,
+            output_roots=tuple(roots),
+            refused_records=tuple(refused_records),
+            undeclared_output_files=tuple(sorted(undeclared)),
         )
 
 

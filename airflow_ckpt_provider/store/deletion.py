@@ -1,9 +1,11 @@
 """Deleting what the store and its writers made: output files writers recorded, and store records.
 
-Every deletion of the store goes through this module (commit, retention, clearing):
-output files only when a writer of this store recorded an intent for them (exact
-paths, or a native write's name pattern), store records only under the store root.
-Deletes go in batches of 1,000 keys (one S3 ``DeleteObjects`` each).
+Every deletion of the store goes through this module (commit, retention, clearing), and
+every one passes the :class:`~airflow_ckpt_provider.store.deletion_guard.DeletionGuard`
+first (docs/design.md, invariant 10): output files only under the output roots declared when
+epochs opened and only when a writer of this store recorded an intent for them (exact paths,
+or a native write's name pattern); store records only by key under the store root. Deletes
+go in batches of 1,000 keys (one S3 ``DeleteObjects`` each).
 """
 
 from __future__ import annotations
@@ -11,14 +13,25 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError
 from airflow_ckpt_provider.store.context import StoreContext
+from airflow_ckpt_provider.store.deletion_guard import (
+    DeletionGuard,
+    canonical_uri,
+    name_marker_refusal,
+    parse_location,
+)
 from airflow_ckpt_provider.store.errors import CorruptCheckpointError
-from airflow_ckpt_provider.store.layout import hidden, manifest_key, under_root
+from airflow_ckpt_provider.store.layout import hidden, manifest_key
 from airflow_ckpt_provider.store.records import Intents, NamePattern
+
+if TYPE_CHECKING:
+    from airflow_ckpt_provider.store.epochs import EpochLog
+    from airflow_ckpt_provider.store.state import StateReader
 
 log = logging.getLogger(__name__)
 
@@ -26,12 +39,42 @@ log = logging.getLogger(__name__)
 DELETE_BATCH = 1000
 
 
+@dataclass
+class Sweep:
+    """What one sweep of output roots did."""
+
+    deleted: list[str] = field(default_factory=list)
+    aborted: list[str] = field(default_factory=list)
+    #: Files under the roots that no writer of this store recorded: reported, never deleted.
+    unknown: list[str] = field(default_factory=list)
+    #: Files a record marked for deletion that the guard refused (kept).
+    refused: list[str] = field(default_factory=list)
+    bytes_freed: int = 0
+
+
 class StoreDeleter:
     """Reads the writers' intent records and deletes output files and store records."""
 
-    def __init__(self, context: StoreContext) -> None:
+    def __init__(self, context: StoreContext, epochs: EpochLog, reader: StateReader) -> None:
         self._context = context
         self._blobs = context.blobs
+        self._epochs = epochs
+        self._reader = reader
+
+    def guard(self, explicit_roots: Sequence[str] | None = None) -> DeletionGuard:
+        """The guard of this store as it stands: its root, and the output roots declared by the
+        epochs still recorded and copied into commit records. ``explicit_roots`` (a commit's
+        ``output_roots``, given by the operator or the CLI user) count when no epoch record still
+        present declares any (stores written by an earlier version); without any root no output
+        file may be deleted."""
+        epoch_roots, epochs_declared = self._epochs.declared_roots()
+        commit_roots = self._reader.commit_output_roots()
+        roots = [*epoch_roots, *commit_roots]
+        if not epochs_declared and explicit_roots:
+            roots.extend(explicit_roots)
+        # Explicit roots alone do not make the store "declared": what lies outside them is then kept
+        # as output of an earlier version's store, not reported as a refused record.
+        return DeletionGuard.build(self._context.uri, roots, declared=epochs_declared or bool(commit_roots))
 
     def intents(self, skip: Iterable[str] = ()) -> Intents:
         """Recorded output path → (checkpoint id, epoch) that intended to write it, and name patterns.
@@ -40,8 +83,10 @@ class StoreDeleter:
         authoritative anyway), so a healthy commit reads almost no intent records.
         """
         skipped = set(skip)
-        infos = [
-            i for i in self._blobs.list("checkpoints/") if "/intents/" in i.key and i.key.split("/")[1] not in skipped
+        keys = [
+            i.key
+            for i in self._blobs.list("checkpoints/")
+            if "/intents/" in i.key and i.key.split("/")[1] not in skipped
         ]
 
         def load(key: str) -> dict[str, Any]:
@@ -54,78 +99,112 @@ class StoreDeleter:
 
         out: dict[str, tuple[str, int | None]] = {}
         patterns: list[NamePattern] = []
-        for record in self._context.map(load, [i.key for i in infos]):
-            for path in record.get("paths", []):
-                out[str(path)] = (str(record["checkpoint_id"]), record.get("epoch"))
-            if record.get("name_marker") and record.get("root"):
+        rejected: list[tuple[str, str]] = []
+        for key, record in zip(keys, self._context.map(load, keys), strict=True):
+            if not record:
+                continue
+            checkpoint_id = str(record.get("checkpoint_id") or key.split("/")[1])
+            epoch = record.get("epoch") if isinstance(record.get("epoch"), int) else None
+            paths = record.get("paths", [])
+            for path in paths if isinstance(paths, list) else []:
+                if parse_location(str(path)) is None:
+                    rejected.append((checkpoint_id, f"intent path {path!r} is not a plain file:// or s3:// location"))
+                    continue
+                out[canonical_uri(str(path))] = (checkpoint_id, epoch)
+            if record.get("name_marker") is not None or record.get("root") is not None:
+                root = str(record.get("root") or "")
+                reason = name_marker_refusal(record.get("name_marker"))
+                if reason is None and parse_location(root) is None:
+                    reason = f"name intent root {root!r} is not a plain file:// or s3:// location"
+                if reason is not None:
+                    rejected.append((checkpoint_id, reason))
+                    continue
                 patterns.append(
                     NamePattern(
-                        root=str(record["root"]).rstrip("/"),
+                        root=canonical_uri(root).rstrip("/"),
                         marker=str(record["name_marker"]),
-                        checkpoint_id=str(record["checkpoint_id"]),
-                        epoch=record.get("epoch"),
+                        checkpoint_id=checkpoint_id,
+                        epoch=epoch,
                     )
                 )
-        return Intents(out, tuple(patterns))
+        return Intents(out, tuple(patterns), tuple(rejected))
 
     # ------------------------------------------------------------------ output files
 
     def delete_recorded(
         self,
+        guard: DeletionGuard,
         roots: Sequence[str],
         doomed: Mapping[str, str],
         known: set[str],
         doomed_by_name: Callable[[str], bool] = lambda path: False,
-    ) -> tuple[list[str], list[str], list[str], int]:
-        """List each output root once; delete files in ``doomed`` (or that ``doomed_by_name`` picks);
-        report the unrecorded ones.
+    ) -> Sweep:
+        """List each output root once; delete files in ``doomed`` (or that ``doomed_by_name`` picks)
+        that ``guard`` allows; report the unrecorded ones and the refused ones.
 
-        Returns (deleted, aborted uploads, unknown files, bytes freed). ``known``: paths
-        that are authoritative or recorded, so not reported as unknown.
+        ``roots``, ``doomed`` and ``known`` are canonical URIs (``deletion_guard.canonical_uri``);
+        ``known``: paths that are authoritative or recorded, so not reported as unknown. A root the
+        guard does not cover is not even listed.
         """
-        deleted: list[str] = []
-        unknown: list[str] = []
-        aborted: list[str] = []
-        bytes_freed = 0
+        sweep = Sweep()
+        covered = [r for r in dict.fromkeys(roots) if any(_covers(g, r) for g in guard.root_uris)]
         # Listing is recursive: a root under another root would list (and delete) twice.
-        roots = [r for r in roots if not under_root(r, [o for o in roots if o != r])]
-        for root in roots:
+        covered = [r for r in covered if not any(r != o and _covers(o, r) for o in covered)]
+        for root in covered:
             blobs = self._context.output_store(root)
             to_delete: list[str] = []
             for info in blobs.list(""):
-                path = blobs.child_uri(info.key)
+                path = canonical_uri(blobs.child_uri(info.key))
                 if path in doomed or (path not in known and doomed_by_name(path)):
+                    reason = guard.refusal(path)
+                    if reason is not None:
+                        sweep.refused.append(path)
+                        log.warning("not deleting %s", reason)
+                        continue
                     to_delete.append(info.key)
-                    bytes_freed += info.size
+                    sweep.bytes_freed += info.size
                 elif path not in known and not hidden(info.key):
-                    unknown.append(path)
+                    sweep.unknown.append(path)
             failpoint("store.commit.before_delete_orphans")
             for start in range(0, len(to_delete), DELETE_BATCH):
                 chunk = to_delete[start : start + DELETE_BATCH]
                 blobs.delete_many(chunk)
-                deleted.extend(blobs.child_uri(k) for k in chunk)
+                sweep.deleted.extend(canonical_uri(blobs.child_uri(k)) for k in chunk)
                 failpoint("store.commit.during_delete_orphans")
             for upload in blobs.list_pending_uploads(""):
-                upload_path = blobs.child_uri(upload.key)
-                if upload_path in doomed or (upload_path not in known and doomed_by_name(upload_path)):
+                upload_path = canonical_uri(blobs.child_uri(upload.key))
+                marked = upload_path in doomed or (upload_path not in known and doomed_by_name(upload_path))
+                if marked and guard.allows(upload_path):
                     blobs.abort_upload(upload)
-                    aborted.append(blobs.child_uri(upload.key))
-        return deleted, aborted, unknown, bytes_freed
+                    sweep.aborted.append(upload_path)
+        return sweep
 
-    def delete_output_files(self, paths: Sequence[str], *, after_batch: Callable[[], None] = lambda: None) -> list[str]:
+    def delete_output_files(
+        self,
+        paths: Sequence[str],
+        *,
+        after_batch: Callable[[], None] = lambda: None,
+        guard: DeletionGuard | None = None,
+    ) -> list[str]:
         """Delete output files named exactly (what a reprocess retracts), per directory in batches;
-        ``after_batch`` runs after each batch (failpoints). Returns the paths deleted or already absent."""
+        ``after_batch`` runs after each batch (failpoints). Every path must pass the deletion guard
+        (:class:`PathOutsideRootError`, nothing deleted, if one does not). Returns the paths
+        deleted or already absent (canonical URIs)."""
+        guard = guard or self.guard()
+        canonical = [canonical_uri(p) for p in paths]
+        for path in canonical:
+            guard.check(path)
         by_dir: dict[str, list[str]] = defaultdict(list)
-        for path in paths:
-            directory, _, name = path.rpartition("/")
-            by_dir[directory].append(name)
+        for path in canonical:
+            by_dir[path.rpartition("/")[0]].append(path)
         deleted: list[str] = []
-        for directory, names in sorted(by_dir.items()):
+        for directory, uris in sorted(by_dir.items()):
             blobs = self._context.output_store(directory)
-            for start in range(0, len(names), DELETE_BATCH):
-                chunk = names[start : start + DELETE_BATCH]
+            keys = [blobs.relative_key(u) for u in uris]
+            for start in range(0, len(keys), DELETE_BATCH):
+                chunk = keys[start : start + DELETE_BATCH]
                 blobs.delete_many(chunk)
-                deleted.extend(blobs.child_uri(n) for n in chunk)
+                deleted.extend(canonical_uri(blobs.child_uri(k)) for k in chunk)
                 after_batch()
         return deleted
 
@@ -138,7 +217,7 @@ class StoreDeleter:
         if not ids:
             return
         for start in range(0, len(ids), DELETE_BATCH):
-            self._blobs.delete_many([manifest_key(i) for i in ids[start : start + DELETE_BATCH]])
+            self.delete_records([manifest_key(i) for i in ids[start : start + DELETE_BATCH]])
         if len(ids) > 20:  # one listing of everything beats a listing per checkpoint
             wanted = set(ids)
             keys = [i.key for i in self._blobs.list("checkpoints/") if i.key.split("/")[1] in wanted]
@@ -149,7 +228,7 @@ class StoreDeleter:
     def delete_snapshot(self, number: int) -> None:
         """Delete snapshot ``number``, its manifest first (a half-deleted snapshot is never read)."""
         prefix = f"snapshots/{number:08d}/"
-        self._blobs.delete_many([prefix + "manifest.json"])
+        self.delete_records([prefix + "manifest.json"])
         self.delete_records([i.key for i in self._blobs.list(prefix)])
 
     def delete_snapshots(self, keep: int | None) -> None:
@@ -158,8 +237,8 @@ class StoreDeleter:
             if keep is not None and name == f"{keep:08d}":
                 continue
             prefix = f"snapshots/{name}/"
-            self._blobs.delete_many([prefix + "manifest.json"])
-            self._blobs.delete_many([i.key for i in self._blobs.list(prefix)])
+            self.delete_records([prefix + "manifest.json"])
+            self.delete_records([i.key for i in self._blobs.list(prefix)])
 
     def prune_epochs(self, keep_from: int) -> None:
         """Drop epoch records older than ``keep_from`` - 10 so listings stay short (commit records stay)."""
@@ -168,8 +247,15 @@ class StoreDeleter:
 
     def delete_records(self, keys: Sequence[str], *, after_batch: Callable[[], None] = lambda: None) -> list[str]:
         """Delete store records (keys under the store root), in batches; returns the keys deleted."""
+        checked = [DeletionGuard.check_store_key(k) for k in keys]
         deleted: list[str] = []
-        for start in range(0, len(keys), DELETE_BATCH):
-            deleted.extend(self._blobs.delete_many(keys[start : start + DELETE_BATCH]))
+        for start in range(0, len(checked), DELETE_BATCH):
+            deleted.extend(self._blobs.delete_many(checked[start : start + DELETE_BATCH]))
             after_batch()
         return deleted
+
+
+def _covers(root: str, uri: str) -> bool:
+    """Whether canonical location ``uri`` is ``root`` or inside it."""
+    inner, outer = parse_location(uri), parse_location(root)
+    return inner is not None and outer is not None and inner.is_under(outer)

@@ -11,18 +11,28 @@ import dataclasses
 import logging
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_ckpt_provider.failpoints import failpoint
+from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError
 from airflow_ckpt_provider.store.context import StoreContext
-from airflow_ckpt_provider.store.errors import EpochConflictError, PreconditionFailedError
+from airflow_ckpt_provider.store.deletion_guard import parse_location
+from airflow_ckpt_provider.store.errors import (
+    CorruptCheckpointError,
+    EpochConflictError,
+    InvalidOutputRootError,
+    OutputRootNotDeclaredError,
+    PreconditionFailedError,
+)
 from airflow_ckpt_provider.store.layout import (
     DEGRADED_RE,
     EPOCH_END_RE,
     EPOCH_EXPECTED_RE,
     EPOCH_RE,
+    OUTPUT_DECLARATION_RE,
     epoch_key,
+    output_declaration_key,
 )
 from airflow_ckpt_provider.store.model import Epoch, EpochStatus
 from airflow_ckpt_provider.store.records import dumps, now
@@ -42,6 +52,8 @@ class EpochFiles:
     ends: dict[int, str]
     expected: dict[int, str]
     degraded: set[int]
+    #: Keys of the output roots the Spark driver declared, by epoch (docs/design.md, section 7).
+    outputs: dict[int, list[str]] = dataclasses.field(default_factory=dict)
 
 
 class EpochLog:
@@ -63,6 +75,7 @@ class EpochLog:
         ends: dict[int, str] = {}
         expected: dict[int, str] = {}
         degraded: set[int] = set()
+        outputs: dict[int, list[str]] = {}
         for info in self._blobs.list("epochs/"):
             name = info.key.rsplit("/", 1)[-1]
             for regex, target in ((EPOCH_RE, records), (EPOCH_END_RE, ends), (EPOCH_EXPECTED_RE, expected)):
@@ -74,7 +87,10 @@ class EpochLog:
                 match = DEGRADED_RE.match(name)
                 if match:
                     degraded.add(int(match.group(1)))
-        return EpochFiles(records, ends, expected, degraded)
+                match = OUTPUT_DECLARATION_RE.match(name)
+                if match:
+                    outputs.setdefault(int(match.group(1)), []).append(info.key)
+        return EpochFiles(records, ends, expected, degraded, outputs)
 
     def load(self, number: int, files: EpochFiles) -> Epoch:
         """Epoch ``number`` with its status, expected count and degraded flag from ``files``."""
@@ -112,8 +128,10 @@ class EpochLog:
         expected_partitions: int | None,
         metadata: Mapping[str, Any] | None,
         takeover: bool,
+        output_roots: Sequence[str] | None = None,
     ) -> Epoch:
         """Open the epoch after ``state.latest`` with ``state``'s valid checkpoints as its base."""
+        declared = None if output_roots is None else tuple(self.declarable_root(r) for r in output_roots)
         latest = state.latest
         refuse_unfinished_maintenance(self._context.uri, latest, "submit")
         held_by_other = latest is not None and (owner is None or latest.owner != owner)
@@ -142,6 +160,7 @@ class EpochLog:
             base_rows=sum(c.num_rows for c in base_checkpoints),
             expected_partitions=expected_partitions,
             metadata=dict(metadata or {}),
+            output_roots=declared,
         )
         failpoint("store.begin_epoch.before_create")
         try:
@@ -156,6 +175,90 @@ class EpochLog:
             self.write_end(latest.number, EpochStatus.FAILED, {"reason": f"superseded by epoch {number}"})
         log.info("opened epoch %d of %s with %d base checkpoints", number, self._context.uri, len(base))
         return epoch
+
+    # ------------------------------------------------------------------ declared output roots
+
+    def declarable_root(self, root: str) -> str:
+        """``root`` in canonical form, if it may be declared as an output root; else
+        :class:`InvalidOutputRootError` (not an absolute file/s3 location, the filesystem root,
+        or overlapping the store root: deleting output there would reach the store's records)."""
+        found = parse_location(str(root))
+        store_root = parse_location(self._context.uri)
+        if found is None or (found.scheme == "file" and found.path == "/"):
+            raise InvalidOutputRootError(
+                f"{root!r} cannot be an output root: give an absolute file:///dir, /dir or s3://bucket/prefix "
+                "(no '..' segments, not the filesystem root)"
+            )
+        if store_root is not None and found.overlaps(store_root):
+            raise InvalidOutputRootError(
+                f"output root {found.uri} overlaps the store root {store_root.uri}: keep output and checkpoint "
+                "store in separate directories (prefixes), or deleting orphans could reach the store's records"
+            )
+        return found.uri
+
+    def declare_output_root(self, epoch: int, root: str) -> str:
+        """Record, for ``epoch``, that its job writes output under ``root`` (the driver, before a
+        write). Returns the canonical root. If the epoch's opener declared output roots, ``root``
+        must lie under one of them (:class:`OutputRootNotDeclaredError`). Idempotent."""
+        canonical = self.declarable_root(root)
+        record = Epoch.from_json(self._context.read_json(epoch_key(epoch)))
+        if record.output_roots is not None:
+            location = parse_location(canonical)
+            allowed = [parse_location(r) for r in record.output_roots]
+            if location is None or not any(a is not None and location.is_under(a) for a in allowed):
+                raise OutputRootNotDeclaredError(
+                    f"this job writes to {canonical}, but epoch {epoch} of {self._context.uri} was opened with "
+                    f"output_roots={list(record.output_roots)}: add it to the operator's output_roots (or write "
+                    "under one of them). Nothing was written"
+                )
+        self._blobs.put(
+            output_declaration_key(epoch, canonical),
+            dumps({"epoch": epoch, "root": canonical, "declared_by": "driver", "created_at": now()}),
+        )
+        return canonical
+
+    def declared_roots(self, files: EpochFiles | None = None) -> tuple[list[str], bool]:
+        """The output roots declared by the epochs still recorded: each opener's ``output_roots``
+        and the driver's declarations (those under the opener's roots, when it declared any).
+        Returns (roots, whether any epoch declared anything)."""
+        files = files or self.list_files()
+        records = self._context.map(self._read_epoch_record, sorted(files.records))
+        by_number = {r.number: r for r in records if r is not None}
+        roots: list[str] = []
+        declared = False
+        for record in by_number.values():
+            if record.output_roots is not None:
+                declared = True
+                roots.extend(record.output_roots)
+        keys = [(n, k) for n, ks in sorted(files.outputs.items()) for k in ks]
+        for (number, _), data in zip(keys, self._context.map(self._read_optional, [k for _, k in keys]), strict=True):
+            root = data.get("root") if data else None
+            if not isinstance(root, str):
+                continue
+            declared = True
+            opener = by_number.get(number)
+            if opener is not None and opener.output_roots is not None:
+                location = parse_location(root)
+                allowed = [parse_location(r) for r in opener.output_roots]
+                if location is None or not any(a is not None and location.is_under(a) for a in allowed):
+                    continue  # a declaration the opener's roots do not cover declares nothing
+            roots.append(root)
+        return roots, declared
+
+    def _read_epoch_record(self, number: int) -> Epoch | None:
+        data = self._read_optional(epoch_key(number))
+        if not data:
+            return None
+        try:
+            return Epoch.from_json(data)
+        except (KeyError, TypeError, ValueError):
+            return None  # a record that does not parse declares nothing (check() reports it)
+
+    def _read_optional(self, key: str) -> dict[str, Any] | None:
+        try:
+            return self._context.read_json(key)
+        except (BlobNotFoundError, CorruptCheckpointError):
+            return None
 
     def create_fencing_epoch(self, epoch: Epoch, conflict_message: str) -> None:
         """Create ``epoch`` (create-if-absent) to fence every writer; :class:`EpochConflictError` if a submit won."""

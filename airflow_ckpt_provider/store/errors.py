@@ -143,3 +143,16 @@ class QuarantineMissingError(CheckpointError):
 
 class UnsafePathError(PathOutsideRootError):
     """A store record names a file outside the store's root and the job's output roots: never touched."""
+
+
+class OutputRootNotDeclaredError(CheckpointError):
+    """A write's output root is not under the output roots the operator declared for the epoch.
+
+    Declared roots bound what the store may ever delete (docs/design.md, section 7): add the
+    root to the operator's ``output_roots``, or write under one of them. Nothing was written.
+    """
+
+
+class InvalidOutputRootError(CheckpointError, ValueError):
+    """An output root that cannot be declared: not an absolute ``file://``/``s3://`` location, the
+    filesystem root, or overlapping the store's own root."""

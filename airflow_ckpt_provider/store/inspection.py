@@ -8,6 +8,8 @@ from typing import Any
 
 from airflow_ckpt_provider.store.commit import check_disjoint
 from airflow_ckpt_provider.store.context import StoreContext
+from airflow_ckpt_provider.store.deletion import StoreDeleter
+from airflow_ckpt_provider.store.deletion_guard import canonical_uri
 from airflow_ckpt_provider.store.errors import (
     CheckpointError,
     CommitRefusedError,
@@ -17,19 +19,22 @@ from airflow_ckpt_provider.store.errors import (
 from airflow_ckpt_provider.store.model import ConsistencyReport, EpochStatus, Progress, StoreContents
 from airflow_ckpt_provider.store.records import commit_result_from_json
 from airflow_ckpt_provider.store.reprocess.maintenance import maintenance_problems, quarantine_notes
-from airflow_ckpt_provider.store.state import StateReader
+from airflow_ckpt_provider.store.state import StateReader, StoreState
 
 
 class Inspector:
     """Reports progress and audits a store without changing it."""
 
-    def __init__(self, context: StoreContext, reader: StateReader) -> None:
+    def __init__(self, context: StoreContext, reader: StateReader, deleter: StoreDeleter) -> None:
         self._context = context
         self._blobs = context.blobs
         self._reader = reader
+        self._deleter = deleter
 
     def progress(self) -> Progress:
-        state = self._reader.read()
+        return self._progress(self._reader.read())
+
+    def _progress(self, state: StoreState) -> Progress:
         epoch = state.latest
         sealed_now = len([c for c in state.valid if epoch is not None and c.epoch == epoch.number])
         snapshot_keys = int(state.snapshot["num_keys"]) if state.snapshot else 0
@@ -59,6 +64,7 @@ class Inspector:
 
     def contents(self) -> StoreContents:
         state = self._reader.read()
+        guard = self._deleter.guard()
         snapshot_keys = int(state.snapshot["num_keys"]) if state.snapshot else 0
         return StoreContents(
             store_uri=self._context.uri,
@@ -69,6 +75,9 @@ class Inspector:
             unsealed_ids=tuple(sorted(state.unsealed)),
             snapshots=tuple(sorted(int(n) for n in self._blobs.list_dirs("snapshots/") if n.isdigit())),
             keys_done=snapshot_keys + sum(c.num_keys for c in state.valid),
+            output_roots=guard.root_uris,
+            output_roots_declared=guard.declared,
+            progress=self._progress(state),
         )
 
     def check(self, *, verify_output: bool) -> ConsistencyReport:
@@ -94,6 +103,9 @@ class Inspector:
         for (epoch, partition), ids in sorted(seen.items()):
             if len(ids) > 1:
                 notes.append(f"duplicate attempts of partition {partition} in epoch {epoch}: {sorted(ids)}")
+        records, record_notes = self._record_findings()
+        problems.extend(records)
+        notes.extend(record_notes)
         latest = state.latest
         problems.extend(maintenance_problems(self._context, latest))
         notes.extend(quarantine_notes(self._context, latest))
@@ -110,12 +122,45 @@ class Inspector:
                 problems.append(f"keys: {exc}")
         if verify_output and not problems:
             try:
-                expected = {f.path for f in self._reader.files_of(state.valid)} | self._reader.committed_paths()
+                valid_files = {canonical_uri(f.path) for f in self._reader.files_of(state.valid)}
+                expected = valid_files | self._reader.committed_paths()
             except CorruptCheckpointError as exc:
                 problems.append(f"corrupt store record: {exc}")
             else:
                 problems.extend(f"missing output file: {p}" for p in sorted(self._missing_outputs(expected)))
         return ConsistencyReport(store_uri=self._context.uri, problems=tuple(problems), notes=tuple(notes))
+
+    def refused_records(self) -> list[str]:
+        return self._record_findings()[0]
+
+    def _record_findings(self) -> tuple[list[str], list[str]]:
+        """Intent records that name what no deletion may touch (problems: never acted on, and a sign
+        that something wrote into the store what its writers would not), and a note for stores that
+        declare no output root (docs/design.md, section 7)."""
+        problems: list[str] = []
+        notes: list[str] = []
+        intents = self._deleter.intents()
+        guard = self._deleter.guard()
+        for checkpoint_id, why in intents.rejected:
+            problems.append(f"unusable intent record of {checkpoint_id}: {why} (never acted on)")
+        if not guard.declared:
+            if intents.paths or intents.patterns:
+                notes.append(
+                    "no output root is declared in this store (written by an earlier version): clear and discard "
+                    "keep output files, commit deletes orphans only under the output roots it is given"
+                )
+            return problems, notes
+        for path, (checkpoint_id, _) in sorted(intents.paths.items()):
+            reason = guard.refusal(path)
+            if reason is not None:
+                problems.append(f"intent record of {checkpoint_id} names what no deletion may touch: {reason}")
+        for pattern in intents.patterns:
+            if guard.root_of(f"{pattern.root}/{pattern.marker}") is None:
+                problems.append(
+                    f"name intent of {pattern.checkpoint_id} covers {pattern.root}, outside the declared output roots "
+                    f"({', '.join(guard.root_uris)}): never acted on"
+                )
+        return problems, notes
 
     def _missing_outputs(self, paths: Iterable[str]) -> set[str]:
         """The paths that do not exist, listing each output directory once (not one request per file)."""

@@ -7,6 +7,7 @@ epochs/{n:08d}.json                 epoch record (create-if-absent: fencing)
 epochs/{n:08d}.end.json             how the epoch ended
 epochs/{n:08d}.expected.json        expected partition count
 epochs/{n:08d}.degraded-{hex}.json  degraded markers
+epochs/{n:08d}.output-{hash}.json   an output root the Spark driver declared before a write
 checkpoints/{id}/manifest.json      written last: the checkpoint is visible iff it exists
 checkpoints/{id}/keys/, files/, intents/
 commits/{n:08d}.json, commits/{n:08d}.done.json
@@ -16,6 +17,7 @@ snapshots/{n:08d}/manifest.json, keys.parquet
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 from collections.abc import Sequence
@@ -27,6 +29,8 @@ EPOCH_RE = re.compile(r"^(\d{8})\.json$")
 EPOCH_END_RE = re.compile(r"^(\d{8})\.end\.json$")
 EPOCH_EXPECTED_RE = re.compile(r"^(\d{8})\.expected\.json$")
 DEGRADED_RE = re.compile(r"^(\d{8})\.degraded-[0-9a-f]+\.json$")
+#: An output root the Spark driver declared for epoch n before a write (docs/design.md, section 7).
+OUTPUT_DECLARATION_RE = re.compile(r"^(\d{8})\.output-[0-9a-f]{16}\.json$")
 COMMIT_RE = re.compile(r"^commits/\d{8}\.json$")
 _HIDDEN_PREFIXES = ("_", ".")
 
@@ -48,6 +52,12 @@ def validate_checkpoint_id(checkpoint_id: str) -> str:
 
 def epoch_key(number: int, suffix: str = ".json") -> str:
     return f"epochs/{number:08d}{suffix}"
+
+
+def output_declaration_key(epoch: int, root: str) -> str:
+    """Where the driver's declaration of output root ``root`` (canonical URI) for ``epoch`` lives."""
+    digest = hashlib.sha256(root.encode()).hexdigest()[:16]
+    return epoch_key(epoch, f".output-{digest}.json")
 
 
 def manifest_key(checkpoint_id: str) -> str:

@@ -139,7 +139,10 @@ class Epoch:
     ``base_keys`` / ``base_rows``: how many keys (snapshot included) and rows that
     base holds, counted when the epoch began (None in records written before 0.1's
     stores recorded them), so a submit can report what it skips without reading
-    every manifest again.
+    every manifest again. ``output_roots``: where the side that opened the epoch (the
+    operator) declared its job writes output; deletions never reach beyond them and the
+    store root (docs/design.md, section 7). None: not declared (the driver may still
+    declare each write's root; records of earlier versions declare nothing).
     """
 
     number: int
@@ -154,6 +157,7 @@ class Epoch:
     ended_at: str | None = None
     base_keys: int | None = None
     base_rows: int | None = None
+    output_roots: tuple[str, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -167,6 +171,7 @@ class Epoch:
             "base_rows": self.base_rows,
             "expected_partitions": self.expected_partitions,
             "metadata": dict(self.metadata),
+            "output_roots": None if self.output_roots is None else list(self.output_roots),
         }
 
     @classmethod
@@ -181,13 +186,24 @@ class Epoch:
             metadata=dict(data.get("metadata") or {}),
             base_keys=None if data.get("base_keys") is None else int(data["base_keys"]),
             base_rows=None if data.get("base_rows") is None else int(data["base_rows"]),
+            output_roots=_roots(data.get("output_roots")),
         )
+
+
+def _roots(value: Any) -> tuple[str, ...] | None:
+    """Declared output roots as recorded (a list of strings); anything else declares none."""
+    if not isinstance(value, list):
+        return None
+    return tuple(str(v) for v in value if isinstance(v, str))
 
 
 @dataclass(frozen=True)
 class CommitResult:
     """What a commit did. ``unknown_files`` were found under the output roots with no
-    record of any writer of this store: they are reported, never deleted."""
+    record of any writer of this store: they are reported, never deleted.
+    ``refused_records``: what intent records named outside the declared output roots (or
+    with an unusable name marker): never acted on. ``undeclared_output_files``: orphans kept
+    because the store declares no output root and no ``output_roots`` were given."""
 
     epoch: int
     committed_checkpoints: tuple[str, ...]
@@ -200,6 +216,9 @@ class CommitResult:
     bytes_freed: int
     degraded: bool
     already_committed: bool
+    output_roots: tuple[str, ...] = ()
+    refused_records: tuple[str, ...] = ()
+    undeclared_output_files: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -214,6 +233,9 @@ class CommitResult:
             "bytes_freed": self.bytes_freed,
             "degraded": self.degraded,
             "already_committed": self.already_committed,
+            "output_roots": list(self.output_roots),
+            "refused_records": list(self.refused_records),
+            "undeclared_output_files": list(self.undeclared_output_files),
         }
 
     def summary(self) -> dict[str, Any]:
@@ -228,6 +250,8 @@ class CommitResult:
             "uploads_aborted": len(self.aborted_uploads),
             "unknown_files": len(self.unknown_files),
             "kept_unprovable": len(self.kept_unprovable),
+            "refused_records": len(self.refused_records),
+            "undeclared_output_files": len(self.undeclared_output_files),
             "bytes_freed": self.bytes_freed,
             "degraded": self.degraded,
             "already_committed": self.already_committed,
@@ -236,19 +260,28 @@ class CommitResult:
 
 @dataclass(frozen=True)
 class ClearResult:
-    """What ``clear()`` or ``discard_uncommitted()`` deleted."""
+    """What ``clear()`` or ``discard_uncommitted()`` deleted, and which recorded output files it
+    kept: ``undeclared_output_files`` because the store declares no output root (written by an
+    earlier version), ``refused_records`` because a record named something outside the
+    declared roots (never acted on; ``check()`` reports them)."""
 
     epoch: int
     deleted_checkpoints: tuple[str, ...]
     deleted_files: tuple[str, ...]
     deleted_snapshots: tuple[int, ...]
     bytes_freed: int
+    output_roots: tuple[str, ...] = ()
+    undeclared_output_files: tuple[str, ...] = ()
+    refused_records: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self) | {
             "deleted_checkpoints": list(self.deleted_checkpoints),
             "deleted_files": list(self.deleted_files),
             "deleted_snapshots": list(self.deleted_snapshots),
+            "output_roots": list(self.output_roots),
+            "undeclared_output_files": list(self.undeclared_output_files),
+            "refused_records": list(self.refused_records),
         }
 
 
@@ -268,6 +301,12 @@ class StoreContents:
     #: Numbers of the compacted key snapshots present (``retain``).
     snapshots: tuple[int, ...]
     keys_done: int
+    #: The output roots deletions may touch (declared when epochs opened, docs/design.md section 7);
+    #: empty with ``output_roots_declared`` False for stores of earlier versions.
+    output_roots: tuple[str, ...] = ()
+    output_roots_declared: bool = False
+    #: What ``progress()`` says, from the same read (a page needs both, and reads the store once).
+    progress: Progress | None = None
 
     @property
     def uncommitted(self) -> list[Checkpoint]:

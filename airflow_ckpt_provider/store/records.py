@@ -60,10 +60,15 @@ class NamePattern:
 
 @dataclass(frozen=True)
 class Intents:
-    """Every intent record: exact output paths, and name patterns of native writes."""
+    """Every intent record: exact output paths (canonical), and name patterns of native writes.
+
+    ``rejected``: (checkpoint id, why) of records that name nothing usable: a path that is not
+    a plain location, a name marker too short to be unique. They are never acted on.
+    """
 
     paths: dict[str, tuple[str, int | None]]
     patterns: tuple[NamePattern, ...]
+    rejected: tuple[tuple[str, str], ...] = ()
 
     def owner(self, path: str) -> tuple[str, int | None] | None:
         """Who intended to write ``path``: (checkpoint id, epoch), or None."""
@@ -108,4 +113,7 @@ def commit_result_from_json(data: Mapping[str, Any], *, already: bool) -> Commit
         bytes_freed=int(data.get("bytes_freed", 0)),
         degraded=bool(data.get("degraded", False)),
         already_committed=already,
+        output_roots=tuple(data.get("output_roots", ())),
+        refused_records=tuple(data.get("refused_records", ())),
+        undeclared_output_files=tuple(data.get("undeclared_output_files", ())),
     )

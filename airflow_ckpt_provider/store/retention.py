@@ -10,10 +10,12 @@ and only uncommitted ones a writer of this store recorded.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.store.context import StoreContext
 from airflow_ckpt_provider.store.deletion import StoreDeleter
+from airflow_ckpt_provider.store.deletion_guard import canonical_uri
 from airflow_ckpt_provider.store.epochs import EpochLog
 from airflow_ckpt_provider.store.errors import CheckpointError, CommitRefusedError
 from airflow_ckpt_provider.store.keys import KEY_COLUMN
@@ -29,6 +31,8 @@ from airflow_ckpt_provider.store.records import NamePattern, dumps, now, record_
 from airflow_ckpt_provider.store.reprocess.lineage import attributed_keys, unattributed_through, write_snapshot_data
 from airflow_ckpt_provider.store.reprocess.maintenance import refuse_unfinished_maintenance
 from airflow_ckpt_provider.store.state import StateReader, StoreState
+
+log = logging.getLogger(__name__)
 
 
 class Retention:
@@ -167,16 +171,39 @@ class Retention:
         )
         if state.latest is not None and state.latest.status is EpochStatus.OPEN:
             self._epochs.write_end(state.latest.number, EpochStatus.FAILED, {"reason": f"{owner} (epoch {number})"})
-        committed_paths = self._reader.committed_paths() | {f.path for f in self._reader.files_of(committed)}
+        committed_paths = self._reader.committed_paths() | {
+            canonical_uri(f.path) for f in self._reader.files_of(committed)
+        }
         recorded = self._deleter.intents(skip=keep_ids)
-        doomed = {p: cid for p, (cid, _) in recorded.paths.items() if cid not in keep_ids and p not in committed_paths}
+        guard = self._deleter.guard()
+        marked = {p: cid for p, (cid, _) in recorded.paths.items() if cid not in keep_ids and p not in committed_paths}
         patterns = [p for p in recorded.patterns if p.checkpoint_id not in keep_ids]
-        roots = sorted({p.rsplit("/", 1)[0] for p in doomed} | {p.root for p in patterns})
+        refused = [f"{cid}: {why}" for cid, why in recorded.rejected]
+        undeclared: list[str] = []
+        doomed: dict[str, str] = {}
+        for path, checkpoint_id in marked.items():
+            reason = guard.refusal(path)
+            if reason is None:
+                doomed[path] = checkpoint_id
+            elif not guard.declared:
+                undeclared.append(path)  # a store of an earlier version: output is kept, and said so
+            else:
+                refused.append(f"{checkpoint_id}: {reason}")
+        for pattern in patterns:
+            if guard.root_of(f"{pattern.root}/{pattern.marker}") is not None:
+                continue
+            where = f"files named *{pattern.marker}* under {pattern.root}"
+            if guard.declared:
+                refused.append(f"{pattern.checkpoint_id}: {where} are outside the declared output roots")
+            else:
+                undeclared.append(where)
+        roots, _ = guard.sweep_roots(sorted({p.rsplit("/", 1)[0] for p in doomed} | {p.root for p in patterns}))
 
         def doomed_by_name(path: str) -> bool:
             return any(p.matches(path) for p in patterns)
 
-        deleted, _, _, bytes_freed = self._deleter.delete_recorded(roots, doomed, committed_paths, doomed_by_name)
+        sweep = self._deleter.delete_recorded(guard, roots, doomed, committed_paths, doomed_by_name)
+        refused += [f"{p}: refused by the deletion guard" for p in sweep.refused]
         drop_ids = sorted((set(state.manifests) | set(state.unsealed) | set(state.corrupt)) - keep_ids)
         self._deleter.delete_checkpoint_dirs(drop_ids)
         snapshots: list[int] = []
@@ -184,10 +211,20 @@ class Retention:
             snapshots = [int(n) for n in self._blobs.list_dirs("snapshots/")]
             self._deleter.delete_snapshots(keep=None)
         self._epochs.write_end(number, EpochStatus.CLEARED, {"action": owner})
+        if undeclared:
+            log.warning(
+                "%s declares no output root (written by an earlier version): %d recorded output file(s) kept, "
+                "only the store's records were deleted",
+                self._context.uri,
+                len(undeclared),
+            )
         return ClearResult(
             epoch=number,
             deleted_checkpoints=tuple(drop_ids),
-            deleted_files=tuple(sorted(deleted)),
+            deleted_files=tuple(sorted(sweep.deleted)),
             deleted_snapshots=tuple(snapshots),
-            bytes_freed=bytes_freed,
+            bytes_freed=sweep.bytes_freed,
+            output_roots=guard.root_uris,
+            undeclared_output_files=tuple(sorted(undeclared)),
+            refused_records=tuple(refused),
         )

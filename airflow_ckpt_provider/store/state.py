@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError
 from airflow_ckpt_provider.store.context import StoreContext
+from airflow_ckpt_provider.store.deletion_guard import canonical_uri
 from airflow_ckpt_provider.store.epochs import EpochLog
 from airflow_ckpt_provider.store.errors import CorruptCheckpointError, KeyTypeMismatchError
 from airflow_ckpt_provider.store.keys import KEY_COLUMN
@@ -104,12 +105,20 @@ class StateReader:
         return self._context.read_json(keys[-1]) if keys else None
 
     def committed_paths(self) -> set[str]:
-        """Every output path any commit record of this store names."""
+        """Every output path any commit record of this store names (canonical URIs)."""
         keys = [i.key for i in self._blobs.list("commits/") if COMMIT_RE.search(i.key)]
         records = self._context.map(self._context.read_json, keys)
-        committed = {str(f["path"]) for record in records for f in record.get("files", [])}
+        committed = {canonical_uri(str(f["path"])) for record in records for f in record.get("files", [])}
         # A reprocess or rewind took these out of the committed output (docs/reprocess.md).
-        return committed - retracted_paths(self._blobs, self._context.map)
+        return committed - {canonical_uri(p) for p in retracted_paths(self._blobs, self._context.map)}
+
+    def commit_output_roots(self) -> list[str]:
+        """The output roots the commits of this store were allowed to sweep. Each commit copies into
+        its record the roots its guard allowed, which include every earlier commit record's: so the
+        newest record holds them all (one read), and they outlive the epoch records retention prunes."""
+        record = self.newest_commit_record()
+        value = record.get("output_roots") if record else None
+        return [str(r) for r in value if isinstance(r, str)] if isinstance(value, list) else []
 
     # ------------------------------------------------------------------ the state
 

@@ -27,6 +27,7 @@ from airflow_ckpt_provider.store.breaker import CircuitBreaker
 from airflow_ckpt_provider.store.commit import Committer
 from airflow_ckpt_provider.store.context import StoreContext
 from airflow_ckpt_provider.store.deletion import StoreDeleter
+from airflow_ckpt_provider.store.deletion_guard import DeletionGuard
 from airflow_ckpt_provider.store.epochs import EpochLog
 from airflow_ckpt_provider.store.inspection import Inspector
 from airflow_ckpt_provider.store.keys import INLINE_MAX_FILES, INLINE_MAX_KEYS, KEY_COLUMN
@@ -94,11 +95,11 @@ class CheckpointStore:
         self.context = StoreContext(blobs, max_workers=max_workers, blob_opener=blob_opener)
         self.epoch_log = EpochLog(self.context)
         self.state_reader = StateReader(self.context, self.epoch_log)
-        self.deleter = StoreDeleter(self.context)
+        self.deleter = StoreDeleter(self.context, self.epoch_log, self.state_reader)
         self._writers = CheckpointWriters(self.context, self.breaker, self.epoch_log, self.state_reader)
         self._committer = Committer(self.context, self.state_reader, self.epoch_log, self.deleter)
         self._retention = Retention(self.context, self.state_reader, self.epoch_log, self.deleter)
-        self._inspector = Inspector(self.context, self.state_reader)
+        self._inspector = Inspector(self.context, self.state_reader, self.deleter)
 
     # ------------------------------------------------------------------ basics
 
@@ -220,6 +221,7 @@ class CheckpointStore:
         expected_partitions: int | None = None,
         metadata: Mapping[str, Any] | None = None,
         takeover: bool = False,
+        output_roots: Sequence[str] | None = None,
     ) -> Epoch:
         """Open the next epoch (create-if-absent) with the valid checkpoints as its base.
 
@@ -229,6 +231,13 @@ class CheckpointStore:
         :class:`EpochConflictError` unless ``takeover``; an owner may always take over
         its own open epoch (a retry of the same task). Two racing callers: exactly
         one wins, the other gets :class:`EpochConflictError`. Not idempotent.
+
+        ``output_roots``: the directories the epoch's job writes output under, recorded in the
+        epoch record. Deletions (commit, discard, clear, retention) never reach output outside
+        the declared roots (docs/design.md, section 7), and the job's driver may declare only
+        roots under them. None: the driver declares each write's root itself
+        (:meth:`declare_output_root`). Raises :class:`InvalidOutputRootError` for a root that is
+        not an absolute ``file://``/``s3://`` directory or that overlaps the store root.
         """
         return self.epoch_log.begin(
             self.state_reader.read(),
@@ -236,7 +245,30 @@ class CheckpointStore:
             expected_partitions=expected_partitions,
             metadata=metadata,
             takeover=takeover,
+            output_roots=output_roots,
         )
+
+    def declare_output_root(self, epoch: int, root: str) -> str:
+        """Declare, before a write, that the job of ``epoch`` writes output under ``root``.
+
+        For the Spark driver (never executors): the declaration is what lets commit, discard
+        and clear delete that write's orphans; records naming anything outside every declared
+        root are never acted on. Visible to every deletion at once; idempotent (one record per
+        epoch and root). Returns the root in canonical form. Raises
+        :class:`OutputRootNotDeclaredError` if the epoch's opener declared ``output_roots`` and
+        ``root`` is under none of them (nothing was recorded: do not write),
+        :class:`InvalidOutputRootError`, :class:`StoreUnavailableError`.
+        """
+        return self.epoch_log.declare_output_root(epoch, root)
+
+    def deletion_guard(self, explicit_roots: Sequence[str] | None = None) -> DeletionGuard:
+        """The guard every deletion of this store passes, as the store stands now: its root and the
+        declared output roots (docs/design.md, invariant 10). Code that deletes or moves output
+        (reprocess, retraction) calls ``guard.check(uri)`` on every source and destination. Reads
+        the epoch and commit records; changes nothing. ``explicit_roots`` count only for a store
+        that declares none (earlier versions), as a commit's ``output_roots`` do.
+        """
+        return self.deleter.guard(explicit_roots)
 
     def set_expected_partitions(self, epoch: int, count: int) -> None:
         """Record how many partitions the job of ``epoch`` will seal (for progress). Idempotent."""
@@ -500,6 +532,15 @@ class CheckpointStore:
         checkpoints; and (``verify_output``) output files missing from their location,
         both of valid checkpoints and of every commit record. Notes (expected after
         crashes, removed by the next commit): dangling unsealed checkpoint
-        directories, duplicate sealed attempts of one partition.
+        directories, duplicate sealed attempts of one partition. Also problems: intent records
+        naming what no deletion may touch (outside the declared output roots, not a plain
+        location, a name marker shorter than the minimum); they are never acted on.
         """
         return self._inspector.check(verify_output=verify_output)
+
+    def refused_records(self) -> list[str]:
+        """The intent records no deletion will act on, each with why (outside the declared output
+        roots, not a plain ``file://``/``s3://`` location, a name marker shorter than the minimum):
+        what clear, discard and commit would skip, for a confirmation to show beforehand. Reads
+        every intent record; changes nothing. Raises :class:`StoreUnavailableError`."""
+        return self._inspector.refused_records()

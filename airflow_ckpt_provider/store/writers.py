@@ -17,12 +17,14 @@ import pyarrow as pa
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.store.breaker import CircuitBreaker
 from airflow_ckpt_provider.store.context import StoreContext
+from airflow_ckpt_provider.store.deletion_guard import name_marker_refusal, parse_location
 from airflow_ckpt_provider.store.epochs import EpochLog
 from airflow_ckpt_provider.store.errors import (
     CheckpointAlreadySealedError,
     CheckpointError,
     EpochFencedError,
     InvalidArgumentError,
+    InvalidOutputRootError,
     KeyTypeMismatchError,
     PreconditionFailedError,
     StoreUnavailableError,
@@ -96,15 +98,17 @@ class CheckpointWriters:
 
     def record_name_intent(self, write_id: str, root: str, marker: str, *, epoch: int | None) -> None:
         validate_checkpoint_id(write_id)
-        if len(marker) < 12 or "/" in marker:
-            raise InvalidArgumentError(
-                f"name marker {marker!r} must be a unique token of at least 12 characters, without '/'"
-            )
+        refusal = name_marker_refusal(marker)
+        if refusal is not None:
+            raise InvalidArgumentError(f"{refusal}: use a random token (the native writer uses 19 characters)")
+        location = parse_location(str(root))
+        if location is None:
+            raise InvalidOutputRootError(f"{root!r} is not an absolute file:// or s3:// directory without '..'")
         record: dict[str, Any] = {
             "checkpoint_id": write_id,
             "epoch": epoch,
             "paths": [],
-            "root": str(root).rstrip("/"),
+            "root": location.uri,
             "name_marker": marker,
             "created_at": now(),
         }

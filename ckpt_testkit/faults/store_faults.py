@@ -140,7 +140,8 @@ def run_store_fault_trial(
             **credentials,
             **JOB_STORE_TUNING,
         }
-        epoch = admin.begin_epoch(owner=f"operator-{name}").number  # the operator, before submitting
+        # The operator, before submitting, declaring where the job writes (docs/design.md, section 7).
+        epoch = admin.begin_epoch(owner=f"operator-{name}", output_roots=[output_uri]).number
         expected_marker = f"epochs/{epoch:08d}.expected.json"
 
         def revoke() -> None:

@@ -25,7 +25,7 @@ def committed(tmp_path: Path, fault_inputs: list[str]) -> tuple[CheckpointStore,
     store = open_store(f"file://{tmp_path / 'store'}")
     out = tmp_path / "out"
     out.mkdir()
-    first = store.begin_epoch(owner="job").number
+    first = store.begin_epoch(owner="job", output_roots=[f"file://{out}"]).number
     write_task(store, f"file://{out}", fault_inputs[0], epoch=first, partition=0, seal=False)  # a crashed task
     run_job(store, f"file://{out}", fault_inputs, owner="job")
     store.commit([f"file://{out}"])

@@ -33,12 +33,12 @@ def test_clear_resets_the_store_and_keeps_committed_output(airflow_harness: Airf
     output = tmp_path / "out"
     output.mkdir()
     store = open_store(uri)
-    first = store.begin_epoch(owner="job").number
+    first = store.begin_epoch(owner="job", output_roots=[f"file://{output}"]).number
     committed_file = _seal(uri, first, 0, output)
     store.end_epoch(first, status=EpochStatus.SUCCEEDED)
     store.commit([f"file://{output}"])
     store.cleanup(RetentionPolicy.RETAIN)
-    second = store.begin_epoch(owner="job").number
+    second = store.begin_epoch(owner="job", output_roots=[f"file://{output}"]).number
     uncommitted_file = _seal(uri, second, 1, output)
     assert store.progress().keys_done == 20
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from airflow_ckpt_provider.store import Checkpoint, CheckpointStore, FileMetadata, new_checkpoint_id
+from airflow_ckpt_provider.store import Checkpoint, CheckpointStore, Epoch, FileMetadata, new_checkpoint_id
 from tests.store.conftest import Backend
 
 
@@ -33,6 +34,12 @@ def write_task(
     store.stage_files(checkpoint_id, metas)
     sealed = store.checkpoint(checkpoint_id, epoch=epoch, partition=partition) if seal else None
     return checkpoint_id, paths, sealed
+
+
+def begin(store: CheckpointStore, backend: Backend, **kwargs: Any) -> Epoch:
+    """Open an epoch the way the operator does: declaring the backend's output root, so that
+    deletions (commit, discard, clear) may reach the files written there (docs/design.md, section 7)."""
+    return store.begin_epoch(output_roots=[backend.output_uri], **kwargs)
 
 
 def done_keys(store: CheckpointStore) -> list[object]:

@@ -34,7 +34,7 @@ from airflow_ckpt_provider.store import (
 )
 from airflow_ckpt_provider.store.store import INLINE_MAX_KEYS
 from tests.store.conftest import Backend
-from tests.store.helpers import done_keys, names, write_task
+from tests.store.helpers import begin, done_keys, names, write_task
 
 
 @pytest.fixture(autouse=True)
@@ -47,7 +47,7 @@ def _no_failpoints() -> None:
 
 def test_staged_data_is_invisible_until_sealed(backend: Backend) -> None:
     store = backend.store()
-    epoch = store.begin_epoch(owner="t")
+    epoch = begin(store, backend, owner="t")
     checkpoint_id, _, _ = write_task(store, backend, epoch=epoch.number, partition=0, keys=["a", "b"], seal=False)
     assert done_keys(store) == []
     assert store.get_checkpointed_files() == []
@@ -64,7 +64,7 @@ def test_staged_data_is_invisible_until_sealed(backend: Backend) -> None:
 
 def test_every_call_is_idempotent_where_documented(backend: Backend) -> None:
     store = backend.store()
-    epoch = store.begin_epoch(owner="t")
+    epoch = begin(store, backend, owner="t")
     checkpoint_id, _, sealed = write_task(store, backend, epoch=epoch.number, partition=0, keys=[1, 2, 3])
     # Sealing again with the same parts returns the manifest, from this process or another.
     assert store.checkpoint(checkpoint_id, epoch=epoch.number, partition=0) is not None
@@ -98,7 +98,7 @@ def test_every_call_is_idempotent_where_documented(backend: Backend) -> None:
 def test_crash_between_parts_and_manifest_leaves_nothing_visible(backend: Backend) -> None:
     """A real process dies (os._exit) right before writing the manifest."""
     store = backend.store()
-    epoch = store.begin_epoch(owner="t")
+    epoch = begin(store, backend, owner="t")
     script = textwrap.dedent(
         f"""
         import json, sys
@@ -156,29 +156,29 @@ def test_racing_begin_epoch_exactly_one_wins(backend: Backend) -> None:
 
 def test_open_epoch_blocks_other_owners_but_not_own_retry(backend: Backend) -> None:
     store = backend.store()
-    first = store.begin_epoch(owner="dag/task/run1")
+    first = begin(store, backend, owner="dag/task/run1")
     with pytest.raises(EpochConflictError, match="still open"):
-        store.begin_epoch(owner="dag/task/run2")
-    retry = store.begin_epoch(owner="dag/task/run1")  # a retry of the same task takes over
+        begin(store, backend, owner="dag/task/run2")
+    retry = begin(store, backend, owner="dag/task/run1")  # a retry of the same task takes over
     assert retry.number == first.number + 1
     assert store.list_epochs()[0].status is EpochStatus.FAILED  # superseded
-    forced = store.begin_epoch(owner="other", takeover=True)
+    forced = begin(store, backend, owner="other", takeover=True)
     assert forced.number == retry.number + 1
     store.end_epoch(forced.number, status=EpochStatus.SUCCEEDED)
-    assert store.begin_epoch(owner="someone-else").number == forced.number + 1
+    assert begin(store, backend, owner="someone-else").number == forced.number + 1
 
 
 def test_an_epoch_records_what_its_base_holds(backend: Backend) -> None:
     """begin_epoch counts the keys and rows it builds on, as progress() would, from the one state it reads."""
     store = backend.store()
-    first = store.begin_epoch(owner="t")
+    first = begin(store, backend, owner="t")
     assert (first.base_keys, first.base_rows) == (0, 0)
     write_task(store, backend, epoch=first.number, partition=0, keys=["a", "b", "c"])
     write_task(store, backend, epoch=first.number, partition=1, keys=["d"])
     write_task(store, backend, epoch=first.number, partition=2, keys=["e"], seal=False)  # not done
     store.end_epoch(first.number, status=EpochStatus.FAILED)
     progress = store.progress()
-    second = store.begin_epoch(owner="t")
+    second = begin(store, backend, owner="t")
     assert (second.base_keys, second.base_rows) == (progress.keys_done, progress.rows) == (4, 4)
     reread = store.current_epoch()
     assert reread is not None and (reread.base_keys, reread.base_rows) == (4, 4)
@@ -186,9 +186,9 @@ def test_an_epoch_records_what_its_base_holds(backend: Backend) -> None:
 
 def test_is_degraded_reads_only_the_epochs_markers(backend: Backend) -> None:
     store = backend.store()
-    first = store.begin_epoch(owner="t")
+    first = begin(store, backend, owner="t")
     store.end_epoch(first.number, status=EpochStatus.SUCCEEDED)
-    second = store.begin_epoch(owner="t")
+    second = begin(store, backend, owner="t")
     store.mark_degraded(second.number, "breaker tripped in a test")
     assert not store.is_degraded(first.number)
     assert store.is_degraded(second.number)
@@ -198,7 +198,7 @@ def test_is_degraded_reads_only_the_epochs_markers(backend: Backend) -> None:
 def test_zombie_sealed_in_old_epoch_is_never_valid(backend: Backend) -> None:
     """A real race: the zombie passes the fencing check, then the new epoch begins, then it seals."""
     store = backend.store()
-    old = store.begin_epoch(owner="t")
+    old = begin(store, backend, owner="t")
     write_task(store, backend, epoch=old.number, partition=0, keys=["done"])
     zombie_store = backend.store()
     zombie_id = new_checkpoint_id()
@@ -210,7 +210,7 @@ def test_zombie_sealed_in_old_epoch_is_never_valid(backend: Backend) -> None:
     )
     thread.start()
     time.sleep(0.5)
-    new = backend.store().begin_epoch(owner="t")
+    new = begin(backend.store(), backend, owner="t")
     thread.join()
     failpoints.disable_all()
     assert sealed and sealed[0] is not None  # the zombie did seal...
@@ -222,7 +222,7 @@ def test_zombie_sealed_in_old_epoch_is_never_valid(backend: Backend) -> None:
 
 def test_duplicate_attempts_of_a_partition_count_once(backend: Backend) -> None:
     store = backend.store()
-    epoch = store.begin_epoch(owner="t")
+    epoch = begin(store, backend, owner="t")
     first, first_paths, _ = write_task(store, backend, epoch=epoch.number, partition=3, keys=["k1", "k2"])
     second, second_paths, _ = write_task(store, backend, epoch=epoch.number, partition=3, keys=["k1", "k2"])
     assert done_keys(store) == ["k1", "k2"]
@@ -237,13 +237,13 @@ def test_duplicate_attempts_of_a_partition_count_once(backend: Backend) -> None:
 
 def test_resume_base_carries_done_checkpoints_forward(backend: Backend) -> None:
     store = backend.store()
-    first = store.begin_epoch(owner="t")
+    first = begin(store, backend, owner="t")
     done_id, _, _ = write_task(store, backend, epoch=first.number, partition=0, keys=["a"])
     write_task(store, backend, epoch=first.number, partition=1, keys=["b"], seal=False)  # the failed task
     store.end_epoch(first.number, status=EpochStatus.FAILED)
     with pytest.raises(CommitRefusedError, match="failed"):
         store.commit([backend.output_uri])
-    second = store.begin_epoch(owner="t")
+    second = begin(store, backend, owner="t")
     assert second.base == (done_id,)
     # partition numbers restart in the new epoch: partition 0 again is not a duplicate of the base
     write_task(store, backend, epoch=second.number, partition=0, keys=["b"])
@@ -256,7 +256,7 @@ def test_resume_base_carries_done_checkpoints_forward(backend: Backend) -> None:
 def _scenario(backend: Backend) -> tuple[set[str], set[str], str]:
     """Epoch 1 fails halfway, epoch 2 finishes. Returns (authoritative names, orphan names, foreign)."""
     store = backend.store()
-    first = store.begin_epoch(owner="t")
+    first = begin(store, backend, owner="t")
     good: set[str] = set()
     orphans: set[str] = set()
     for partition in range(3):
@@ -265,7 +265,7 @@ def _scenario(backend: Backend) -> tuple[set[str], set[str], str]:
     _, paths, _ = write_task(store, backend, epoch=first.number, partition=3, keys=["a3"], seal=False)
     orphans |= names(paths)
     store.end_epoch(first.number, status=EpochStatus.FAILED)
-    second = store.begin_epoch(owner="t")
+    second = begin(store, backend, owner="t")
     _, paths, _ = write_task(store, backend, epoch=second.number, partition=0, keys=["a3"], seal=False)
     orphans |= names(paths)  # a Spark retry of the task inside the run
     _, paths, _ = write_task(store, backend, epoch=second.number, partition=0, keys=["a3"])
@@ -323,12 +323,12 @@ def test_commit_killed_between_phases_then_resumed(backend: Backend, failpoint: 
 
 def test_commit_never_deletes_committed_files_of_earlier_runs(backend: Backend) -> None:
     store = backend.store()
-    first = store.begin_epoch(owner="run1")
+    first = begin(store, backend, owner="run1")
     _, first_paths, _ = write_task(store, backend, epoch=first.number, partition=0, keys=["old"])
     store.end_epoch(first.number, status=EpochStatus.SUCCEEDED)
     store.commit([backend.output_uri])
     store.cleanup(RetentionPolicy.RETAIN)
-    second = store.begin_epoch(owner="run2")
+    second = begin(store, backend, owner="run2")
     _, second_paths, _ = write_task(store, backend, epoch=second.number, partition=0, keys=["new"])
     store.end_epoch(second.number, status=EpochStatus.SUCCEEDED)
     result = store.commit([backend.output_uri])
@@ -339,7 +339,7 @@ def test_commit_never_deletes_committed_files_of_earlier_runs(backend: Backend) 
 
 def test_overlapping_keys_refuse_the_commit_and_delete_nothing(backend: Backend) -> None:
     store = backend.store()
-    epoch = store.begin_epoch(owner="t")
+    epoch = begin(store, backend, owner="t")
     write_task(store, backend, epoch=epoch.number, partition=0, keys=["a", "b"])
     write_task(store, backend, epoch=epoch.number, partition=1, keys=["b", "c"])
     write_task(store, backend, epoch=epoch.number, partition=2, keys=["z"], seal=False)  # an orphan
@@ -353,11 +353,11 @@ def test_overlapping_keys_refuse_the_commit_and_delete_nothing(backend: Backend)
 
 def test_discard_uncommitted_and_clear(backend: Backend) -> None:
     store = backend.store()
-    first = store.begin_epoch(owner="t")
+    first = begin(store, backend, owner="t")
     _, committed_paths, _ = write_task(store, backend, epoch=first.number, partition=0, keys=["a"])
     store.end_epoch(first.number, status=EpochStatus.SUCCEEDED)
     store.commit([backend.output_uri])
-    second = store.begin_epoch(owner="t")
+    second = begin(store, backend, owner="t")
     _, pending_paths, _ = write_task(store, backend, epoch=second.number, partition=0, keys=["b"])
     _, failed_paths, _ = write_task(store, backend, epoch=second.number, partition=1, keys=["c"], seal=False)
     discarded = store.discard_uncommitted()
@@ -368,13 +368,13 @@ def test_discard_uncommitted_and_clear(backend: Backend) -> None:
     assert done_keys(store) == []
     assert backend.output_names() == names(committed_paths)  # committed output is never deleted
     assert cleared.epoch > discarded.epoch
-    assert store.begin_epoch(owner="t").base == ()
+    assert begin(store, backend, owner="t").base == ()
 
 
 def test_retain_compacts_into_one_snapshot(backend: Backend) -> None:
     store = backend.store()
     for run in range(3):
-        epoch = store.begin_epoch(owner=f"run{run}")
+        epoch = begin(store, backend, owner=f"run{run}")
         for partition in range(4):
             write_task(store, backend, epoch=epoch.number, partition=partition, keys=[f"r{run}p{partition}"])
         store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
@@ -390,7 +390,7 @@ def test_retain_compacts_into_one_snapshot(backend: Backend) -> None:
 
 def test_degraded_commit_keeps_what_it_cannot_prove_orphaned(backend: Backend) -> None:
     store = backend.store()
-    epoch = store.begin_epoch(owner="t")
+    epoch = begin(store, backend, owner="t")
     _, sealed_paths, _ = write_task(store, backend, epoch=epoch.number, partition=0, keys=["a"])
     # A task whose store writes failed after its intent: its output is real but unsealed.
     _, unsealed_paths, _ = write_task(store, backend, epoch=epoch.number, partition=1, keys=["b"], seal=False)
@@ -429,7 +429,7 @@ def test_bad_keys_are_rejected(backend: Backend) -> None:
 
 def test_key_type_changed_between_checkpoints(backend: Backend) -> None:
     store = backend.store()
-    epoch = store.begin_epoch(owner="t")
+    epoch = begin(store, backend, owner="t")
     write_task(store, backend, epoch=epoch.number, partition=0, keys=[1, 2])
     write_task(store, backend, epoch=epoch.number, partition=1, keys=["3"])
     before = backend.store_keys()
@@ -448,7 +448,7 @@ def test_corrupt_manifest_is_a_typed_error_and_nothing_is_deleted(backend: Backe
     from airflow_ckpt_provider.store import CorruptCheckpointError
 
     store = backend.store()
-    epoch = store.begin_epoch(owner="t")
+    epoch = begin(store, backend, owner="t")
     checkpoint_id, _, _ = write_task(store, backend, epoch=epoch.number, partition=0, keys=["a"])
     blobs = backend.store_blobs()
     key = f"checkpoints/{checkpoint_id}/manifest.json"
@@ -470,7 +470,7 @@ def test_truncated_key_file_is_a_typed_error(backend: Backend) -> None:
     from airflow_ckpt_provider.store import CorruptCheckpointError
 
     store = backend.store()
-    epoch = store.begin_epoch(owner="t")
+    epoch = begin(store, backend, owner="t")
     # More keys than a manifest carries inline, so readers must read the key part.
     many = list(range(INLINE_MAX_KEYS + 1))
     checkpoint_id, _, sealed = write_task(store, backend, epoch=epoch.number, partition=0, keys=many)
@@ -491,7 +491,7 @@ def test_no_epoch_commit_is_a_typed_error(backend: Backend) -> None:
 
 def test_small_checkpoints_are_read_from_the_manifest_alone(backend: Backend) -> None:
     store = backend.store()
-    epoch = store.begin_epoch(owner="t")
+    epoch = begin(store, backend, owner="t")
     small, _, _ = write_task(store, backend, epoch=epoch.number, partition=0, keys=["a", "b"])
     big, _, _ = write_task(store, backend, epoch=epoch.number, partition=1, keys=list(map(str, range(5000))))
     formats = sorted((s.format, s.key.split("/")[1]) for s in store.key_sources())
@@ -506,7 +506,7 @@ def test_small_checkpoints_are_read_from_the_manifest_alone(backend: Backend) ->
 
 def test_commit_record_is_the_authority_on_committed(backend: Backend) -> None:
     store = backend.store()
-    epoch = store.begin_epoch(owner="t")
+    epoch = begin(store, backend, owner="t")
     checkpoint_id, _, _ = write_task(store, backend, epoch=epoch.number, partition=0, keys=["a"])
     store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
     store.commit([backend.output_uri])
@@ -550,7 +550,7 @@ def _native_write(
 
 def test_commit_deletes_orphans_of_a_native_write_by_its_name_marker(backend: Backend) -> None:
     store = backend.store()
-    epoch = store.begin_epoch(owner="t")
+    epoch = begin(store, backend, owner="t")
     marker = "-ckwA1B2C3D4E5F6-"
     good = {f"part-00000{marker}a0-1.parquet", f"x=1/part-00001{marker}a1-2.parquet"}
     _native_write(
@@ -589,7 +589,7 @@ def test_commit_deletes_orphans_of_a_native_write_by_its_name_marker(backend: Ba
 
 def test_degraded_commit_keeps_files_of_a_native_write_it_cannot_prove_orphaned(backend: Backend) -> None:
     store = backend.store()
-    epoch = store.begin_epoch(owner="t")
+    epoch = begin(store, backend, owner="t")
     marker = "-ckwDEGRADED0001-"
     tasks = {f"part-00000{marker}a0-1.parquet": (0, ["k0"]), f"part-00001{marker}a1-2.parquet": (1, [])}
     _native_write(store, backend, epoch=epoch.number, marker=marker, tasks=tasks)
@@ -603,7 +603,7 @@ def test_degraded_commit_keeps_files_of_a_native_write_it_cannot_prove_orphaned(
 
 def test_orphans_of_an_older_native_write_are_deleted_by_the_next_commit(backend: Backend) -> None:
     store = backend.store()
-    first = store.begin_epoch(owner="run1")
+    first = begin(store, backend, owner="run1")
     old = "-ckwFIRSTWRITE01-"
     _native_write(
         store,
@@ -613,7 +613,7 @@ def test_orphans_of_an_older_native_write_are_deleted_by_the_next_commit(backend
         tasks={f"part-00000{old}a0-1.parquet": (0, ["k0"]), f"part-00001{old}a1-2.parquet": (1, [])},
     )
     store.end_epoch(first.number, status=EpochStatus.FAILED)  # the driver died
-    second = store.begin_epoch(owner="run2")
+    second = begin(store, backend, owner="run2")
     new = "-ckwSECONDWRITE1-"
     _native_write(store, backend, epoch=second.number, marker=new, tasks={f"part-00001{new}a0-3.parquet": (1, ["k1"])})
     store.end_epoch(second.number, status=EpochStatus.SUCCEEDED)
@@ -625,12 +625,12 @@ def test_orphans_of_an_older_native_write_are_deleted_by_the_next_commit(backend
 
 def test_discard_deletes_uncommitted_files_of_a_native_write_and_keeps_committed_ones(backend: Backend) -> None:
     store = backend.store()
-    first = store.begin_epoch(owner="run1")
+    first = begin(store, backend, owner="run1")
     m1 = "-ckwCOMMITTED001-"
     _native_write(store, backend, epoch=first.number, marker=m1, tasks={f"part-00000{m1}a0-1.parquet": (0, ["k0"])})
     store.end_epoch(first.number, status=EpochStatus.SUCCEEDED)
     store.commit()
-    second = store.begin_epoch(owner="run2")
+    second = begin(store, backend, owner="run2")
     m2 = "-ckwUNCOMMITTED1-"
     _native_write(
         store,

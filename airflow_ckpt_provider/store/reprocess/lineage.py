@@ -100,7 +100,8 @@ def write_lineage(
     output_roots: Sequence[str] = (),
 ) -> None:
     """Write commit ``commit``'s lineage (idempotent: the same checkpoints give the same object).
-    ``output_roots``: the roots the commit was given explicitly (the reprocess deletion guard)."""
+    ``output_roots``: the roots the commit's deletion guard allowed (kept for the record; the guard
+    itself reads them from the commit records, docs/design.md section 7)."""
     table = lineage_table(checkpoints, files)
     if output_roots:
         table = table.replace_schema_metadata({b"output_roots": json.dumps(sorted(output_roots)).encode()})

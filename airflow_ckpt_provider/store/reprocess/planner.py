@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from urllib.parse import urlparse
 
 from airflow_ckpt_provider.store.blobs.base import check_key
@@ -67,10 +67,11 @@ def retraction_plan(
     selection: Selection | None,
     to_commit: int | None,
     delete: bool,
-    allowed_roots: Sequence[str] | None,
+    allowed: Callable[[str], bool],
     requested_by: str | None,
 ) -> ReprocessPlan:
-    """The plan of a reprocess (``selection``) or a rewind (``to_commit``) of ``units``."""
+    """The plan of a reprocess (``selection``) or a rewind (``to_commit``) of ``units``. ``allowed``:
+    the store's deletion guard (a file it refuses is never touched; the plan lists it as refused)."""
     number = view.latest_number + 1
     previous = previous_state(view)
     chosen = {u.checkpoint_id for u in units}
@@ -81,7 +82,7 @@ def retraction_plan(
         for meta in unit.files:
             if meta.path in files or meta.path in refused:
                 continue
-            if not _allowed(meta.path, allowed_roots):
+            if not allowed(meta.path):
                 refused.append(meta.path)
                 continue
             try:
@@ -243,12 +244,6 @@ def purge_plan(view: StoreView, target: int, *, requested_by: str | None) -> Rep
 
 
 # ---------------------------------------------------------------------- helpers
-
-
-def _allowed(path: str, roots: Sequence[str] | None) -> bool:
-    if roots is None:
-        return True
-    return any(path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
 def _present(view: StoreView, files: dict[str, PlannedFile]) -> set[str]:

@@ -208,7 +208,7 @@ class Reprocessor:
             selection=selection,
             to_commit=to_commit,
             delete=delete,
-            allowed_roots=self._guard(view, units).roots,
+            allowed=self._guard(view, units).allows,
             requested_by=requested_by,
         )
 

@@ -1,0 +1,201 @@
+"""The one gate every deletion of the store passes (docs/design.md, invariant 10 and section 7).
+
+Records read back from a store are input: any writer of the store's prefix (every Spark
+executor that uses it) can write an intent record naming any path. So a record never
+decides by itself what may be deleted. Only two kinds of objects ever are:
+
+* the store's own records, by key under the store root (``check_key`` refuses keys that
+  climb out of it);
+* output files under an **output root declared by the side that opened an epoch**: the
+  operator (``begin_epoch(output_roots=...)``, recorded in the epoch record) or the Spark
+  driver before a write (``declare_output_root``, never executors), and copied by each commit
+  into its commit record. Same scheme, same bucket, and a path that does not climb out of the
+  root.
+
+A location is compared in its decoded, canonical form: ``file:///a/b%20c`` and
+``file:///a/b c`` are one file; ``..``, ``.`` and empty segments are refused rather than
+normalized away, and so is a location inside the store root or one that contains it.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+from airflow_ckpt_provider.store.blobs.base import check_key
+from airflow_ckpt_provider.store.blobs.local import file_uri
+from airflow_ckpt_provider.store.errors import PathOutsideRootError
+
+#: A name intent's marker is at least this long (a random token), on write and on read: a short
+#: marker would match other writers' files ("." matches nearly every file name).
+MIN_NAME_MARKER = 12
+
+
+@dataclass(frozen=True, order=True)
+class Location:
+    """A file or directory in canonical form: ``scheme`` ``file`` or ``s3``; for ``file`` an
+    absolute path, for ``s3`` a bucket and a key (no leading or trailing ``/``)."""
+
+    scheme: str
+    bucket: str
+    path: str
+
+    @property
+    def uri(self) -> str:
+        if self.scheme == "file":
+            return file_uri(self.path)
+        return f"s3://{self.bucket}/{self.path}" if self.path else f"s3://{self.bucket}"
+
+    def is_under(self, root: Location) -> bool:
+        """True if this location is ``root`` itself or inside it (same scheme and bucket)."""
+        if (self.scheme, self.bucket) != (root.scheme, root.bucket):
+            return False
+        if self.path == root.path or not root.path or root.path == "/":
+            return True
+        return self.path.startswith(root.path.rstrip("/") + "/")
+
+    def overlaps(self, other: Location) -> bool:
+        return self.is_under(other) or other.is_under(self)
+
+
+def parse_location(uri: str) -> Location | None:
+    """The canonical form of ``uri`` (``file:``, a plain absolute path, ``s3://``, ``s3a://``), or
+    None if it is not a location this store acts on: another scheme, a relative path, a remote
+    file host, or a path with ``..``, ``.`` or empty segments."""
+    if not isinstance(uri, str) or not uri:
+        return None
+    if uri.startswith(("s3://", "s3a://")):
+        rest = uri.split("://", 1)[1]
+        bucket, _, key = rest.partition("/")
+        key = key.rstrip("/")
+        if not bucket or "@" in bucket or (key and not _clean(key.split("/"))):
+            return None
+        return Location("s3", bucket, key)
+    if uri.startswith("file:"):
+        rest = uri[len("file:") :]
+        if rest.startswith("//"):
+            host, slash, tail = rest[2:].partition("/")
+            if host not in ("", "localhost"):
+                return None
+            rest = slash + tail
+        path = unquote(rest)
+    elif uri.startswith("/"):
+        path = uri
+    else:
+        return None
+    if not path.startswith("/") or "\x00" in path:
+        return None
+    trimmed = path.rstrip("/") or "/"
+    if trimmed != "/" and not _clean(trimmed[1:].split("/")):
+        return None
+    return Location("file", "", posixpath.normpath(trimmed))
+
+
+def _declarable(root: Location, store_root: Location) -> bool:
+    """Whether ``root`` can bound deletions: never the filesystem root, never the store's own root
+    (or a directory holding or inside it). A record declaring such a root declares nothing."""
+    return not (root.scheme == "file" and root.path == "/") and not root.overlaps(store_root)
+
+
+def _clean(segments: list[str]) -> bool:
+    return all(segment not in ("", ".", "..") for segment in segments)
+
+
+def canonical_uri(uri: str) -> str:
+    """``uri`` in the one form the store compares locations in (unchanged if it is not a location)."""
+    found = parse_location(uri)
+    return uri if found is None else found.uri
+
+
+@dataclass(frozen=True)
+class DeletionGuard:
+    """What deletions of one store may touch: its own records, and output files under ``roots``.
+
+    ``declared`` is False for stores written before output roots were declared (then
+    ``roots`` holds only what a commit was explicitly given, or nothing).
+    """
+
+    store_root: Location
+    roots: tuple[Location, ...]
+    declared: bool
+
+    @classmethod
+    def build(cls, store_uri: str, roots: Iterable[str], *, declared: bool) -> DeletionGuard:
+        store_root = parse_location(store_uri)
+        if store_root is None:  # pragma: no cover - the store opened this URI, so it parses
+            raise PathOutsideRootError(f"{store_uri!r} is not a store root this guard understands")
+        parsed = {p for p in (parse_location(r) for r in roots) if p is not None and _declarable(p, store_root)}
+        # A root inside another root adds nothing (and would list, and delete, twice).
+        kept = tuple(sorted(p for p in parsed if not any(p != o and p.is_under(o) for o in parsed)))
+        return cls(store_root, kept, declared)
+
+    @property
+    def root_uris(self) -> tuple[str, ...]:
+        return tuple(r.uri for r in self.roots)
+
+    def refusal(self, uri: str) -> str | None:
+        """Why ``uri`` may not be deleted as an output file, or None if it may."""
+        found = parse_location(uri)
+        if found is None:
+            return f"{uri!r} is not a plain file:// or s3:// location (relative, another scheme, or '..' segments)"
+        if found.is_under(self.store_root):
+            return f"{found.uri} is inside the store root: store records are deleted by key, never as output"
+        if not self.roots:
+            return (
+                f"{found.uri}: this store declares no output root (written by an earlier version, and no "
+                "commit output root was given), so no output file is deleted"
+            )
+        if not any(found.is_under(root) and found != root for root in self.roots):
+            return f"{found.uri} is outside the declared output roots ({', '.join(self.root_uris)})"
+        return None
+
+    def allows(self, uri: str) -> bool:
+        return self.refusal(uri) is None
+
+    def check(self, uri: str) -> None:
+        """Raise :class:`PathOutsideRootError` unless ``uri`` may be deleted (or moved away) as output."""
+        reason = self.refusal(uri)
+        if reason is not None:
+            raise PathOutsideRootError(f"refusing to delete {reason}. Nothing was deleted")
+
+    def root_of(self, uri: str) -> str | None:
+        """The declared root ``uri`` lies under (canonical), or None."""
+        found = parse_location(uri)
+        if found is None:
+            return None
+        for root in self.roots:
+            if found.is_under(root) and found != root:
+                return root.uri
+        return None
+
+    def sweep_roots(self, wanted: Iterable[str] | None) -> tuple[list[str], list[str]]:
+        """The output roots a commit sweeps: every declared root, or those of ``wanted`` that lie
+        under one (a caller may narrow, never widen). Returns (roots, refused roots)."""
+        if wanted is None:
+            return list(self.root_uris), []
+        roots: list[str] = []
+        refused: list[str] = []
+        for uri in wanted:
+            found = parse_location(uri)
+            if found is not None and any(found.is_under(r) for r in self.roots):
+                roots.append(found.uri)
+            else:
+                refused.append(uri)
+        return roots, refused
+
+    @staticmethod
+    def check_store_key(key: str) -> str:
+        """A store record's key: relative, under the root (:class:`PathOutsideRootError` otherwise)."""
+        return check_key(key)
+
+
+def name_marker_refusal(marker: object) -> str | None:
+    """Why a name intent's marker cannot be used, or None."""
+    if not isinstance(marker, str) or len(marker) < MIN_NAME_MARKER or "/" in marker:
+        return (
+            f"name marker {marker!r} is not a unique token of at least {MIN_NAME_MARKER} characters without "
+            "'/': it could match other writers' files"
+        )
+    return None
