@@ -95,6 +95,10 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         Templated. Default: ``{[ckpt] base_uri}/{dag_id}/{task_id}/{run_id}``, or with no
         base URI ``$AIRFLOW_HOME/checkpoints/{dag_id}/{task_id}/{run_id}``.
     :param aws_conn_id: ``aws`` connection for ``s3://`` stores (templated; default ``[ckpt] aws_conn_id``).
+    :param output_roots: the output directories the job writes under (templated; a string or a
+        list). Recorded in the epoch the submit opens: commit, discard and clear delete output
+        files only there, and the job may write only under them. Default: the job's driver
+        declares each write's directory before writing (docs/design.md, section 7).
     :param takeover_open_epoch: take over an epoch that another owner holds open (use when
         that submit is known to be dead). Without it such a submit fails fast with
         ``EpochConflictError`` and nothing is changed.
@@ -109,7 +113,12 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
     the ``CKPT_STORE_SECRETS`` environment variable of the ``spark-submit`` process only.
     """
 
-    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "checkpoint_uri", "aws_conn_id")
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields,
+        "checkpoint_uri",
+        "aws_conn_id",
+        "output_roots",
+    )
     ui_color = "#f7c873"
 
     def __init__(
@@ -117,6 +126,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         *,
         checkpoint_uri: str | None = None,
         aws_conn_id: str | None = None,
+        output_roots: Sequence[str] | str | None = None,
         takeover_open_epoch: bool = False,
         wait_for_completion: bool = True,
         **kwargs: Any,
@@ -124,6 +134,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         super().__init__(**kwargs)
         self.checkpoint_uri = checkpoint_uri
         self.aws_conn_id = aws_conn_id
+        self.output_roots = output_roots
         self.takeover_open_epoch = takeover_open_epoch
         self.wait_for_completion = wait_for_completion
         self._context: Context | None = None
@@ -157,6 +168,12 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
 
     # ------------------------------------------------------------------ the submit
 
+    def _declared_output_roots(self) -> list[str] | None:
+        roots = self.output_roots
+        if roots is None or roots == "" or roots == []:
+            return None
+        return [roots] if isinstance(roots, str) else [str(r) for r in roots]
+
     def _open_epoch_for_submit(self) -> Handoff:
         context = self._context
         if context is None:  # pragma: no cover - execute() always sets it
@@ -167,6 +184,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         epoch = store.begin_epoch(
             owner=self._owner(context),
             takeover=self.takeover_open_epoch,
+            output_roots=self._declared_output_roots(),
             metadata={
                 "dag_id": self.dag_id,
                 "task_id": self.task_id,

@@ -457,9 +457,25 @@ class CheckpointedJob:
         engine: str,
     ) -> WriteSummary:
         output_root = file_key(output).rstrip("/")
+        self._declare_output_root(output_root)
         prepared, column = self._prepare(df, key)
         with self._pinned_file_packing():
             return self._write_partitioned(prepared, column, writer_fn, output_root, num_partitions, engine)
+
+    def _declare_output_root(self, output_root: str) -> None:
+        """Declare, on the driver and before any task writes, where this write puts its files: only
+        there may commit, discard and clear ever delete (docs/design.md, section 7). Executors
+        never declare. A store failure only degrades the run (its orphans are then kept); a root the
+        operator's ``output_roots`` do not cover stops the write before it starts."""
+        if self.store.breaker.tripped:
+            return
+        try:
+            self.store.declare_output_root(self.epoch, output_root)
+        except (StoreUnavailableError, OSError) as exc:
+            self.store.breaker.record_failure("declare_output_root", exc)
+            log.warning("could not declare output root %s (%s): its orphans will be kept", output_root, exc)
+            return
+        self.store.breaker.record_success()
 
     @contextmanager
     def _pinned_file_packing(self) -> Iterator[None]:

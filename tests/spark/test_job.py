@@ -294,3 +294,28 @@ def test_reading_many_local_files_lists_them_on_the_driver(spark: SparkSession, 
     ours = jobs_started_by(lambda: job.read_parquet(inputs))
     assert ours == plain - 1, f"Spark alone started {plain} jobs (listing + schema), read_parquet {ours}"
     assert spark.conf.get("spark.sql.sources.parallelPartitionDiscovery.threshold") == "32", "the conf is put back"
+
+
+def test_the_driver_declares_its_output_root_and_cannot_leave_the_operators(
+    spark: SparkSession, local_target: Target, tmp_path: Path
+) -> None:
+    """Deletions may reach only declared output roots (docs/design.md, section 7): with no roots from
+    the operator the driver declares each write's root before writing; with roots, a write elsewhere
+    fails before any output."""
+    from airflow_ckpt_provider.store import OutputRootNotDeclaredError
+
+    inputs = make_inputs(tmp_path / "in", files=1)
+    store = local_target.store()
+    epoch = store.begin_epoch(owner="op").number
+    assert store.deletion_guard().root_uris == ()
+    job = _job(spark, local_target, epoch=epoch)
+    job.write_parquet(job.skip_completed(spark.read.parquet(*inputs), "event_id"), local_target.output_uri)
+    job.finish()
+    assert store.deletion_guard().root_uris == (local_target.output_uri,)
+
+    elsewhere = tmp_path / "elsewhere"
+    declared = store.begin_epoch(owner="op", output_roots=[(tmp_path / "only-here").as_uri()]).number
+    job = _job(spark, local_target, epoch=declared)
+    with pytest.raises(OutputRootNotDeclaredError, match="output_roots"):
+        job.write_parquet(job.skip_completed(spark.read.parquet(*inputs), "event_id"), elsewhere.as_uri())
+    assert not elsewhere.exists()
