@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -198,13 +199,33 @@ def commit(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
         io.out.write("files kept because the run was degraded and they cannot be proven orphaned:\n")
         for path in result.kept_unprovable:
             io.out.write(f"  {path}\n")
+    _kept_by_the_guard(result.undeclared_output_files, result.refused_records, io)
     return EXIT_OK
 
 
-def _confirm(what: DeletionPreview, args: argparse.Namespace, io: Io) -> bool:
-    """Show what will be deleted; ask on a terminal unless ``--yes``."""
+def _kept_by_the_guard(undeclared: Sequence[str], refused: Sequence[str], io: Io) -> None:
+    """What the deletion guard kept (docs/design.md, section 7): said, never silently skipped."""
+    if undeclared:
+        io.out.write(
+            "output files kept: this store declares no output root (written by an earlier version; pass "
+            "--output-root to commit, or delete them yourself):\n"
+        )
+        for path in undeclared:
+            io.out.write(f"  {path}\n")
+    if refused:
+        io.out.write("records naming what no deletion may touch (never acted on; `airflow-ckpt check` lists them):\n")
+        for line in refused:
+            io.out.write(f"  {line}\n")
+
+
+def _confirm(what: DeletionPreview, args: argparse.Namespace, io: Io, refused: Sequence[str] = ()) -> bool:
+    """Show what will be deleted (and the records no deletion will act on); ask on a terminal unless ``--yes``."""
     if not args.json:
         io.out.write(what.describe() + "\n")
+        if refused:
+            io.out.write("Records naming what no deletion may touch (kept, never acted on):\n")
+            for line in refused:
+                io.out.write(f"  {line}\n")
     if args.yes or what.nothing_to_do:
         return True
     if not io.stdin.isatty():
@@ -229,7 +250,8 @@ def _destroy(store: CheckpointStore, args: argparse.Namespace, io: Io, *, discar
         else:
             io.out.write(what.describe() + "\n")
         return EXIT_OK
-    if not _confirm(what, args, io):
+    refused: Sequence[str] = () if args.json else store.refused_records()
+    if not _confirm(what, args, io, refused):
         return EXIT_FINDINGS
     result = store.discard_uncommitted() if discard else store.clear()
     if args.json:
@@ -244,6 +266,7 @@ def _destroy(store: CheckpointStore, args: argparse.Namespace, io: Io, *, discar
         },
         io.out,
     )
+    _kept_by_the_guard(result.undeclared_output_files, result.refused_records, io)
     return EXIT_OK
 
 

@@ -33,6 +33,10 @@ class DeletionPreview:
     kept_checkpoints: int  # committed checkpoints kept (discard only)
     #: The latest epoch is open: the action ends it, fencing a submit that may still write to it.
     ends_open_epoch: bool = False
+    #: The only places output files may be deleted (declared when epochs opened); empty and not
+    #: declared for stores of earlier versions, whose output files are then kept.
+    output_roots: tuple[str, ...] = ()
+    output_roots_declared: bool = True
 
     @property
     def nothing_to_delete(self) -> bool:
@@ -72,13 +76,24 @@ class DeletionPreview:
             )
         if self.unsealed_directories:
             text += f" Also {self.unsealed_directories} unsealed leftover(s) of failed attempts."
-        if self.uncommitted_files:
+        if self.uncommitted_files and self.output_roots:
             text += (
                 f" Output files of uncommitted checkpoints are deleted: {self.uncommitted_files} file(s), "
                 f"{human_bytes(self.uncommitted_bytes)} (plus any partial files of failed attempts)."
             )
+        text += self._where()
         text += " Committed output files are never deleted." + self._ending()
         return text
+
+    def _where(self) -> str:
+        if self.output_roots:
+            return " Output files are deleted only under: " + ", ".join(self.output_roots) + "."
+        if not self.output_roots_declared:
+            return (
+                " This store declares no output root (written by an earlier version): no output file is "
+                "deleted, only the store's own records."
+            )
+        return " No output file is deleted (no output root is declared)."
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self) | {
@@ -103,6 +118,8 @@ def preview_clear(contents: StoreContents) -> DeletionPreview:
         snapshots=len(contents.snapshots),
         kept_checkpoints=0,
         ends_open_epoch=contents.epoch_open,
+        output_roots=contents.output_roots,
+        output_roots_declared=contents.output_roots_declared,
     )
 
 
@@ -121,6 +138,8 @@ def preview_discard(contents: StoreContents) -> DeletionPreview:
         snapshots=0,
         kept_checkpoints=len(contents.checkpoints) - len(uncommitted),
         ends_open_epoch=contents.epoch_open,
+        output_roots=contents.output_roots,
+        output_roots_declared=contents.output_roots_declared,
     )
 
 

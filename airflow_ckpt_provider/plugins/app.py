@@ -283,6 +283,10 @@ async def run_action(user: Any, action: str, body: ActionBody) -> tuple[int, dic
         "deleted_snapshots": 0 if result is None else len(result.deleted_snapshots),
         "bytes_freed": 0 if result is None else result.bytes_freed,
         "keys_forgotten": what.keys if result is not None else 0,
+        # Where output files could be deleted, and what the deletion guard kept (docs/design.md, section 7).
+        "output_roots": list(what.output_roots),
+        "refused_records": [] if result is None else list(result.refused_records),
+        "undeclared_output_files": 0 if result is None else len(result.undeclared_output_files),
     }
     if foreign:
         deleted["store_owner_dag_ids"] = list(foreign)

@@ -63,8 +63,8 @@ def _epoch_json(epoch: Any) -> dict[str, Any]:
 def build_task_store_view(store: CheckpointStore) -> TaskStoreView:
     """Read the store (never changes it). Raises the store's typed errors."""
     uri = display_uri(store.uri)
-    state = store.progress()
-    contents = store.contents()
+    contents = store.contents()  # one read of the store's records: progress comes with it
+    state = contents.progress if contents.progress is not None else store.progress()
     progress = state.to_json()
     progress["store_uri"] = uri
     progress["epoch"] = None if state.epoch is None else _epoch_json(state.epoch)

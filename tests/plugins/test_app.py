@@ -133,6 +133,9 @@ def test_admin_clear_deletes_and_is_audited(ui_server: ApiServer) -> None:
     assert entry["extra"]["deleted_checkpoints"] == 3 and entry["extra"]["deleted_files"] == 3
     assert entry["extra"]["keys_forgotten"] == 150 and entry["extra"]["bytes_freed"] == 3 * FILE_BYTES
     assert entry["extra"]["store_uri"] == root.as_uri()
+    # Where deletions could reach, and what the deletion guard kept (nothing here).
+    assert entry["extra"]["output_roots"] == [out_dir.as_uri()]
+    assert entry["extra"]["refused_records"] == [] and entry["extra"]["undeclared_output_files"] == 0
     assert response.json()["audit_log_id"] > 0
 
 

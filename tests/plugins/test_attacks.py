@@ -127,6 +127,47 @@ def test_a_task_naming_another_dags_store_is_409_nothing_deleted_audited(
     assert TEAM_B in json.dumps(shown.json()["report"]["epochs"])
 
 
+def test_a_poisoned_intent_record_deletes_nothing_on_the_servers_host(ui_server: ApiServer) -> None:
+    """A record naming a file on the API server's host and a 1-character name token: the dialog
+    names the declared output root, Clear deletes the store's own output, the victims survive,
+    and the audit entry lists the refused records."""
+    run_id = new_run(ui_server, TEAM_A)
+    root = ui_server.default_store_path(run_id, dag_id=TEAM_A)
+    out = ui_server.home / "out-poisoned" / run_id
+    fill_store(root.as_uri(), out.as_uri(), owner=f"{TEAM_A}/{SPARK_TASK}/{run_id}")
+    victims = ui_server.home / "victims" / run_id
+    victims.mkdir(parents=True)
+    (victims / "important.txt").write_text("do not delete")
+    (victims / "a.b").write_text("precious")
+    store = open_store(root.as_uri())
+    ids = [f"{uuid.uuid4()}", f"{uuid.uuid4()}"]
+    for checkpoint_id, record in zip(
+        ids,
+        [
+            {"paths": [(victims / "important.txt").as_uri()]},
+            {"paths": [], "root": victims.as_uri(), "name_marker": "."},
+        ],
+        strict=True,
+    ):
+        store.blobs.put(
+            f"checkpoints/{checkpoint_id}/intents/0000.json",
+            json.dumps({"checkpoint_id": checkpoint_id, "epoch": 1, **record}).encode(),
+        )
+    where = params(TEAM_A, run_id)
+    with ui_server.client("admin") as admin:
+        view = admin.get("/checkpoints/api/task", params=where)
+        assert view.status_code == 200, view.text
+        assert out.as_uri() in view.json()["report"]["previews"]["clear"]["description"]
+        cleared = admin.post("/checkpoints/api/task/clear", json=where, headers=ACTION_HEADERS)
+    assert cleared.status_code == 200, cleared.text
+    assert sorted(p.name for p in victims.iterdir()) == ["a.b", "important.txt"]
+    assert list(out.iterdir()) == []  # the store's own uncommitted output went
+    refused = cleared.json()["result"]["refused_records"]
+    assert all(any(i in line for line in refused) for i in ids), refused
+    [entry] = [e for e in ui_server.audit_entries(run_id) if e["event"] == "checkpoints.clear"]
+    assert entry["extra"]["refused_records"] == refused
+
+
 @pytest.mark.parametrize(
     ("user", "headers", "content", "status"),
     [

@@ -114,6 +114,8 @@ def test_clear_from_the_task_instance_view(ui_server: ApiServer, browser: WebDri
     message = text_of(browser, "confirm-text")
     assert "delete all 3 checkpoint(s)" in message and "reprocesses all 150 key(s)" in message
     assert "3 file(s)" in message
+    out_uri = (ui_server.home / "out" / run_id).as_uri()
+    assert f"Output files are deleted only under: {out_uri}." in message  # the declared output root
     browser.switch_to.default_content()
     browser.save_screenshot(str(OUTPUT / "checkpoints-clear-confirmation.png"))
     browser.switch_to.frame(frame)

@@ -61,9 +61,18 @@
     }).then(function (answer) {
       if (answer.status === 200) {
         var r = answer.body.result;
-        show("ok", "Done: " + r.deleted_checkpoints + " checkpoint(s) and " + r.deleted_files +
-          " file(s) deleted. Recorded in the audit log (entry " + answer.body.audit_log_id + "). Reloading…");
-        window.setTimeout(function () { window.location.reload(); }, 1500);
+        var kept = "";
+        if (r.refused_records && r.refused_records.length) {
+          kept += " " + r.refused_records.length + " record(s) named files outside the output roots: never " +
+            "touched (airflow-ckpt check lists them).";
+        }
+        if (r.undeclared_output_files) {
+          kept += " " + r.undeclared_output_files + " output file(s) kept: this store declares no output root.";
+        }
+        show(kept ? "error" : "ok", "Done: " + r.deleted_checkpoints + " checkpoint(s) and " + r.deleted_files +
+          " file(s) deleted." + kept + " Recorded in the audit log (entry " + answer.body.audit_log_id + ")." +
+          (kept ? "" : " Reloading…"));
+        if (!kept) { window.setTimeout(function () { window.location.reload(); }, 1500); }
       } else {
         var detail = answer.body.detail;
         if (typeof detail !== "string") { detail = JSON.stringify(detail); }
