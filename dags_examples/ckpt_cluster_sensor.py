@@ -63,6 +63,7 @@ with DAG(
 ) as dag:
     submit = CheckpointedSparkSubmitOperator(
         task_id="submit_to_cluster",
+        output_roots=[OUTPUT],  # the only place clean-ups may delete output (docs/design.md, section 7)
         conn_id="spark_cluster",
         deploy_mode="cluster",
         application=spark_core_jar(),

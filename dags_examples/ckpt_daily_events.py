@@ -43,6 +43,7 @@ with DAG(
 ) as dag:
     process_events = CheckpointedSparkSubmitOperator(
         task_id="process_events",
+        output_roots=[OUTPUT],  # the only place clean-ups may delete output (docs/design.md, section 7)
         application=os.path.join(HERE, "jobs", "daily_events.py"),
         application_args=[
             "--day",

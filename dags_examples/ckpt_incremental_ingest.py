@@ -42,6 +42,7 @@ with DAG(
 ) as dag:
     ingest = CheckpointedSparkSubmitOperator(
         task_id="ingest",
+        output_roots=[LAKE],  # the only place clean-ups may delete output (docs/design.md, section 7)
         application=os.path.join(HERE, "jobs", "incremental_ingest.py"),
         application_args=["--landing", LANDING, "--output", LAKE],
         checkpoint_uri=STORE,
