@@ -1,4 +1,4 @@
-"""The commit: the only authority over output files (docs/store-api.md, "Invariants" 5).
+"""The commit: the only authority over output files (docs/design.md, invariant 5).
 
 Phase 1 writes ``commits/{n}.json`` naming every file of every valid checkpoint, in
 one atomic write, after checking that the valid checkpoints' keys are disjoint.
@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_ckpt_provider.failpoints import failpoint
+from airflow_ckpt_provider.store.compaction import Compactor
 from airflow_ckpt_provider.store.context import StoreContext
 from airflow_ckpt_provider.store.deletion import StoreDeleter
 from airflow_ckpt_provider.store.deletion_guard import canonical_uri
@@ -30,20 +31,30 @@ from airflow_ckpt_provider.store.records import commit_result_from_json, dumps, 
 from airflow_ckpt_provider.store.reprocess.lineage import write_lineage
 from airflow_ckpt_provider.store.reprocess.maintenance import refuse_unfinished_maintenance
 from airflow_ckpt_provider.store.reprocess.records import PLAN_FIELD
-from airflow_ckpt_provider.store.state import StateReader, StoreState, key_sources
+from airflow_ckpt_provider.store.state import StateReader, StoreState, key_sources, segment_intents
 
 
 class Committer:
     """Commits the latest epoch and deletes its orphans."""
 
-    def __init__(self, context: StoreContext, reader: StateReader, epochs: EpochLog, deleter: StoreDeleter) -> None:
+    def __init__(
+        self,
+        context: StoreContext,
+        reader: StateReader,
+        epochs: EpochLog,
+        deleter: StoreDeleter,
+        compactor: Compactor,
+    ) -> None:
         self._context = context
         self._blobs = context.blobs
         self._reader = reader
         self._epochs = epochs
         self._deleter = deleter
+        self._compactor = compactor
 
     def commit(self, output_roots: Sequence[str] | None, *, degraded: bool) -> CommitResult:
+        # Fold what the job left loose first: the state read below is then a few segments.
+        self._compactor.compact(min_loose=1)
         state = self._reader.read(keep_inline=True)
         epoch = state.latest
         if epoch is None:
@@ -112,8 +123,8 @@ class Committer:
         epoch_number = int(record["epoch"])
         committed_files = tuple(FileMetadata.from_json(f) for f in record["files"])
         authoritative = {canonical_uri(f.path) for f in committed_files}
-        valid_ids = {c.checkpoint_id for c in state.valid} | set(record["checkpoint_ids"])
-        recorded = self._deleter.intents(skip=valid_ids)
+        valid_ids = set(state.valid_ids) | set(record["checkpoint_ids"])
+        recorded = self._deleter.intents(skip=valid_ids, extra=segment_intents(state, skip=valid_ids))
         intents = recorded.paths
         guard = self._deleter.guard(output_roots)
         refused_records = [f"{cid}: {why}" for cid, why in recorded.rejected]
@@ -128,7 +139,7 @@ class Committer:
 
         def unprovable(checkpoint_id: str, epoch: int | None) -> bool:
             # In a degraded epoch a task may have finished its output but failed to seal.
-            if not degraded or checkpoint_id in state.manifests:
+            if not degraded or state.is_sealed(checkpoint_id):
                 return False
             return epoch is None or epoch == epoch_number
 
@@ -168,8 +179,9 @@ class Committer:
         refused_records += [f"{p}: refused by the deletion guard" for p in sweep.refused]
 
         kept_ids = {intents[p][0] for p in kept if p in intents} | set(kept_by_name.values())
-        stale_ids = sorted(({c for c in state.manifests if c not in valid_ids} | set(state.unsealed)) - kept_ids)
-        self._deleter.delete_checkpoint_dirs(stale_ids)
+        stale_ids = sorted(((state.sealed_ids() - valid_ids) | set(state.unsealed)) - kept_ids)
+        # Directories only: a segment's rows of stale checkpoints stay (never valid again) until cleanup.
+        self._deleter.delete_checkpoint_dirs(sorted(set(stale_ids) & set(state.listed_dirs)))
         return CommitResult(
             epoch=epoch_number,
             committed_checkpoints=tuple(record["checkpoint_ids"]),
@@ -191,8 +203,8 @@ class Committer:
 def check_disjoint(reader: StateReader, state: StoreState) -> None:
     """:class:`CommitRefusedError` if two valid checkpoints (or one and the snapshot) hold the same key."""
     sources = key_sources(state)
-    if len(sources) <= 1:
-        return
+    if len(sources) <= 1 and not any(s.format == "segment" for s in sources):
+        return  # one checkpoint's keys (or the snapshot's): nothing to overlap with
     keys = reader.read_keys(sources)
     duplicates = duplicate_keys(keys)
     if not duplicates:

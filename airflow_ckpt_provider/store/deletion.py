@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 
 #: Keys per delete request (the S3 DeleteObjects limit).
 DELETE_BATCH = 1000
+#: Delete requests in flight at once: a DeleteObjects of 1,000 keys is heavy work for the server (seconds on a
+#: busy one), so a cleanup of 100 batches overlaps a few, not as many as reads do.
+DELETE_PARALLEL = 4
 
 
 @dataclass
@@ -76,11 +79,12 @@ class StoreDeleter:
         # as output of an earlier version's store, not reported as a refused record.
         return DeletionGuard.build(self._context.uri, roots, declared=epochs_declared or bool(commit_roots))
 
-    def intents(self, skip: Iterable[str] = ()) -> Intents:
+    def intents(self, skip: Iterable[str] = (), extra: Iterable[Mapping[str, Any]] = ()) -> Intents:
         """Recorded output path → (checkpoint id, epoch) that intended to write it, and name patterns.
 
         ``skip``: checkpoints whose records are not needed (valid ones: their files are
         authoritative anyway), so a healthy commit reads almost no intent records.
+        ``extra``: records read elsewhere (segments carry those of the checkpoints they hold).
         """
         skipped = set(skip)
         keys = [
@@ -100,10 +104,13 @@ class StoreDeleter:
         out: dict[str, tuple[str, int | None]] = {}
         patterns: list[NamePattern] = []
         rejected: list[tuple[str, str]] = []
-        for key, record in zip(keys, self._context.map(load, keys), strict=True):
+        # Records a segment carries (its checkpoints' directories are gone) come first, then loose ones.
+        loaded: list[tuple[str | None, Mapping[str, Any]]] = [(None, dict(r)) for r in extra]
+        loaded.extend(zip(keys, self._context.map(load, keys), strict=True))
+        for key, record in loaded:
             if not record:
                 continue
-            checkpoint_id = str(record.get("checkpoint_id") or key.split("/")[1])
+            checkpoint_id = str(record.get("checkpoint_id") or (key.split("/")[1] if key else ""))
             epoch = record.get("epoch") if isinstance(record.get("epoch"), int) else None
             paths = record.get("paths", [])
             for path in paths if isinstance(paths, list) else []:
@@ -245,14 +252,43 @@ class StoreDeleter:
         cutoff = keep_from - 10
         self.delete_records([i.key for i in self._blobs.list("epochs/") if int(i.key[7:15]) < cutoff])
 
-    def delete_records(self, keys: Sequence[str], *, after_batch: Callable[[], None] = lambda: None) -> list[str]:
-        """Delete store records (keys under the store root), in batches; returns the keys deleted."""
+    def delete_records(self, keys: Sequence[str], *, after_batch: Callable[[], None] | None = None) -> list[str]:
+        """Delete store records (keys under the store root) in batches of 1,000, several batches at a time.
+
+        Returns the keys deleted. ``after_batch`` runs after each batch (failpoints).
+        """
         checked = [DeletionGuard.check_store_key(k) for k in keys]
+        chunks = [checked[start : start + DELETE_BATCH] for start in range(0, len(checked), DELETE_BATCH)]
+
+        def one(chunk: list[str]) -> list[str]:
+            deleted = self._blobs.delete_many(chunk)
+            if after_batch is not None:
+                after_batch()
+            return deleted
+
         deleted: list[str] = []
-        for start in range(0, len(checked), DELETE_BATCH):
-            deleted.extend(self._blobs.delete_many(checked[start : start + DELETE_BATCH]))
-            after_batch()
+        for start in range(0, len(chunks), DELETE_PARALLEL):
+            for keys_deleted in self._context.map(one, chunks[start : start + DELETE_PARALLEL]):
+                deleted.extend(keys_deleted)
         return deleted
+
+    def delete_loose_checkpoints(self, keys: Sequence[str], *, after_batch: Callable[[], None] | None = None) -> None:
+        """Delete the objects of checkpoint directories a segment holds: every manifest first (so no reader
+        sees a checkpoint whose parts are half gone), then the rest."""
+        manifests = [k for k in keys if k.endswith("/manifest.json")]
+        self.delete_records(manifests, after_batch=after_batch)
+        self.delete_records([k for k in keys if not k.endswith("/manifest.json")], after_batch=after_batch)
+
+    def delete_segments(self, names: Sequence[str]) -> None:
+        """Delete segments no state object names (replaced, or written by a compaction that lost a race)."""
+        self.delete_records([f"segments/{n}/{part}" for n in names for part in ("manifests.parquet", "keys.parquet")])
+
+    def delete_all_segments(self) -> list[str]:
+        """Delete the state object, then every segment (delete_after_success, clear). Returns the segment names."""
+        names = self._blobs.list_dirs("segments/")
+        self.delete_records(["state.json"])
+        self.delete_records([i.key for i in self._blobs.list("segments/")])
+        return names
 
 
 def _covers(root: str, uri: str) -> bool:

@@ -1,4 +1,4 @@
-"""Epochs: the fencing between submits (docs/store-api.md, "Invariants" 3).
+"""Epochs: the fencing between submits (docs/design.md, invariant 3).
 
 Each submit opens epoch *n+1* by creating ``epochs/{n+1}.json`` if absent, so two
 racing submits cannot both win; a writer of an older epoch is a zombie. Beside the
@@ -145,9 +145,9 @@ class EpochLog:
             )
         number = (latest.number if latest else 0) + 1
         snapshot_number = None if state.snapshot is None else int(state.snapshot["snapshot"])
-        folded = set(state.snapshot["checkpoint_ids"]) if state.snapshot else set()
-        base_checkpoints = [c for c in state.valid if c.checkpoint_id not in folded]
-        base = tuple(sorted(c.checkpoint_id for c in base_checkpoints))
+        # The folded checkpoints are not valid (the snapshot holds their keys), so the base is the valid ones.
+        mask = state.valid_mask
+        base = tuple(sorted(state.valid_ids))
         epoch = Epoch(
             number=number,
             owner=owner,
@@ -155,9 +155,8 @@ class EpochLog:
             base=base,
             base_snapshot=snapshot_number,
             # Counted as progress() counts them, so a submit need not read every manifest again to say what it skips.
-            base_keys=(int(state.snapshot["num_keys"]) if state.snapshot else 0)
-            + sum(c.num_keys for c in base_checkpoints),
-            base_rows=sum(c.num_rows for c in base_checkpoints),
+            base_keys=(int(state.snapshot["num_keys"]) if state.snapshot else 0) + state.catalog.sum("num_keys", mask),
+            base_rows=state.catalog.sum("num_rows", mask),
             expected_partitions=expected_partitions,
             metadata=dict(metadata or {}),
             output_roots=declared,

@@ -6,6 +6,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+import pyarrow.compute as pc
+
+from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError
 from airflow_ckpt_provider.store.commit import check_disjoint
 from airflow_ckpt_provider.store.context import StoreContext
 from airflow_ckpt_provider.store.deletion import StoreDeleter
@@ -16,10 +19,13 @@ from airflow_ckpt_provider.store.errors import (
     CorruptCheckpointError,
     KeyTypeMismatchError,
 )
-from airflow_ckpt_provider.store.model import ConsistencyReport, EpochStatus, Progress, StoreContents
+from airflow_ckpt_provider.store.layout import epoch_key
+from airflow_ckpt_provider.store.model import Checkpoint, ConsistencyReport, EpochStatus, Progress, StoreContents
 from airflow_ckpt_provider.store.records import commit_result_from_json
 from airflow_ckpt_provider.store.reprocess.maintenance import maintenance_problems, quarantine_notes
-from airflow_ckpt_provider.store.state import StateReader, StoreState
+from airflow_ckpt_provider.store.segments import keys_key as segment_keys_key
+from airflow_ckpt_provider.store.segments import read_owners as read_segment_owners
+from airflow_ckpt_provider.store.state import StateReader, StoreState, segment_intents
 
 
 class Inspector:
@@ -32,30 +38,32 @@ class Inspector:
         self._deleter = deleter
 
     def progress(self) -> Progress:
-        return self._progress(self._reader.read())
+        # No counter depends on which checkpoints are committed: the commit record (megabytes for a big
+        # job) is not read; whether the epoch is committed is one listing of commits/.
+        return self._progress_of(self._reader.read(with_commits=False))
 
-    def _progress(self, state: StoreState) -> Progress:
+    def _progress_of(self, state: StoreState) -> Progress:
         epoch = state.latest
-        sealed_now = len([c for c in state.valid if epoch is not None and c.epoch == epoch.number])
+        catalog, valid = state.catalog, state.valid_mask
+        in_epoch = valid & (catalog.table.column("epoch").to_numpy() == (epoch.number if epoch else -1))
         snapshot_keys = int(state.snapshot["num_keys"]) if state.snapshot else 0
         last_commit: dict[str, Any] | None = None
         committed = False
         commits = sorted(i.key for i in self._blobs.list("commits/") if i.key.endswith(".done.json"))
         if commits:
-            done = self._context.read_json(commits[-1])
-            last_commit = commit_result_from_json(done, already=False).summary()
+            last_commit = self._commit_summary(commits[-1])
             committed = epoch is not None and commits[-1] == f"commits/{epoch.number:08d}.done.json"
-        types = {c.key_type for c in state.valid if c.key_type}
+        types = catalog.key_types(valid)
         return Progress(
             store_uri=self._context.uri,
             epoch=epoch,
-            sealed_partitions=sealed_now,
+            sealed_partitions=int(in_epoch.sum()),
             expected_partitions=epoch.expected_partitions if epoch else None,
-            valid_checkpoints=len(state.valid),
-            keys_done=snapshot_keys + sum(c.num_keys for c in state.valid),
-            files=sum(c.num_files for c in state.valid),
-            bytes=sum(c.num_bytes for c in state.valid),
-            rows=sum(c.num_rows for c in state.valid),
+            valid_checkpoints=int(valid.sum()),
+            keys_done=snapshot_keys + catalog.sum("num_keys", valid),
+            files=catalog.sum("num_files", valid),
+            bytes=catalog.sum("num_bytes", valid),
+            rows=catalog.sum("num_rows", valid),
             committed=committed,
             last_commit=last_commit,
             degraded_epochs=tuple(sorted(state.degraded_epochs)),
@@ -70,15 +78,27 @@ class Inspector:
             store_uri=self._context.uri,
             epoch=None if state.latest is None else state.latest.number,
             epoch_open=state.latest is not None and state.latest.status is EpochStatus.OPEN,
-            checkpoints=tuple(state.manifests.values()),
-            valid_ids=frozenset(c.checkpoint_id for c in state.valid),
+            checkpoints=tuple(state.catalog.checkpoints()),
+            valid_ids=frozenset(state.valid_ids),
             unsealed_ids=tuple(sorted(state.unsealed)),
             snapshots=tuple(sorted(int(n) for n in self._blobs.list_dirs("snapshots/") if n.isdigit())),
-            keys_done=snapshot_keys + sum(c.num_keys for c in state.valid),
+            keys_done=snapshot_keys + state.catalog.sum("num_keys", state.valid_mask),
             output_roots=guard.root_uris,
             output_roots_declared=guard.declared,
-            progress=self._progress(state),
+            progress=self._progress_of(state),
         )
+
+    def _commit_summary(self, done_key: str) -> dict[str, Any]:
+        """The summary of a finished commit: from its epoch's end record (small), else its done record (which
+        lists every committed file, megabytes for a big job)."""
+        epoch = int(done_key[len("commits/") : len("commits/") + 8])
+        end = self._blobs.get_if_exists(epoch_key(epoch, ".end.json"))
+        if end is not None:
+            record = self._context.parse_json(epoch_key(epoch, ".end.json"), end[0])
+            summary = record.get("summary")
+            if record.get("status") == EpochStatus.COMMITTED.value and isinstance(summary, dict) and summary:
+                return summary
+        return commit_result_from_json(self._context.read_json(done_key), already=False).summary()
 
     def check(self, *, verify_output: bool) -> ConsistencyReport:
         problems: list[str] = []
@@ -91,19 +111,16 @@ class Inspector:
             problems.append(f"corrupt manifest: {checkpoint_id}: {error}")
         for checkpoint_id in sorted(state.unsealed):
             notes.append(f"dangling (unsealed) checkpoint directory: {checkpoint_id}")
+        for name, error in sorted(state.corrupt_segments.items()):
+            problems.append(f"corrupt segment: {name}: {error}")
         existing = {i.key for i in self._blobs.list("checkpoints/")}
-        for checkpoint in state.manifests.values():
+        for checkpoint in state.catalog.loose.values():
             for part in (*checkpoint.key_parts, *checkpoint.file_parts):
                 if f"checkpoints/{checkpoint.checkpoint_id}/{part}" not in existing:
                     problems.append(f"missing part: {checkpoint.checkpoint_id}/{part}")
-        seen: dict[tuple[int, int], list[str]] = defaultdict(list)
-        for checkpoint in state.manifests.values():
-            if checkpoint.partition is not None:
-                seen[(checkpoint.epoch, checkpoint.partition)].append(checkpoint.checkpoint_id)
-        for (epoch, partition), ids in sorted(seen.items()):
-            if len(ids) > 1:
-                notes.append(f"duplicate attempts of partition {partition} in epoch {epoch}: {sorted(ids)}")
-        records, record_notes = self._record_findings()
+        for (epoch, partition), ids in _duplicate_attempts(state):
+            notes.append(f"duplicate attempts of partition {partition} in epoch {epoch}: {sorted(ids)}")
+        records, record_notes = self._record_findings(state)
         problems.extend(records)
         notes.extend(record_notes)
         latest = state.latest
@@ -112,9 +129,13 @@ class Inspector:
         if latest is not None and latest.status not in (EpochStatus.COMMITTED, EpochStatus.CLEARED):
             # After a commit, retention may delete the base on purpose; before it, the base must exist.
             folded = state.folded
+            sealed = state.sealed_ids()
             for checkpoint_id in latest.base:
-                if checkpoint_id not in state.manifests and checkpoint_id not in folded:
+                if checkpoint_id not in sealed and checkpoint_id not in folded:
                     problems.append(f"base checkpoint without manifest: {checkpoint_id}")
+        segment_problems, segment_notes = self._check_segments(state)
+        problems.extend(segment_problems)
+        notes.extend(segment_notes)
         if not problems:
             try:
                 check_disjoint(self._reader, state)
@@ -131,15 +152,15 @@ class Inspector:
         return ConsistencyReport(store_uri=self._context.uri, problems=tuple(problems), notes=tuple(notes))
 
     def refused_records(self) -> list[str]:
-        return self._record_findings()[0]
+        return self._record_findings(self._reader.read())[0]
 
-    def _record_findings(self) -> tuple[list[str], list[str]]:
+    def _record_findings(self, state: StoreState) -> tuple[list[str], list[str]]:
         """Intent records that name what no deletion may touch (problems: never acted on, and a sign
         that something wrote into the store what its writers would not), and a note for stores that
         declare no output root (docs/design.md, section 7)."""
         problems: list[str] = []
         notes: list[str] = []
-        intents = self._deleter.intents()
+        intents = self._deleter.intents(extra=segment_intents(state, skip=set()))
         guard = self._deleter.guard()
         for checkpoint_id, why in intents.rejected:
             problems.append(f"unusable intent record of {checkpoint_id}: {why} (never acted on)")
@@ -162,6 +183,47 @@ class Inspector:
                 )
         return problems, notes
 
+    def _check_segments(self, state: StoreState) -> tuple[list[str], list[str]]:
+        """Each segment against itself (its keys against its manifests' counts) and against the loose
+        manifests it replaces that are still there; segments no state names are notes."""
+        problems: list[str] = []
+        notes: list[str] = []
+        for segment in state.catalog.segments:
+            key = segment_keys_key(segment.name)
+            try:
+                owners = read_segment_owners(self._blobs.get(key)[0], self._blobs.child_uri(key))
+            except BlobNotFoundError:
+                problems.append(f"corrupt segment: {segment.name}: its keys object is missing")
+                continue
+            except CorruptCheckpointError as exc:
+                problems.append(f"corrupt segment: {segment.name}: {exc}")
+                continue
+            counts = dict(zip(owners["checkpoint_id"], owners["count"], strict=True))
+            manifests = segment.manifests.select(["checkpoint_id", "num_keys"]).to_pylist()
+            for row in manifests:
+                held = counts.pop(row["checkpoint_id"], 0)
+                if held != row["num_keys"]:
+                    problems.append(
+                        f"segment {segment.name}: checkpoint {row['checkpoint_id']} has {held} keys, "
+                        f"its manifest says {row['num_keys']}"
+                    )
+            for owner in sorted(counts):
+                problems.append(f"segment {segment.name}: keys of checkpoint {owner}, which it holds no manifest of")
+        loose_again = [i for i in state.covered_dirs if i in state.catalog.loose]
+        if loose_again:
+            in_segments = {c.checkpoint_id: c for c in state.catalog.checkpoints(state.catalog.mask_of(loose_again))}
+            for checkpoint_id in loose_again:
+                loose, compacted = state.catalog.loose[checkpoint_id], in_segments.get(checkpoint_id)
+                if compacted is None or _sealed_fields(loose) != _sealed_fields(compacted):
+                    problems.append(f"segment row of checkpoint {checkpoint_id} differs from its manifest")
+        for checkpoint_id in state.covered_dirs:
+            notes.append(f"checkpoint directory a segment holds (compaction not finished): {checkpoint_id}")
+        named = set(state.segment_state.names)
+        for name in sorted(set(self._blobs.list_dirs("segments/")) - named):
+            retired = name in state.segment_state.retired
+            notes.append(f"segment no state names ({'replaced' if retired else 'unfinished compaction'}): {name}")
+        return problems, notes
+
     def _missing_outputs(self, paths: Iterable[str]) -> set[str]:
         """The paths that do not exist, listing each output directory once (not one request per file)."""
         by_dir: dict[str, set[str]] = defaultdict(set)
@@ -176,3 +238,31 @@ class Inspector:
                 continue  # cannot tell (unreachable, or not a location we can open): not a finding
             missing |= wanted - present
         return missing
+
+
+def _duplicate_attempts(state: StoreState) -> list[tuple[tuple[int, int], list[str]]]:
+    """(epoch, partition) sealed more than once, with the attempts' ids."""
+    table = state.catalog.table.select(["epoch", "partition", "checkpoint_id"])
+    table = table.filter(pc.is_valid(table.column("partition")))
+    counts = table.group_by(["epoch", "partition"]).aggregate([([], "count_all")])
+    counts = counts.filter(pc.greater(counts.column("count_all"), 1))
+    out: list[tuple[tuple[int, int], list[str]]] = []
+    for row in sorted(counts.select(["epoch", "partition"]).to_pylist(), key=lambda r: (r["epoch"], r["partition"])):
+        mask = pc.and_(
+            pc.equal(table.column("epoch"), row["epoch"]), pc.equal(table.column("partition"), row["partition"])
+        )
+        out.append(((row["epoch"], row["partition"]), table.filter(mask).column("checkpoint_id").to_pylist()))
+    return out
+
+
+def _sealed_fields(checkpoint: Checkpoint) -> tuple[object, ...]:
+    return (
+        checkpoint.epoch,
+        checkpoint.partition,
+        checkpoint.sealed_at,
+        checkpoint.num_keys,
+        checkpoint.num_files,
+        checkpoint.num_rows,
+        checkpoint.key_parts,
+        checkpoint.file_parts,
+    )

@@ -353,11 +353,14 @@ class Progress:
 
 @dataclass(frozen=True)
 class KeySource:
-    """One object holding done keys (a checkpoint's key part or the snapshot). Picklable."""
+    """One object holding done keys (a checkpoint's key part, a segment or the snapshot). Picklable."""
 
     key: str
-    format: str = "arrow"  # "arrow" (IPC stream), "parquet", or "manifest" (keys inline in a manifest)
+    #: "arrow" (IPC stream), "parquet" (snapshot), "manifest" (keys inline in a manifest) or "segment".
+    format: str = "arrow"
     data: bytes | None = field(default=None, repr=False)  # the inline keys, when the reader has them
+    #: "segment" only: checkpoints whose keys the segment holds but that are not done (read without them).
+    exclude: tuple[str, ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,12 @@ import datetime as dt
 import logging
 
 from airflow_ckpt_provider.failpoints import failpoint
+from airflow_ckpt_provider.store.compaction import Compactor
 from airflow_ckpt_provider.store.context import StoreContext
 from airflow_ckpt_provider.store.deletion import StoreDeleter
 from airflow_ckpt_provider.store.deletion_guard import canonical_uri
 from airflow_ckpt_provider.store.epochs import EpochLog
-from airflow_ckpt_provider.store.errors import CheckpointError, CommitRefusedError
+from airflow_ckpt_provider.store.errors import CheckpointError, CommitRefusedError, CorruptCheckpointError
 from airflow_ckpt_provider.store.keys import KEY_COLUMN
 from airflow_ckpt_provider.store.layout import commit_done_key, snapshot_prefix
 from airflow_ckpt_provider.store.model import (
@@ -30,7 +31,7 @@ from airflow_ckpt_provider.store.model import (
 from airflow_ckpt_provider.store.records import NamePattern, dumps, now, record_time
 from airflow_ckpt_provider.store.reprocess.lineage import attributed_keys, unattributed_through, write_snapshot_data
 from airflow_ckpt_provider.store.reprocess.maintenance import refuse_unfinished_maintenance
-from airflow_ckpt_provider.store.state import StateReader, StoreState
+from airflow_ckpt_provider.store.state import StateReader, StoreState, segment_intents
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +39,20 @@ log = logging.getLogger(__name__)
 class Retention:
     """Applies retention policies after a commit, cleans up old metadata, discards and clears."""
 
-    def __init__(self, context: StoreContext, reader: StateReader, epochs: EpochLog, deleter: StoreDeleter) -> None:
+    def __init__(
+        self,
+        context: StoreContext,
+        reader: StateReader,
+        epochs: EpochLog,
+        deleter: StoreDeleter,
+        compactor: Compactor,
+    ) -> None:
         self._context = context
         self._blobs = context.blobs
         self._reader = reader
         self._epochs = epochs
         self._deleter = deleter
+        self._compactor = compactor
 
     # ------------------------------------------------------------------ after a commit
 
@@ -58,8 +67,9 @@ class Retention:
             )
         failpoint("store.cleanup.start")
         if policy is RetentionPolicy.DELETE_AFTER_SUCCESS:
-            ids = sorted(set(state.manifests) | set(state.unsealed))
-            self._deleter.delete_checkpoint_dirs(ids)
+            ids = sorted(state.sealed_ids() | set(state.unsealed))
+            self._deleter.delete_checkpoint_dirs(state.listed_dirs)
+            self._deleter.delete_all_segments()
             self._deleter.delete_snapshots(keep=None)
             return ids
         return self._compact(state)
@@ -70,8 +80,10 @@ class Retention:
         folded_before = state.folded
         new = [c for c in committed if c.checkpoint_id not in folded_before]
         if not new:
-            leftovers = sorted(folded_before & (set(state.manifests) | set(state.unsealed)))
-            self._deleter.delete_checkpoint_dirs(leftovers)
+            leftovers = sorted(folded_before & (set(state.listed_dirs) | state.sealed_ids()))
+            self._deleter.delete_checkpoint_dirs(sorted(folded_before & set(state.listed_dirs)))
+            # Every row of a segment is folded or never valid again once the latest epoch committed.
+            self._deleter.delete_all_segments()
             return leftovers
         number = state.latest.number
         keys = attributed_keys(self._context, self._reader, state, new)
@@ -93,7 +105,8 @@ class Retention:
         self._blobs.put(prefix + "manifest.json", dumps(manifest))
         failpoint("store.cleanup.after_snapshot_manifest")
         ids = sorted(c.checkpoint_id for c in new)
-        self._deleter.delete_checkpoint_dirs(ids)
+        self._deleter.delete_checkpoint_dirs(sorted(set(ids) & set(state.listed_dirs)))
+        self._deleter.delete_all_segments()
         self._deleter.delete_snapshots(keep=number)
         self._deleter.prune_epochs(keep_from=number)
         return ids
@@ -112,10 +125,12 @@ class Retention:
             created = record_time(record[0]) if record else None
             if created is not None and created < cutoff:
                 deleted.extend(self._deleter.delete_records([info.key]))
-        valid_ids = {c.checkpoint_id for c in state.valid}
+        valid_ids = set(state.valid_ids)
         recorded = self._deleter.intents(skip=valid_ids)
         intents = recorded.paths
-        for checkpoint_id in sorted((set(state.manifests) - valid_ids) | set(state.unsealed)):
+        # Directories only: a segment's rows of invalid checkpoints go with its next rewrite or cleanup.
+        loose_invalid = (set(state.catalog.loose) | set(state.covered_dirs)) - valid_ids
+        for checkpoint_id in sorted(loose_invalid | set(state.unsealed)):
             records = [i.key for i in self._blobs.list(f"checkpoints/{checkpoint_id}/") if i.key.endswith(".json")]
             times = [record_time(self._blobs.get(key)[0]) for key in records]
             if any(t is None or t >= cutoff for t in times):
@@ -150,6 +165,12 @@ class Retention:
         """Fence writers with a new epoch whose base is what survives, then delete the rest."""
         state = self._reader.read(tolerate_corrupt=True)
         refuse_unfinished_maintenance(self._context.uri, state.latest, owner)
+        if keep_committed and state.corrupt_segments:
+            raise CorruptCheckpointError(
+                f"segments {sorted(state.corrupt_segments)} of {self._context.uri} cannot be read, so which "
+                "checkpoints are committed is unknown; nothing was deleted. Restore them from a backup, or clear "
+                "the store (`airflow-ckpt clear`) to start over"
+            )
         committed = [c for c in state.valid if c.status is CheckpointStatus.COMMITTED] if keep_committed else []
         keep_ids = {c.checkpoint_id for c in committed}
         latest_number = state.latest.number if state.latest else 0
@@ -171,10 +192,14 @@ class Retention:
         )
         if state.latest is not None and state.latest.status is EpochStatus.OPEN:
             self._epochs.write_end(state.latest.number, EpochStatus.FAILED, {"reason": f"{owner} (epoch {number})"})
+        drop_ids = sorted((state.sealed_ids() | set(state.unsealed) | set(state.corrupt)) - keep_ids)
+        if keep_committed:
+            # Before anything is deleted: a segment that cannot be rewritten stops the discard here.
+            self._compactor.rewrite_without(frozenset(drop_ids))
         committed_paths = self._reader.committed_paths() | {
             canonical_uri(f.path) for f in self._reader.files_of(committed)
         }
-        recorded = self._deleter.intents(skip=keep_ids)
+        recorded = self._deleter.intents(skip=keep_ids, extra=segment_intents(state, skip=keep_ids))
         guard = self._deleter.guard()
         marked = {p: cid for p, (cid, _) in recorded.paths.items() if cid not in keep_ids and p not in committed_paths}
         patterns = [p for p in recorded.patterns if p.checkpoint_id not in keep_ids]
@@ -204,10 +229,10 @@ class Retention:
 
         sweep = self._deleter.delete_recorded(guard, roots, doomed, committed_paths, doomed_by_name)
         refused += [f"{p}: refused by the deletion guard" for p in sweep.refused]
-        drop_ids = sorted((set(state.manifests) | set(state.unsealed) | set(state.corrupt)) - keep_ids)
-        self._deleter.delete_checkpoint_dirs(drop_ids)
+        self._deleter.delete_checkpoint_dirs(sorted(set(state.listed_dirs) - keep_ids))
         snapshots: list[int] = []
         if not keep_committed:
+            self._deleter.delete_all_segments()
             snapshots = [int(n) for n in self._blobs.list_dirs("snapshots/")]
             self._deleter.delete_snapshots(keep=None)
         self._epochs.write_end(number, EpochStatus.CLEARED, {"action": owner})

@@ -1,53 +1,113 @@
 """Reading the store's state: which checkpoints are sealed, which are valid, and their keys and files.
 
-Validity (docs/store-api.md, "Invariants" 3): the valid checkpoints are the base of the
+Validity (docs/design.md, invariant 3): the valid checkpoints are the base of the
 latest epoch plus those sealed in it, one per partition; the newest commit record is
 the authority on which of them are committed; a snapshot holds keys compacted by
-``retain``.
+``retain``. Sealed checkpoints are read from the segments the state object names and
+from the loose manifests not compacted yet (docs/store-api.md, "Segments").
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError
+from airflow_ckpt_provider.store.catalog import LOOSE, Catalog, LoadedSegment
 from airflow_ckpt_provider.store.context import StoreContext
 from airflow_ckpt_provider.store.deletion_guard import canonical_uri
-from airflow_ckpt_provider.store.epochs import EpochLog
+from airflow_ckpt_provider.store.epochs import EpochFiles, EpochLog
 from airflow_ckpt_provider.store.errors import CorruptCheckpointError, KeyTypeMismatchError
 from airflow_ckpt_provider.store.keys import KEY_COLUMN
 from airflow_ckpt_provider.store.layout import COMMIT_RE, manifest_key, snapshot_prefix
 from airflow_ckpt_provider.store.model import Checkpoint, CheckpointStatus, Epoch, FileMetadata, KeySource
 from airflow_ckpt_provider.store.reprocess.records import retracted_paths
+from airflow_ckpt_provider.store.segments import (
+    EMPTY_STATE,
+    STATE_KEY,
+    SegmentState,
+    checkpoints_of,
+    intent_records,
+    manifests_key,
+    read_manifests,
+)
+from airflow_ckpt_provider.store.segments import keys_key as segment_keys_key
+from airflow_ckpt_provider.store.segments import read_keys as read_segment_keys
+from airflow_ckpt_provider.store.segments import read_table as read_segment_table
+
+#: How often a reader reads the state object again when a segment it names was replaced meanwhile.
+_SEGMENT_RETRIES = 3
+#: Segments kept in memory per store (immutable, so a process that reads the state often reads each once).
+_SEGMENT_CACHE_SIZE = 64
 
 
 @dataclass
 class StoreState:
-    """One consistent read of the store's metadata."""
+    """One consistent read of the store's metadata.
+
+    ``catalog`` holds every sealed checkpoint (segments and loose manifests) as
+    columns; ``valid`` and ``manifests`` build :class:`Checkpoint` records from it
+    on first use (callers on hot paths use the catalog and ``valid_mask``).
+    """
 
     epochs: dict[int, Epoch]
     latest: Epoch | None
-    manifests: dict[str, Checkpoint]
+    catalog: Catalog
     unsealed: list[str]
     corrupt: dict[str, str]
-    valid: list[Checkpoint]
     snapshot: dict[str, Any] | None
     degraded_epochs: set[int]
     etags: dict[str, str] = field(default_factory=dict)
     commit_record: dict[str, Any] | None = None
+    segment_state: SegmentState = EMPTY_STATE
+    #: Listed checkpoint directories whose checkpoint a segment holds (a compaction not finished yet).
+    covered_dirs: list[str] = field(default_factory=list)
+    #: Every checkpoint directory listed (sealed, unsealed, corrupt, covered).
+    listed_dirs: list[str] = field(default_factory=list)
+    #: Segments the state object names that cannot be read (only with ``tolerate_corrupt``): name -> error.
+    corrupt_segments: dict[str, str] = field(default_factory=dict)
 
     @property
     def folded(self) -> set[str]:
         """Ids of the checkpoints whose keys the snapshot holds (their manifests may be gone)."""
         return set(self.snapshot["checkpoint_ids"]) if self.snapshot else set()
+
+    @cached_property
+    def valid_mask(self) -> np.ndarray:
+        return self.catalog.valid_mask(self.latest, self.folded)
+
+    @cached_property
+    def valid(self) -> list[Checkpoint]:
+        """The valid checkpoints: base of the latest epoch + sealed in it, one per partition."""
+        return self.catalog.checkpoints(self.valid_mask)
+
+    @cached_property
+    def valid_ids(self) -> list[str]:
+        ids: list[str] = self.catalog.table.column("checkpoint_id").filter(pa.array(self.valid_mask)).to_pylist()
+        return ids
+
+    @cached_property
+    def manifests(self) -> dict[str, Checkpoint]:
+        """Every sealed checkpoint (valid or not) by id. Builds one record per checkpoint: avoid on hot paths."""
+        return {c.checkpoint_id: c for c in self.catalog.checkpoints()}
+
+    def sealed_ids(self) -> set[str]:
+        return self.catalog.id_set()
+
+    def is_sealed(self, checkpoint_id: str) -> bool:
+        return checkpoint_id in self.catalog.id_set()
 
 
 class StateReader:
@@ -57,6 +117,8 @@ class StateReader:
         self._context = context
         self._blobs = context.blobs
         self._epochs = epochs
+        self._segment_cache: dict[str, LoadedSegment] = {}
+        self._cache_lock = threading.Lock()
 
     @property
     def uri(self) -> str:
@@ -130,21 +192,71 @@ class StateReader:
         with_commits: bool = True,
         keep_inline: bool = False,
     ) -> StoreState:
-        """Read the store's metadata once.
+        """Read the store's metadata once: epochs, loose manifests, then the state object and its segments.
+
+        Loose manifests are listed and read *before* the state object: a compaction
+        deletes a loose manifest only after a state naming its segment was written,
+        so every checkpoint is seen in one place or the other.
 
         ``with_status=False`` skips the latest epoch's end and expected-count records and
         ``with_commits=False`` the commit record (validity depends on neither): fewer
         requests for key readers. ``keep_inline`` keeps the manifests' inline key copies
         (the commit needs every key; other callers drop them to save memory).
         """
+        # The epoch records, the snapshot and the commit record are read beside the checkpoints (fewer round trips).
+        with ThreadPoolExecutor(max_workers=2) as side:
+            epochs_read = side.submit(self._latest_epoch, with_status)
+            commit_read = side.submit(self.newest_commit_record) if with_commits else None
+            loose, etags, no_manifest, corrupt, ids = self._loose_manifests(tolerate_corrupt, keep_inline)
+            segment_state, segments, corrupt_segments = self.segments(tolerate_corrupt=tolerate_corrupt)
+            files, latest, snapshot = epochs_read.result()
+            commit_record = commit_read.result() if commit_read is not None else None
+        epochs: dict[int, Epoch] = {} if latest is None else {latest.number: latest}
+        catalog = Catalog(segments, loose)
+        covered = catalog.id_set() - set(loose)
+        unsealed = [i for i in no_manifest if i not in covered]
+        covered_dirs = sorted({i for i in no_manifest if i in covered} | {i for i in loose if i in covered})
+        if commit_record is not None:
+            # The newest commit record is the authority on what is committed (one atomic write).
+            catalog.with_committed(commit_record["checkpoint_ids"], str(commit_record.get("created_at")))
+        return StoreState(
+            epochs=epochs,
+            latest=latest,
+            catalog=catalog,
+            unsealed=unsealed,
+            corrupt=corrupt,
+            snapshot=snapshot,
+            degraded_epochs=files.degraded,
+            etags=etags,
+            commit_record=commit_record,
+            segment_state=segment_state,
+            covered_dirs=covered_dirs,
+            listed_dirs=list(ids),
+            corrupt_segments=corrupt_segments,
+        )
+
+    def _latest_epoch(self, with_status: bool) -> tuple[EpochFiles, Epoch | None, dict[str, Any] | None]:
         files = self._epochs.list_files()
         if not with_status:
             files = dataclasses.replace(files, ends={}, expected={})
-        epochs: dict[int, Epoch] = {}
         latest = self._epochs.load(max(files.records), files) if files.records else None
-        if latest is not None:
-            epochs[latest.number] = latest
-        ids = self._blobs.list_dirs("checkpoints/")
+        return files, latest, self.snapshot(latest)
+
+    def _loose_manifests(
+        self, tolerate_corrupt: bool, keep_inline: bool
+    ) -> tuple[dict[str, Checkpoint], dict[str, str], list[str], dict[str, str], list[str]]:
+        """The sealed manifests under ``checkpoints/`` (with etags), the directories without one, the corrupt
+        ones, and every directory listed.
+
+        One recursive listing says which directories hold a manifest: only those are read (a job's failed
+        attempts leave directories without one, a thousand in a job of 100,000 tasks).
+        """
+        sealed: dict[str, bool] = {}
+        for info in self._blobs.list("checkpoints/"):
+            parts = info.key.split("/")
+            if len(parts) >= 3:
+                sealed[parts[1]] = sealed.get(parts[1], False) or info.key.endswith("/manifest.json")
+        ids = sorted(sealed)
         corrupt: dict[str, str] = {}
 
         def load(checkpoint_id: str) -> tuple[str, tuple[Checkpoint, str] | None, str | None]:
@@ -158,35 +270,87 @@ class StateReader:
                     raise
                 return checkpoint_id, None, str(exc)
 
-        manifests: dict[str, Checkpoint] = {}
+        loose: dict[str, Checkpoint] = {}
         etags: dict[str, str] = {}
-        unsealed: list[str] = []
-        for checkpoint_id, found, error in self._context.map(load, ids):
+        no_manifest = [i for i in ids if not sealed[i]]
+        for checkpoint_id, found, error in self._context.map(load, [i for i in ids if sealed[i]]):
             if error is not None:
                 corrupt[checkpoint_id] = error
             elif found is None:
-                unsealed.append(checkpoint_id)
+                no_manifest.append(checkpoint_id)
             else:
-                manifests[checkpoint_id], etags[checkpoint_id] = found
-        commit_record = self.newest_commit_record() if with_commits else None
-        if commit_record is not None:
-            # The newest commit record is the authority on what is committed (one atomic write).
-            committed_at = str(commit_record.get("created_at"))
-            for checkpoint_id in commit_record["checkpoint_ids"]:
-                manifest = manifests.get(checkpoint_id)
-                if manifest is not None and manifest.status is not CheckpointStatus.COMMITTED:
-                    manifests[checkpoint_id] = dataclasses.replace(
-                        manifest, status=CheckpointStatus.COMMITTED, committed_at=committed_at
-                    )
-        snapshot = self.snapshot(latest)
-        valid = valid_checkpoints(latest, manifests, snapshot)
-        return StoreState(
-            epochs, latest, manifests, unsealed, corrupt, valid, snapshot, files.degraded, etags, commit_record
+                loose[checkpoint_id], etags[checkpoint_id] = found
+        return loose, etags, no_manifest, corrupt, ids
+
+    # ------------------------------------------------------------------ segments
+
+    def segment_state(self) -> SegmentState:
+        """The state object (with its etag), or an empty state when the store has none (an older layout)."""
+        found = self._blobs.get_if_exists(STATE_KEY)
+        if found is None:
+            return EMPTY_STATE
+        data = self._context.parse_json(STATE_KEY, found[0])
+        try:
+            return SegmentState.from_json(data, found[1])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptCheckpointError(
+                f"{self._blobs.child_uri(STATE_KEY)} is not a valid state object ({exc!r}); nothing was changed. "
+                "Run `airflow-ckpt check`"
+            ) from exc
+
+    def segments(self, *, tolerate_corrupt: bool = False) -> tuple[SegmentState, list[LoadedSegment], dict[str, str]]:
+        """The state object, every segment it names (immutable: cached by name) and, with
+        ``tolerate_corrupt``, the segments that cannot be read (name -> error) instead of raising.
+
+        A segment a newer compaction replaced and deleted meanwhile is not an error: the
+        state object is read again (the rows it held are in the replacing segment).
+        """
+        missing: BlobNotFoundError | None = None
+        for _ in range(_SEGMENT_RETRIES):
+            state = self.segment_state()
+
+            def load(name: str) -> LoadedSegment | str:
+                try:
+                    return self.load_segment(name)
+                except CorruptCheckpointError as exc:
+                    if not tolerate_corrupt:
+                        raise
+                    return str(exc)
+
+            try:
+                loaded = self._context.map(load, list(state.names))
+            except BlobNotFoundError as exc:
+                missing = exc
+                continue
+            corrupt = {n: r for n, r in zip(state.names, loaded, strict=True) if isinstance(r, str)}
+            return state, [r for r in loaded if not isinstance(r, str)], corrupt
+        message = (
+            f"{self._blobs.child_uri(STATE_KEY)} names a segment that does not exist ({missing}); nothing was "
+            "changed. Run `airflow-ckpt check`"
         )
+        if tolerate_corrupt:
+            return self.segment_state(), [], {"?": message}
+        raise CorruptCheckpointError(message)
+
+    def load_segment(self, name: str) -> LoadedSegment:
+        with self._cache_lock:
+            cached = self._segment_cache.get(name)
+        if cached is not None:
+            return cached
+        key = manifests_key(name)
+        data, _ = self._blobs.get(key)
+        loaded = LoadedSegment(name, read_manifests(data, self._blobs.child_uri(key)))
+        with self._cache_lock:
+            self._segment_cache[name] = loaded
+            while len(self._segment_cache) > _SEGMENT_CACHE_SIZE:
+                self._segment_cache.pop(next(iter(self._segment_cache)))
+        return loaded
 
     def checkpoint(self, checkpoint_id: str) -> Checkpoint | None:
-        """One manifest with its committed status from the newest commit record."""
+        """One sealed checkpoint (its loose manifest, else its segment row), committed per the newest commit record."""
         manifest = self.manifest(checkpoint_id)
+        if manifest is None:
+            manifest = self._segment_checkpoint(checkpoint_id)
         if manifest is None or manifest.status is CheckpointStatus.COMMITTED:
             return manifest
         record = self.newest_commit_record()
@@ -196,10 +360,20 @@ class StateReader:
             )
         return manifest
 
+    def _segment_checkpoint(self, checkpoint_id: str) -> Checkpoint | None:
+        _, segments, _ = self.segments()
+        for segment in segments:
+            rows = segment.manifests.filter(pc.equal(segment.manifests.column("checkpoint_id"), checkpoint_id))
+            if rows.num_rows:
+                return checkpoints_of(rows.slice(0, 1))[0]
+        return None
+
     # ------------------------------------------------------------------ keys
 
     def read_key_source(self, source: KeySource) -> pa.Table:
         data = source.data if source.data else self._blobs.get(source.key)[0]
+        if source.format == "segment":
+            return read_segment_keys(data, self._blobs.child_uri(source.key), source.exclude)
         try:
             if source.format == "manifest" and not source.data:
                 inline = Checkpoint.from_json(self._context.parse_json(source.key, data)).inline_keys
@@ -234,12 +408,33 @@ class StateReader:
         return pa.concat_tables(tables)
 
     def key_type(self, state: StoreState) -> str | None:
-        types = {c.key_type for c in state.valid if c.key_type}
+        types = state.catalog.key_types(state.valid_mask)
         if state.snapshot and state.snapshot.get("key_type"):
             types.add(state.snapshot["key_type"])
         if len(types) > 1:
             raise KeyTypeMismatchError(f"the checkpoints of {self._context.uri} hold keys of types {sorted(types)}")
         return types.pop() if types else None
+
+    def segment_keys(self, state: StoreState, only: Sequence[str]) -> tuple[list[pa.Table], set[str]]:
+        """The keys segments hold of the checkpoints ``only``, with who sealed them (columns ``key``,
+        ``checkpoint_id``, ``epoch``): one read per segment, whatever the number of checkpoints.
+        Returns the tables and the ids they cover (the others are loose)."""
+        catalog = state.catalog
+        mask = catalog.mask_of(only)
+        tables: list[pa.Table] = []
+        covered: set[str] = set()
+        for index, segment in enumerate(catalog.segments):
+            rows, _ = catalog.segment_rows(index, mask)
+            if not len(rows):
+                continue
+            ids = catalog.table.column("checkpoint_id").take(pa.array(rows))
+            key = segment_keys_key(segment.name)
+            table = read_segment_table(self._blobs.get(key)[0], self._blobs.child_uri(key))
+            owners = pc.cast(table.column("checkpoint_id"), pa.string())
+            table = table.set_column(table.schema.get_field_index("checkpoint_id"), "checkpoint_id", owners)
+            tables.append(table.filter(pc.is_in(owners, value_set=ids)))
+            covered |= set(ids.to_pylist())
+        return tables, covered
 
     # ------------------------------------------------------------------ files
 
@@ -268,50 +463,34 @@ class StateReader:
         return [f for files in self._context.map(load, list(checkpoints)) for f in files]
 
 
-def valid_checkpoints(
-    latest: Epoch | None, manifests: Mapping[str, Checkpoint], snapshot: Mapping[str, Any] | None
-) -> list[Checkpoint]:
-    """Base of the latest epoch + sealed in it, one per partition (docs/store-api.md, "Invariants" 3)."""
-    if latest is None:
-        return []
-    folded = set(snapshot["checkpoint_ids"]) if snapshot else set()
-    valid = {i: manifests[i] for i in latest.base if i in manifests and i not in folded}
-    by_partition: dict[int, Checkpoint] = {}
-    for checkpoint in manifests.values():
-        if checkpoint.epoch != latest.number or checkpoint.checkpoint_id in folded:
-            continue
-        if checkpoint.partition is None:
-            valid[checkpoint.checkpoint_id] = checkpoint
-            continue
-        current = by_partition.get(checkpoint.partition)
-        # Deterministic winner among duplicate attempts: first sealed, then smallest id.
-        if current is None or (checkpoint.sealed_at, checkpoint.checkpoint_id) < (
-            current.sealed_at,
-            current.checkpoint_id,
-        ):
-            by_partition[checkpoint.partition] = checkpoint
-    for checkpoint in by_partition.values():
-        valid[checkpoint.checkpoint_id] = checkpoint
-    return sorted(
-        valid.values(),
-        key=lambda c: (c.epoch, c.partition if c.partition is not None else -1, c.checkpoint_id),
-    )
-
-
 def key_sources(state: StoreState, only: Sequence[str] | None = None) -> list[KeySource]:
-    """The snapshot (if it holds keys) and the keys of the valid checkpoints (or of ``only``).
+    """The snapshot (if it holds keys), the segments holding valid checkpoints' keys and the keys of the
+    valid loose checkpoints (or of ``only`` among them).
 
-    A checkpoint whose manifest carries its keys is one source (the manifest, with the
-    bytes when the state kept them); others contribute each key part.
+    A segment is one source that names the checkpoints whose keys it must leave out (not
+    valid, or not in ``only``). A loose checkpoint whose manifest carries its keys is one
+    source (the manifest, with the bytes when the state kept them); others contribute
+    each key part.
     """
     sources: list[KeySource] = []
     if state.snapshot is not None and int(state.snapshot.get("num_keys", 0)):
         number = int(state.snapshot["snapshot"])
         sources.append(KeySource(key=snapshot_prefix(number) + "keys.parquet", format="parquet"))
-    wanted = None if only is None else set(only)
-    for checkpoint in state.valid:
-        if wanted is not None and checkpoint.checkpoint_id not in wanted:
+    catalog = state.catalog
+    mask = state.valid_mask if only is None else state.valid_mask & catalog.mask_of(only)
+    num_keys = catalog.table.column("num_keys").to_numpy()
+    for index, segment in enumerate(catalog.segments):
+        rows, _ = catalog.segment_rows(index, mask)
+        if not len(rows) or not num_keys[rows].sum():
             continue
+        wanted = set(catalog.table.column("checkpoint_id").take(pa.array(rows)).to_pylist())
+        held = segment.manifests.column("checkpoint_id").to_pylist()
+        exclude = tuple(sorted(i for i in held if i not in wanted))
+        sources.append(KeySource(key=segment_keys_key(segment.name), format="segment", exclude=exclude))
+    loose_rows, _ = catalog.segment_rows(LOOSE, mask)
+    ids = catalog.ids
+    for row in sorted(loose_rows, key=lambda r: ids[r]):
+        checkpoint = catalog.loose[ids[row]]
         prefix = f"checkpoints/{checkpoint.checkpoint_id}/"
         if checkpoint.inline_keys is not None:
             sources.append(
@@ -320,3 +499,15 @@ def key_sources(state: StoreState, only: Sequence[str] | None = None) -> list[Ke
         else:
             sources.extend(KeySource(key=prefix + part, format="arrow") for part in checkpoint.key_parts)
     return sources
+
+
+def segment_intents(state: StoreState, skip: set[str]) -> list[dict[str, Any]]:
+    """The intent records segments carry for their checkpoints not in ``skip`` (their directories are gone)."""
+    records: list[dict[str, Any]] = []
+    catalog = state.catalog
+    wanted = ~catalog.mask_of(skip) if skip else np.ones(len(catalog), dtype=bool)
+    for index, segment in enumerate(catalog.segments):
+        _, rows = catalog.segment_rows(index, wanted)
+        if len(rows):
+            records.extend(intent_records(segment.manifests.take(pa.array(rows))))
+    return records

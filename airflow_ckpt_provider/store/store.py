@@ -3,15 +3,16 @@
 | concern | module |
 |---|---|
 | writers: intents, staged parts, sealing manifests | ``store/writers.py`` |
+| compaction: loose manifests into segments, the state object | ``store/compaction.py``, ``segments.py`` |
 | epochs: fencing between submits | ``store/epochs.py`` |
-| reading state: manifests, validity, keys, files | ``store/state.py`` |
+| reading state: manifests, segments, validity, keys, files | ``store/state.py``, ``catalog.py`` |
 | commit: the authoritative record, orphans | ``store/commit.py`` |
 | retention, old metadata, discard and clear | ``store/retention.py`` |
 | every deletion (output files, store records) | ``store/deletion.py`` |
 | inspection: progress and the consistency check | ``store/inspection.py`` |
 | shared: blob access, layout, records, keys | ``store/context.py``, ``layout.py``, ``records.py``, ``keys.py`` |
 
-The invariants each of them keeps are in docs/store-api.md ("Invariants").
+The invariants each of them keeps are numbered in docs/design.md (section 4.2).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import pyarrow as pa
 from airflow_ckpt_provider.store.blobs.base import BlobStore
 from airflow_ckpt_provider.store.breaker import CircuitBreaker
 from airflow_ckpt_provider.store.commit import Committer
+from airflow_ckpt_provider.store.compaction import BackgroundCompaction, CompactionResult, Compactor
 from airflow_ckpt_provider.store.context import StoreContext
 from airflow_ckpt_provider.store.deletion import StoreDeleter
 from airflow_ckpt_provider.store.deletion_guard import DeletionGuard
@@ -96,9 +98,10 @@ class CheckpointStore:
         self.epoch_log = EpochLog(self.context)
         self.state_reader = StateReader(self.context, self.epoch_log)
         self.deleter = StoreDeleter(self.context, self.epoch_log, self.state_reader)
+        self.compactor = Compactor(self.context, self.state_reader, self.deleter)
         self._writers = CheckpointWriters(self.context, self.breaker, self.epoch_log, self.state_reader)
-        self._committer = Committer(self.context, self.state_reader, self.epoch_log, self.deleter)
-        self._retention = Retention(self.context, self.state_reader, self.epoch_log, self.deleter)
+        self._committer = Committer(self.context, self.state_reader, self.epoch_log, self.deleter, self.compactor)
+        self._retention = Retention(self.context, self.state_reader, self.epoch_log, self.deleter, self.compactor)
         self._inspector = Inspector(self.context, self.state_reader, self.deleter)
 
     # ------------------------------------------------------------------ basics
@@ -232,6 +235,9 @@ class CheckpointStore:
         its own open epoch (a retry of the same task). Two racing callers: exactly
         one wins, the other gets :class:`EpochConflictError`. Not idempotent.
 
+        First folds the loose manifests into a segment (see :meth:`compact`), so the
+        state it reads, and every read until the next run seals, is a few objects.
+
         ``output_roots``: the directories the epoch's job writes output under, recorded in the
         epoch record. Deletions (commit, discard, clear, retention) never reach output outside
         the declared roots (docs/design.md, section 7), and the job's driver may declare only
@@ -239,6 +245,7 @@ class CheckpointStore:
         (:meth:`declare_output_root`). Raises :class:`InvalidOutputRootError` for a root that is
         not an absolute ``file://``/``s3://`` directory or that overlaps the store root.
         """
+        self.compactor.compact(min_loose=1)
         return self.epoch_log.begin(
             self.state_reader.read(),
             owner=owner,
@@ -332,6 +339,28 @@ class CheckpointStore:
         """Output files of valid checkpoints that are sealed but not yet committed."""
         state = self.state_reader.read(with_status=False)
         return self.state_reader.files_of([c for c in state.valid if c.status is CheckpointStatus.CHECKPOINTED])
+
+    # ------------------------------------------------------------------ compaction (store/compaction.py)
+
+    def compact(self, *, min_loose: int = 1, delete_retired: bool = True) -> CompactionResult:
+        """Fold the loose sealed manifests into one segment (when there are at least ``min_loose``) and
+        merge small segments into bigger ones, so readers read a few objects instead of one per checkpoint.
+
+        Visible to every reader at once and changes no reader's answer: the same
+        checkpoints are sealed and valid before and after. Safe while tasks seal
+        and while other processes compact (the state object is replaced only by a
+        conditional write; a compaction that loses the race deletes its own segment
+        and returns ``lost_race``). Idempotent. ``delete_retired=False`` keeps the
+        segments a merge replaced until a later compaction (a running job's tasks
+        may still read them). Raises :class:`CorruptCheckpointError` when a segment
+        cannot be read (nothing deleted), :class:`StoreUnavailableError`.
+        """
+        return self.compactor.compact(min_loose=min_loose, delete_retired=delete_retired)
+
+    def background_compaction(self, *, interval: float = 10.0, min_loose: int = 500) -> BackgroundCompaction:
+        """A context manager that compacts every ``interval`` seconds (when at least ``min_loose`` manifests are
+        loose) while its block runs, and once when it ends. For a job's driver; never raises."""
+        return BackgroundCompaction(self.compact, interval=interval, min_loose=min_loose)
 
     # ------------------------------------------------------------------ commit (store/commit.py)
 

@@ -8,6 +8,7 @@ writer call goes through the circuit breaker: a store failure skips checkpointin
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -47,7 +48,8 @@ class CheckpointWriters:
         self._epochs = epochs
         self._reader = reader
         self._pending: dict[str, PendingCheckpoint] = {}
-        self._sealed_here: set[str] = set()
+        #: Manifests this process sealed: a re-seal returns them even after a compaction moved them to a segment.
+        self._sealed_here: dict[str, Checkpoint] = {}
         self._lock = threading.Lock()
 
     @property
@@ -194,6 +196,11 @@ class CheckpointWriters:
                 pending = self._pending.setdefault(checkpoint_id, PendingCheckpoint())
             if not (pending.key_parts or pending.file_parts):
                 # Nothing staged by this process: a re-seal (idempotent), or an empty checkpoint.
+                with self._lock:
+                    sealed_here = self._sealed_here.get(checkpoint_id)
+                if sealed_here is not None:
+                    result.append(sealed_here)
+                    return
                 existing = self._reader.manifest(checkpoint_id)
                 if existing is not None:
                     result.append(existing)
@@ -246,7 +253,7 @@ class CheckpointWriters:
                 ) from None
             failpoint("store.checkpoint.after_manifest")
             with self._lock:
-                self._sealed_here.add(checkpoint_id)
+                self._sealed_here[checkpoint_id] = dataclasses.replace(manifest, inline_keys=None)
             result.append(manifest)
 
         sealed = self._guarded(checkpoint_id, "checkpoint", seal)
@@ -267,10 +274,8 @@ class CheckpointWriters:
                 if cached is None:
                     found = self._reader.manifest_and_etag(checkpoint_id)
                     if found is None:
-                        raise UnknownCheckpointError(
-                            f"checkpoint {checkpoint_id} is not sealed in {self._context.uri}: only sealed "
-                            "checkpoints commit"
-                        )
+                        self._mark_compacted_committed(checkpoint_id)
+                        return
                     cached = found
                 manifest, etag = cached
                 if manifest.status is CheckpointStatus.COMMITTED:
@@ -284,3 +289,19 @@ class CheckpointWriters:
             raise CheckpointError(f"could not mark {checkpoint_id} committed: the manifest keeps changing")
 
         self._context.map(one, ids)
+
+    def _mark_compacted_committed(self, checkpoint_id: str) -> None:
+        """A checkpoint a segment holds: write its manifest back, committed, as a loose manifest (segments are
+        immutable; readers and the next compaction take the committed status from it)."""
+        compacted = self._reader.checkpoint(checkpoint_id)
+        if compacted is None:
+            raise UnknownCheckpointError(
+                f"checkpoint {checkpoint_id} is not sealed in {self._context.uri}: only sealed checkpoints commit"
+            )
+        if compacted.status is CheckpointStatus.COMMITTED:
+            return
+        updated = compacted.to_json(manifest=True) | {"status": "committed", "committed_at": now()}
+        try:
+            self._blobs.put(manifest_key(checkpoint_id), dumps(updated), if_absent=True)
+        except PreconditionFailedError:
+            self.mark_committed([checkpoint_id], {})  # its manifest is loose again: the If-Match path

@@ -132,4 +132,7 @@ def _retention_violations(
         left = store.blobs.list_dirs("checkpoints/")
         if left:
             violations.append(f"delete_after_success left {len(left)} checkpoint directories")
+        segments = store.blobs.list_dirs("segments/")
+        if segments or store.blobs.exists("state.json"):
+            violations.append(f"delete_after_success left {len(segments)} segments or the state object")
     return violations

@@ -28,6 +28,15 @@ EXECUTOR_FAILPOINTS = (
 )
 #: Failpoints in the driver (the job opens its own epoch).
 DRIVER_FAILPOINTS = ("store.begin_epoch.before_create", "store.begin_epoch.after_create")
+#: Failpoints of compaction (loose manifests into a segment; docs/store-api.md, "Segments"). The driver compacts
+#: when each write ends, so they fire there; compaction never fails a job (a raise is logged and swallowed), so
+#: they are dealt only as a driver exit (spark-submit trials): the crash between a segment and the state object,
+#: between the state object and deleting the loose manifests, and mid-deletion.
+COMPACTION_FAILPOINTS = (
+    "store.compact.after_segment",
+    "store.compact.after_state",
+    "store.compact.during_delete_loose",
+)
 #: Failpoints of the native (Spark) writer: in the driver, around the seal of one committed task.
 #: Only file-key jobs with local output use that writer, so only the local backend deals them.
 NATIVE_FAILPOINTS = ("spark.native.before_seal", "spark.native.after_seal")
@@ -51,7 +60,7 @@ ORPHAN_COMMIT_POINTS = ("store.commit.before_delete_orphans", "store.commit.duri
 REPROCESS_POINTS = REPROCESS_FAILPOINTS
 #: Not a failpoint: SIGKILL of the spark-submit process group at a random moment.
 SIGKILL = "sigkill.driver"
-CRASH_POINTS = (*EXECUTOR_FAILPOINTS, *DRIVER_FAILPOINTS, *NATIVE_FAILPOINTS, SIGKILL)
+CRASH_POINTS = (*EXECUTOR_FAILPOINTS, *DRIVER_FAILPOINTS, *COMPACTION_FAILPOINTS, *NATIVE_FAILPOINTS, SIGKILL)
 STORE_FAULTS = ("reset", "stall", "http500", "http503", "revoke")
 
 
@@ -75,7 +84,7 @@ class Crash:
     @property
     def needs_own_driver(self) -> bool:
         """Crashes that end the driver process: run with spark-submit, not in the resident host."""
-        in_driver = self.point in DRIVER_FAILPOINTS or self.point in NATIVE_FAILPOINTS
+        in_driver = self.point in (*DRIVER_FAILPOINTS, *NATIVE_FAILPOINTS, *COMPACTION_FAILPOINTS)
         return self.point == SIGKILL or (in_driver and self.kind == "exit")
 
     def label(self) -> str:
@@ -187,6 +196,8 @@ class Planner:
             return Crash(SIGKILL, "kill", kill_fraction=round(rng.uniform(0.2, 0.95), 2))
         if point in DRIVER_FAILPOINTS:
             return Crash(point, rng.choice(("raise", "exit")), 1)
+        if point in COMPACTION_FAILPOINTS:
+            return Crash(point, "exit", 1)
         if point in NATIVE_FAILPOINTS:
             return Crash(point, rng.choice(("raise", "exit")), rng.randint(1, 3))
         return self._executor_crash(rng, point)
@@ -196,9 +207,11 @@ class Planner:
         rng = random.Random(f"{self.seed}/{backend}/{index}/{own_driver}")
         native = NATIVE_FAILPOINTS if backend == "local" else ()
         if own_driver:
-            point = self._deal(f"{backend}/driver", (SIGKILL, *DRIVER_FAILPOINTS, *native), index)
+            point = self._deal(
+                f"{backend}/driver", (SIGKILL, *DRIVER_FAILPOINTS, *COMPACTION_FAILPOINTS, *native), index
+            )
             crash = self._crash(rng, point)
-            if point in DRIVER_FAILPOINTS or point in NATIVE_FAILPOINTS:
+            if point in (*DRIVER_FAILPOINTS, *NATIVE_FAILPOINTS, *COMPACTION_FAILPOINTS):
                 crash = dataclasses.replace(crash, kind="exit")
         else:
             point = self._deal(f"{backend}/host", (*EXECUTOR_FAILPOINTS, *DRIVER_FAILPOINTS, *native), index)

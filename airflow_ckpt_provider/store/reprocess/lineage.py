@@ -200,7 +200,10 @@ def attributed_keys(
         keys = pa.concat_tables(parts) if parts else pa.table({KEY_COLUMN: pa.array([], pa.string())})
         return attributed(keys, checkpoint.checkpoint_id, checkpoint.epoch)
 
-    tables.extend(t for t in context.map(one, list(checkpoints)) if t.num_rows)
+    # Segments already hold keys with their checkpoint and epoch: one read per segment, not per checkpoint.
+    compacted, covered = reader.segment_keys(state, [c.checkpoint_id for c in checkpoints])
+    tables.extend(t for t in compacted if t.num_rows)
+    tables.extend(t for t in context.map(one, [c for c in checkpoints if c.checkpoint_id not in covered]) if t.num_rows)
     if not tables:
         return attributed(pa.table({KEY_COLUMN: pa.array([], pa.string())}), None, None)
     types = {str(t.schema.field(KEY_COLUMN).type) for t in tables}

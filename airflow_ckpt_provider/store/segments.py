@@ -1,0 +1,324 @@
+"""Segments: many sealed checkpoints in two columnar objects, and the state object that names them.
+
+A segment ``segments/{name}/`` holds the manifests of the checkpoints it covers
+(``manifests.parquet``: one row per checkpoint, with its file list and the intent
+records of its directory) and their keys (``keys.parquet``: columns ``key``,
+``checkpoint_id``, ``epoch``). Segments are immutable and written create-if-absent
+(keys first; the manifests object completes a segment). ``state.json`` names the
+segments that make up the store's current state; it is replaced only with a
+conditional write (``If-Match`` on its etag, ``If-None-Match`` for the first), so
+two compactions cannot both win and neither can drop the other's work
+(docs/store-api.md, "Segments").
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_ckpt_provider.store.errors import CorruptCheckpointError
+from airflow_ckpt_provider.store.keys import KEY_COLUMN
+from airflow_ckpt_provider.store.model import Checkpoint, CheckpointStatus, FileMetadata
+
+STATE_KEY = "state.json"
+SEGMENTS_PREFIX = "segments/"
+STATE_FORMAT = 1
+
+_FILE_TYPE = pa.struct(
+    [("path", pa.string()), ("size_bytes", pa.int64()), ("num_rows", pa.int64()), ("format", pa.string())]
+)
+MANIFEST_SCHEMA = pa.schema(
+    [
+        ("checkpoint_id", pa.string()),
+        ("status", pa.string()),
+        ("epoch", pa.int64()),
+        ("partition", pa.int64()),
+        ("created_at", pa.string()),
+        ("sealed_at", pa.string()),
+        ("committed_at", pa.string()),
+        ("key_parts", pa.list_(pa.string())),
+        ("file_parts", pa.list_(pa.string())),
+        ("num_keys", pa.int64()),
+        ("key_type", pa.string()),
+        ("num_files", pa.int64()),
+        ("num_bytes", pa.int64()),
+        ("num_rows", pa.int64()),
+        ("metadata", pa.string()),  # JSON object
+        ("files", pa.list_(_FILE_TYPE)),
+        ("intents", pa.string()),  # JSON list of the checkpoint's intent records
+    ]
+)
+#: What readers need of every row to compute validity and progress (the rest is read on demand).
+SUMMARY_COLUMNS = (
+    "checkpoint_id",
+    "status",
+    "epoch",
+    "partition",
+    "sealed_at",
+    "committed_at",
+    "num_keys",
+    "key_type",
+    "num_files",
+    "num_bytes",
+    "num_rows",
+)
+
+
+def segment_prefix(name: str) -> str:
+    return f"{SEGMENTS_PREFIX}{name}/"
+
+
+def manifests_key(name: str) -> str:
+    return segment_prefix(name) + "manifests.parquet"
+
+
+def keys_key(name: str) -> str:
+    return segment_prefix(name) + "keys.parquet"
+
+
+def new_segment_name(generation: int) -> str:
+    """A name no other writer can pick: the state generation it was written for, and a random token."""
+    return f"{generation:08d}-{uuid.uuid4().hex[:12]}"
+
+
+@dataclass(frozen=True)
+class SegmentRef:
+    """One segment as the state object names it."""
+
+    name: str
+    level: int
+    checkpoints: int
+    keys: int
+    bytes: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "level": self.level,
+            "checkpoints": self.checkpoints,
+            "keys": self.keys,
+            "bytes": self.bytes,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SegmentRef:
+        return cls(
+            name=str(data["name"]),
+            level=int(data["level"]),
+            checkpoints=int(data["checkpoints"]),
+            keys=int(data["keys"]),
+            bytes=int(data.get("bytes", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class SegmentState:
+    """The state object: the segments that make up the store's state, and those replaced but not yet deleted."""
+
+    generation: int
+    segments: tuple[SegmentRef, ...]
+    retired: tuple[str, ...] = ()
+    updated_at: str = ""
+    etag: str | None = field(default=None, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format_version": STATE_FORMAT,
+            "generation": self.generation,
+            "segments": [s.to_json() for s in self.segments],
+            "retired": list(self.retired),
+            "updated_at": self.updated_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], etag: str | None) -> SegmentState:
+        return cls(
+            generation=int(data["generation"]),
+            segments=tuple(SegmentRef.from_json(s) for s in data["segments"]),
+            retired=tuple(str(n) for n in data.get("retired", ())),
+            updated_at=str(data.get("updated_at", "")),
+            etag=etag,
+        )
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.segments)
+
+
+EMPTY_STATE = SegmentState(generation=0, segments=())
+
+
+# ---------------------------------------------------------------------- encoding
+
+
+def manifest_row(
+    checkpoint: Checkpoint, files: Sequence[FileMetadata], intents: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """One ``manifests.parquet`` row: the manifest, its whole file list and its directory's intent records."""
+    return {
+        "checkpoint_id": checkpoint.checkpoint_id,
+        "status": checkpoint.status.value,
+        "epoch": checkpoint.epoch,
+        "partition": checkpoint.partition,
+        "created_at": checkpoint.created_at,
+        "sealed_at": checkpoint.sealed_at,
+        "committed_at": checkpoint.committed_at,
+        "key_parts": list(checkpoint.key_parts),
+        "file_parts": list(checkpoint.file_parts),
+        "num_keys": checkpoint.num_keys,
+        "key_type": checkpoint.key_type,
+        "num_files": checkpoint.num_files,
+        "num_bytes": checkpoint.num_bytes,
+        "num_rows": checkpoint.num_rows,
+        "metadata": json.dumps(dict(checkpoint.metadata), sort_keys=True, separators=(",", ":")),
+        "files": [f.to_json() for f in files],
+        "intents": json.dumps(list(intents), sort_keys=True, separators=(",", ":")),
+    }
+
+
+def manifests_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(list(rows), schema=MANIFEST_SCHEMA)
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue()
+
+
+def keys_table(tables: Sequence[pa.Table], key_type: pa.DataType | None) -> pa.Table:
+    """Concatenated keys tables (``key``, ``checkpoint_id``, ``epoch``), or an empty one."""
+    if tables:
+        table = pa.concat_tables(tables)
+    else:
+        table = pa.table(
+            {
+                KEY_COLUMN: pa.array([], key_type or pa.string()),
+                "checkpoint_id": pa.array([], pa.string()),
+                "epoch": pa.array([], pa.int64()),
+            }
+        )
+    return table.combine_chunks()
+
+
+def attributed_keys(keys: pa.Table, checkpoint_id: str, epoch: int) -> pa.Table:
+    """A checkpoint's keys with who sealed them (readers select ``key`` only)."""
+    return pa.table(
+        {
+            KEY_COLUMN: keys.column(KEY_COLUMN),
+            "checkpoint_id": pa.array([checkpoint_id] * keys.num_rows, pa.string()).dictionary_encode(),
+            "epoch": pa.array([epoch] * keys.num_rows, pa.int64()),
+        }
+    )
+
+
+# ---------------------------------------------------------------------- decoding
+
+
+def read_manifests(data: bytes, uri: str, columns: Sequence[str] | None = None) -> pa.Table:
+    """A segment's manifests table; :class:`CorruptCheckpointError` if the object is not one."""
+    try:
+        table = pq.read_table(pa.BufferReader(data), columns=list(columns) if columns else None)
+    except (pa.ArrowInvalid, OSError, KeyError) as exc:
+        raise CorruptCheckpointError(
+            f"segment {uri} is corrupt or truncated ({exc}); nothing was changed. Run `airflow-ckpt check`; "
+            "restore the object, or clear the store to start over"
+        ) from exc
+    missing = [c for c in (columns or MANIFEST_SCHEMA.names) if c not in table.column_names]
+    if missing:
+        raise CorruptCheckpointError(f"segment {uri} lacks the columns {missing}; nothing was changed")
+    return table
+
+
+def checkpoints_of(table: pa.Table) -> list[Checkpoint]:
+    """The rows of a manifests table as :class:`Checkpoint` records (inline files set, keys not inline)."""
+    out: list[Checkpoint] = []
+    for row in table.to_pylist():
+        files = row.get("files")
+        out.append(
+            Checkpoint(
+                checkpoint_id=row["checkpoint_id"],
+                status=CheckpointStatus(row["status"]),
+                epoch=int(row["epoch"]),
+                partition=row["partition"],
+                created_at=row.get("created_at") or row["sealed_at"],
+                sealed_at=row["sealed_at"],
+                committed_at=row.get("committed_at"),
+                key_parts=tuple(row.get("key_parts") or ()),
+                file_parts=tuple(row.get("file_parts") or ()),
+                num_keys=int(row["num_keys"]),
+                key_type=row["key_type"],
+                num_files=int(row["num_files"]),
+                num_bytes=int(row["num_bytes"]),
+                num_rows=int(row["num_rows"]),
+                metadata=json.loads(row["metadata"]) if row.get("metadata") else {},
+                inline_keys=None,
+                inline_files=None if files is None else tuple(FileMetadata.from_json(f) for f in files),
+            )
+        )
+    return out
+
+
+def intent_records(table: pa.Table) -> list[dict[str, Any]]:
+    """Every intent record a manifests table carries."""
+    records: list[dict[str, Any]] = []
+    for text in table.column("intents").to_pylist():
+        if text:
+            records.extend(json.loads(text))
+    return records
+
+
+def files_by_id(table: pa.Table) -> dict[str, list[FileMetadata]]:
+    ids = table.column("checkpoint_id").to_pylist()
+    files = table.column("files").to_pylist()
+    return {i: [FileMetadata.from_json(f) for f in (fs or [])] for i, fs in zip(ids, files, strict=True)}
+
+
+def read_table(data: bytes, uri: str) -> pa.Table:
+    """A segment's whole keys table (``key``, ``checkpoint_id``, ``epoch``)."""
+    try:
+        return pq.read_table(pa.BufferReader(data))
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptCheckpointError(
+            f"segment keys {uri} are corrupt or truncated ({exc}); nothing was changed. Run `airflow-ckpt check`; "
+            "restore the object, or clear the store to start over"
+        ) from exc
+
+
+def read_keys(data: bytes, uri: str, exclude: Sequence[str] = ()) -> pa.Table:
+    """A segment's ``key`` column, without the keys of the ``exclude`` checkpoints."""
+    columns = [KEY_COLUMN, "checkpoint_id"] if exclude else [KEY_COLUMN]
+    try:
+        table = pq.read_table(pa.BufferReader(data), columns=columns)
+    except (pa.ArrowInvalid, OSError, KeyError) as exc:
+        raise CorruptCheckpointError(
+            f"segment keys {uri} are corrupt or truncated ({exc}); nothing was changed. Run `airflow-ckpt check`; "
+            "restore the object, or clear the store to start over"
+        ) from exc
+    if exclude:
+        owners = table.column("checkpoint_id")
+        keep = pc.invert(pc.is_in(owners, value_set=pa.array(list(exclude), pa.string())))
+        table = table.filter(keep).select([KEY_COLUMN])
+    return table
+
+
+def read_owners(data: bytes, uri: str) -> dict[str, list[Any]]:
+    """How many keys a segment holds per checkpoint: ``{"checkpoint_id": [...], "count": [...]}``."""
+    try:
+        table = pq.read_table(pa.BufferReader(data), columns=["checkpoint_id"])
+    except (pa.ArrowInvalid, OSError, KeyError) as exc:
+        raise CorruptCheckpointError(f"segment keys {uri} are corrupt or truncated ({exc})") from exc
+    owners = pa.table({"checkpoint_id": pc.cast(table.column("checkpoint_id"), pa.string())})
+    counts = owners.group_by("checkpoint_id").aggregate([([], "count_all")])
+    return {
+        "checkpoint_id": counts.column("checkpoint_id").to_pylist(),
+        "count": counts.column("count_all").to_pylist(),
+    }
