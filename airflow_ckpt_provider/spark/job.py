@@ -459,7 +459,8 @@ class CheckpointedJob:
         output_root = file_key(output).rstrip("/")
         self._declare_output_root(output_root)
         prepared, column = self._prepare(df, key)
-        with self._pinned_file_packing():
+        # The driver sees every seal: it folds them into segments as they come (docs/store-api.md, "Segments").
+        with self._pinned_file_packing(), self.store.background_compaction():
             return self._write_partitioned(prepared, column, writer_fn, output_root, num_partitions, engine)
 
     def _declare_output_root(self, output_root: str) -> None:
@@ -522,7 +523,8 @@ class CheckpointedJob:
                 return self._write_native(
                     partitioned, writer_fn, output_root, spark_path, task_files, shuffled, driver_degraded
                 )
-            if engine == "spark":
+            # A resumed run whose input is all done has nothing to write: no plan to inspect, no error.
+            if engine == "spark" and not partitioned.isEmpty():
                 raise NativeWriterUnavailableError(
                     f"engine='spark' cannot write {output_root}: {why_not}. Use engine='auto' (falls back to the "
                     "Arrow writer) or engine='arrow'. Nothing was written"

@@ -133,6 +133,20 @@ def test_engine_spark_where_it_cannot_run_is_a_clear_error_and_writes_nothing(
     assert job.store.list_checkpoints() == []
 
 
+def test_engine_spark_with_every_file_done_writes_nothing_and_succeeds(spark: SparkSession, tmp_path: Path) -> None:
+    """A rerun after a driver died once every task had sealed (e.g. while compacting) has no pending input."""
+    target = Target("local", f"file://{tmp_path}/store", f"file://{tmp_path}/out")
+    inputs = make_inputs(tmp_path / "in", files=2)
+    operator = FakeOperator(target)
+    first = operator.begin()
+    _run_files(spark, target, first, inputs)
+    operator.end(first, 0)
+    written = sorted(target.output_files())
+    rerun = _run_files(spark, target, operator.begin(), inputs)
+    assert rerun.rows == 0 and sorted(target.output_files()) == written
+    assert_exactly_once(target, inputs)
+
+
 def test_native_and_arrow_writers_write_the_same_rows_and_layout(spark: SparkSession, tmp_path: Path) -> None:
     """partition_by, max_records_per_file and compression mean the same with both engines."""
     inputs = make_inputs(tmp_path / "in", files=4, rows_per_file=150, accounts=3)
