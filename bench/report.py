@@ -427,106 +427,163 @@ def _plot_clean(variants: dict[str, Any], path: Path) -> None:
 # ---------------------------------------------------------------------------------------- store scale
 
 
-def store_section(data: dict[str, Any], results: Path) -> tuple[list[str], list[tuple[str, str, bool]]]:
+STORE_OPS = ("keys_read", "progress", "begin_epoch", "commit", "cleanup")
+#: Targets at 100,000 checkpoints on the S3 server (seconds); keys_read is measured against the floor.
+STORE_TARGETS_100K_S3 = {"begin_epoch": 5.0, "progress": 2.0, "commit": 60.0, "cleanup": 60.0}
+STORE_READ_PATHS = ("keys_read", "progress", "begin_epoch")
+
+
+def _store_cell(row: dict[str, Any] | None, op: str) -> str:
+    if row is None or op not in row:
+        return "—"
+    return f"{row[op]['seconds']:.2f} s ({row[op]['requests']:,} req)"
+
+
+def store_section(
+    data: dict[str, Any], results: Path, before: dict[str, Any] | None = None
+) -> tuple[list[str], list[tuple[str, str, bool]]]:
+    """Store scale: this code (``store_scale.json``) next to the code before segments (``store_scale-before.json``)."""
     rows_in = data["rows"]
+    old = {(r["backend"], r["checkpoints"]): r for r in (before or {}).get("rows", [])}
     lines = [
         "## 3. Store scale",
         "",
         f"Stores filled as N Spark tasks would fill them ({data['keys_per_checkpoint']} keys, one output file "
-        "and one intent per checkpoint; one failed unsealed attempt per 100, whose file the commit deletes). "
-        "Each operation on a freshly opened store. Requests: S3 HTTP requests (by operation below); local: "
-        "filesystem operations of the object layer. Cleanup = `delete_after_success`.",
+        "and one intent per checkpoint; one failed unsealed attempt per 100, whose file the commit deletes), "
+        "with the driver's compaction running beside the sealing tasks (this code). Each operation on a "
+        "freshly opened store, in this order: keys read (best of 2), progress, begin_epoch (the next epoch on "
+        "the filled store), commit, cleanup (`delete_after_success`). Requests: S3 HTTP requests (by operation "
+        "below); local: filesystem operations of the object layer. *before*: the same script on the code "
+        f"before segments (commit `{(before or {}).get('commit', '?')}`), measured in its own run "
+        f"(load {(before or {}).get('load_start', '?')} → {(before or {}).get('load_end', '?')}); *after*: "
+        f"commit `{data.get('commit', '?')}` (load {data.get('load_start', '?')} → {data.get('load_end', '?')}).",
         "",
     ]
-    header = [
-        "backend",
-        "checkpoints",
-        "fill",
-        "keys read",
-        "progress",
-        "commit",
-        "cleanup",
-        "keys read req",
-        "commit req",
-        "cleanup req",
-    ]
+    header = ["backend", "checkpoints", "code", *STORE_OPS, "keys floor", "fill (compaction)"]
     rows = []
     for r in rows_in:
+        key = (r["backend"], r["checkpoints"])
+        previous = old.get(key)
+        if previous is not None:
+            rows.append(
+                [
+                    r["backend"],
+                    f"{r['checkpoints']:,}",
+                    "before",
+                    *(_store_cell(previous, op) for op in STORE_OPS),
+                    f"{previous['floor']['seconds']:.3f} s",
+                    f"{previous['fill']['seconds']:.0f} s",
+                ]
+            )
+        fill = r["fill"]
         rows.append(
             [
                 r["backend"],
                 f"{r['checkpoints']:,}",
-                f"{r['fill_seconds']:.1f} s",
-                f"{r['keys_read']['seconds']:.2f} s",
-                f"{r['progress']['seconds']:.2f} s",
-                f"{r['commit']['seconds']:.2f} s",
-                f"{r['cleanup']['seconds']:.2f} s",
-                f"{r['keys_read']['requests']:,}",
-                f"{r['commit']['requests']:,}",
-                f"{r['cleanup']['requests']:,}",
+                "**after**",
+                *(_store_cell(r, op) for op in STORE_OPS),
+                f"{r['floor']['seconds']:.3f} s",
+                f"{fill['seconds']:.0f} s ({fill['compaction_seconds']:.0f} s, {fill['compaction_requests']:,} req)",
             ]
         )
     lines += _table(header, rows)
     s3_rows = [r for r in rows_in if r["backend"] == "s3"]
     if s3_rows:
-        lines += ["", "S3 requests by operation:", ""]
+        lines += ["", "S3 requests by operation (after):", ""]
         op_rows = []
         for r in s3_rows:
-            for phase in ("keys_read", "progress", "commit", "cleanup"):
-                ops = ", ".join(f"{k} {v:,}" for k, v in sorted(r[phase]["by_operation"].items()))
+            for phase in STORE_OPS:
+                by_op = r[phase].get("by_operation") or {}
+                ops = ", ".join(f"{k} {v:,}" for k, v in sorted(by_op.items())) or "(not recorded)"
                 op_rows.append([f"{r['checkpoints']:,}", phase, ops])
         lines += _table(["checkpoints", "operation", "requests"], op_rows)
-    lines += ["", "![store scale](store_scale.png)", ""]
-    _plot_store(rows_in, results / "store_scale.png")
-    targets = []
-    s3_10k = [r for r in s3_rows if r["checkpoints"] == 10_000]
-    if s3_10k:
-        seconds = s3_10k[0]["commit"]["seconds"]
+    lines += ["", "![store scale, before and after segments](store_scale.png)", ""]
+    _plot_store(rows_in, list(old.values()), results / "store_scale.png")
+    return lines, _store_targets(rows_in)
+
+
+def _store_targets(rows: list[dict[str, Any]]) -> list[tuple[str, str, bool]]:
+    targets: list[tuple[str, str, bool]] = []
+    by = {(r["backend"], r["checkpoints"]): r for r in rows}
+    big = by.get(("s3", 100_000))
+    if big is not None:
+        for op, limit in STORE_TARGETS_100K_S3.items():
+            seconds = big[op]["seconds"]
+            targets.append((f"{op} at 100k checkpoints on S3 <= {limit:.0f} s", f"{seconds:.2f} s", seconds <= limit))
+        ratio = big["keys_read"]["seconds"] / big["floor"]["seconds"]
+        targets.append(
+            (
+                "get_checkpointed_keys at 100k on S3 <= 2x one Parquet file of the same keys",
+                f"{big['keys_read']['seconds']:.2f} s vs {big['floor']['seconds']:.2f} s = {ratio:.2f}x",
+                ratio <= 2.0,
+            )
+        )
+    for backend in ("local", "s3"):
+        small, large = by.get((backend, 10_000)), by.get((backend, 100_000))
+        if small is None or large is None:
+            continue
+        for op in STORE_READ_PATHS:
+            growth = max(large[op]["requests"], 1) / max(small[op]["requests"], 1)
+            targets.append(
+                (
+                    f"{op} requests 10k -> 100k sub-linear ({backend})",
+                    f"{small[op]['requests']:,} -> {large[op]['requests']:,} ({growth:.1f}x for 10x)",
+                    growth < 10,
+                )
+            )
+    s3_10k = by.get(("s3", 10_000))
+    if s3_10k is not None:
+        seconds = s3_10k["commit"]["seconds"]
         targets.append(
             (
                 "commit of 10k checkpoints < 30 s on the local S3 server",
-                f"{seconds:.1f} s ({s3_10k[0]['commit']['requests']:,} requests)",
+                f"{seconds:.1f} s ({s3_10k['commit']['requests']:,} requests)",
                 seconds < 30,
             )
         )
-    return lines, targets
+    return targets
 
 
-def _plot_store(rows: list[dict[str, Any]], path: Path) -> None:
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
-    styles = {"keys_read": "o-", "progress": "s-", "commit": "^-", "cleanup": "d-"}
-    colors = {"local": "#2ca02c", "s3": "#9467bd"}
-    for backend in ("local", "s3"):
-        mine = sorted((r for r in rows if r["backend"] == backend), key=lambda r: r["checkpoints"])
-        if not mine:
-            continue
-        ns = [r["checkpoints"] for r in mine]
-        for phase, style in styles.items():
-            axes[0].plot(
-                ns,
-                [r[phase]["seconds"] for r in mine],
-                style,
-                color=colors[backend],
-                alpha=0.5 + 0.5 * (phase == "commit"),
-                label=f"{backend} {phase}",
-            )
-            axes[1].plot(
-                ns,
-                [max(r[phase]["requests"], 1) for r in mine],
-                style,
-                color=colors[backend],
-                alpha=0.5 + 0.5 * (phase == "commit"),
-                label=f"{backend} {phase}",
-            )
-    axes[0].axhline(30, ls=":", color="black", label="30 s (commit target at 10k, S3)")
-    axes[0].set_title("Seconds per operation")
-    axes[1].set_title("Requests per operation (S3: HTTP; local: fs ops)")
-    for ax in axes:
+def _plot_store(after: list[dict[str, Any]], before: list[dict[str, Any]], path: Path) -> None:
+    """Seconds and requests against checkpoints, per backend: before dashed, after solid, one color per operation."""
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    colors = {
+        "keys_read": "#1f77b4",
+        "progress": "#ff7f0e",
+        "begin_epoch": "#2ca02c",
+        "commit": "#d62728",
+        "cleanup": "#9467bd",
+    }
+    for row_index, backend in enumerate(("local", "s3")):
+        for code, rows, style in (("before", before, "--"), ("after", after, "-")):
+            mine = sorted((r for r in rows if r["backend"] == backend), key=lambda r: r["checkpoints"])
+            if not mine:
+                continue
+            ns = [r["checkpoints"] for r in mine]
+            for op, color in colors.items():
+                if any(op not in r for r in mine):
+                    continue
+                marker = "o" if code == "after" else "x"
+                label = f"{op} ({code})"
+                axes[row_index][0].plot(
+                    ns, [r[op]["seconds"] for r in mine], style, marker=marker, color=color, label=label
+                )
+                axes[row_index][1].plot(
+                    ns, [max(r[op]["requests"], 1) for r in mine], style, marker=marker, color=color, label=label
+                )
+            if code == "after":
+                axes[row_index][0].plot(
+                    ns, [r["floor"]["seconds"] for r in mine], ":", color="black", label="keys floor (one Parquet file)"
+                )
+        axes[row_index][0].set_title(f"{backend}: seconds per operation")
+        axes[row_index][1].set_title(f"{backend}: requests per operation ({'HTTP' if backend == 's3' else 'fs ops'})")
+    for ax in axes.flat:
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("checkpoints in the store")
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7, ncol=2)
+        ax.legend(fontsize=6, ncol=2)
+    fig.suptitle("Store scale: before segments (dashed) and after (solid)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -619,7 +676,7 @@ def build(results: Path, meta: dict[str, Any] | None = None) -> str:
         body += lines
         targets += found
     if store:
-        lines, found = store_section(store, results)
+        lines, found = store_section(store, results, _read(results, "store_scale-before.json"))
         body += lines
         targets += found
     if airflow:

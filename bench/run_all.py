@@ -6,7 +6,7 @@
   Structured Streaming; clean-run overhead on the same data (sections 1 and 2);
 * ``spark``   — helper 2's bench/spark_overhead.py (clean-run overhead in one SparkSession),
   run as it is and its printed table captured;
-* ``store``   — bench/store_scale.py: keys read, commit, cleanup for 1k/10k/100k checkpoints;
+* ``store``   — bench/store_scale.py: keys read, progress, begin_epoch, commit, cleanup for 1k/10k/100k checkpoints;
 * ``airflow`` — bench/airflow_overhead.py: time the operators add around spark-submit;
 * ``dags``    — one real ``dag.test()`` of the example DAG, timestamps from its task log.
 
@@ -36,7 +36,7 @@ sys.path.insert(0, str(BENCH))
 RESULTS = BENCH / "results"
 WORK = BENCH / "work"
 
-STORE_SIZES = {"small": ([1_000], [1_000]), "full": ([1_000, 10_000, 100_000], [1_000, 10_000])}
+STORE_SIZES = {"small": ([1_000], [1_000]), "full": ([1_000, 10_000, 100_000], [1_000, 10_000, 100_000])}
 AIRFLOW_SIZES = {"small": ([0, 1_000], [0]), "full": ([0, 1_000, 10_000], [0, 1_000, 10_000])}
 SPARK_ARGS = {"small": ["--files", "24", "--rows", "5000", "--repeat", "1", "--tasks", "4"], "full": []}
 

@@ -1,31 +1,45 @@
-"""Benchmark: how the store's reads, commit and cleanup grow with the number of checkpoints.
+"""Benchmark: how the store's reads, epoch opening, commit and cleanup grow with the number of checkpoints.
 
 For each backend (local disk; the SeaweedFS S3 server, started here) and each size N,
 a fresh store is filled the way N Spark tasks fill it: per checkpoint an intent, one
 output file (a few bytes, written to the output directory), its file metadata,
 ``keys_per_checkpoint`` keys and the seal. One attempt in a hundred fails before its
 seal (intent and output file, no manifest), so the commit has orphans to delete.
+While the tasks seal, a second store client compacts every two seconds, as the Spark
+driver does while a job runs (``store.compact(min_loose=500, delete_retired=False)``,
+then once more when the job ends); code without compaction skips that.
+
 Then, each on a freshly opened store (no cache carried over):
 
-* ``get_checkpointed_keys`` — what ``pending_files``/``skip_completed`` read at submit;
-* ``progress`` — what the operator logs before the submit and the UI shows;
+* ``get_checkpointed_keys`` — what ``pending_files``/``skip_completed`` read at submit,
+  next to the floor: the same keys read from one Parquet file on the same backend
+  through the same object layer (best of two runs each);
+* ``progress`` — what the operator logs before the submit and the UI/CLI show;
+* ``begin_epoch`` — the operator opening the next epoch on the filled store;
 * ``commit`` — ``CheckpointCommitOperator``'s phase 1 and 2 (orphans deleted);
 * ``cleanup`` — the default retention policy ``delete_after_success``.
 
 Requests are counted by the object layer (S3: HTTP requests by operation; local:
-filesystem operations), the store's own and those on the output directory.
+filesystem operations), the store's own and those on the output directory. The same
+script measures the code of another checkout (``--label before`` from a worktree of
+main before a change: it works with the store API of both).
 
-    .venv/bin/python bench/store_scale.py [--local 1000,10000,100000] [--s3 1000,10000]
+    .venv/bin/python bench/store_scale.py [--local 1000,10000,100000] [--s3 1000,10000,100000] [--label after]
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
+import inspect
+import io
 import json
 import os
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -34,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -45,23 +60,82 @@ from airflow_ckpt_provider.store import (  # noqa: E402
     RetentionPolicy,
     open_store,
 )
+from airflow_ckpt_provider.store.blobs.base import BlobStore  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 FAILED_EVERY = 100
+#: The driver's compaction while the job runs (spark/job.py uses the same values).
+COMPACT_EVERY_SECONDS = 2.0
+COMPACT_MIN_LOOSE = 500
+OPERATIONS = ("keys_read", "progress", "begin_epoch", "commit", "cleanup")
 
 
 def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def _output_store(store: CheckpointStore, uri: str) -> BlobStore:
+    """An output location through the store's object layer (before the store split: a private method)."""
+    context = getattr(store, "context", None)
+    if context is not None:
+        return context.output_store(uri)  # type: ignore[no-any-return]
+    return store._output_store(uri)  # type: ignore[attr-defined,no-any-return]
+
+
 def _requests(store: CheckpointStore) -> tuple[int, collections.Counter[str]]:
     """Requests so far by the store's object layer and those of its output directories."""
-    layers = [store.blobs, *store.context.opened_output_stores()]
+    context = getattr(store, "context", None)
+    outputs = context.opened_output_stores() if context is not None else list(store._output_blobs.values())  # type: ignore[attr-defined]
+    layers = [store.blobs, *outputs]
     total = sum(int(b.request_count) for b in layers)
     by_op: collections.Counter[str] = collections.Counter()
     for blobs in layers:
         by_op.update(getattr(blobs, "requests_by_operation", {}) or {})
     return total, by_op
+
+
+class DriverCompaction:
+    """What the Spark driver does while tasks seal: compact every few seconds, and once at the end."""
+
+    def __init__(self, store: CheckpointStore) -> None:
+        self.store = store
+        self.enabled = hasattr(store, "compact")
+        self.rounds = 0
+        self.checkpoints = 0
+        self.seconds = 0.0
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> DriverCompaction:
+        if self.enabled:
+            self._thread.start()
+        return self
+
+    def _once(self, min_loose: int) -> None:
+        started = time.perf_counter()
+        result = self.store.compact(min_loose=min_loose, delete_retired=False)  # type: ignore[attr-defined]
+        self.seconds += time.perf_counter() - started
+        self.rounds += 1
+        self.checkpoints += result.checkpoints
+
+    def _run(self) -> None:
+        while not self._stop.wait(COMPACT_EVERY_SECONDS):
+            try:
+                self._once(COMPACT_MIN_LOOSE)
+            except Exception as exc:  # best effort, as the driver's (a timeout under load is retried next round)
+                self.failures += 1
+                print(f"[store] compaction round failed (retried next round): {exc}", flush=True)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self._stop.set()
+            self._thread.join()
+            try:
+                self._once(1)
+            except Exception as exc:  # the commit compacts what is left, as after a driver that died
+                self.failures += 1
+                print(f"[store] final compaction failed (the commit compacts the rest): {exc}", flush=True)
 
 
 def fill(
@@ -74,9 +148,34 @@ def fill(
     status: EpochStatus = EpochStatus.SUCCEEDED,
     owner: str = "bench",
 ) -> float:
-    """N sealed checkpoints (plus one failed attempt per ``FAILED_EVERY``) in one epoch that ends ``status``."""
-    epoch = store.begin_epoch(owner=owner, output_roots=[output]).number
-    out = store.context.output_store(output)
+    """N sealed checkpoints (plus one failed attempt per ``FAILED_EVERY``) in one epoch that ends ``status``;
+    the seconds it took (no compaction beside it: what other benchmarks build their stores with)."""
+    return float(
+        fill_compacting(store, None, output, checkpoints, keys, workers=workers, status=status, owner=owner)["seconds"]
+    )
+
+
+def _begin(store: CheckpointStore, owner: str, output: str) -> int:
+    """Open an epoch declaring ``output`` as its output root (code before declared roots: without)."""
+    if "output_roots" in inspect.signature(store.begin_epoch).parameters:
+        return store.begin_epoch(owner=owner, output_roots=[output]).number
+    return store.begin_epoch(owner=owner).number
+
+
+def fill_compacting(
+    store: CheckpointStore,
+    compactor_store: CheckpointStore | None,
+    output: str,
+    checkpoints: int,
+    keys: int,
+    *,
+    workers: int = 32,
+    status: EpochStatus = EpochStatus.SUCCEEDED,
+    owner: str = "bench",
+) -> dict[str, Any]:
+    """:func:`fill`, with ``compactor_store`` compacting beside the sealing tasks as the Spark driver does."""
+    epoch = _begin(store, owner, output)
+    out = _output_store(store, output)
     payload = b"PAR1" + b"\0" * 60 + b"PAR1"  # a few bytes: the store never reads output files
 
     def one(index: int) -> None:
@@ -92,11 +191,24 @@ def fill(
             store.stage_keys(checkpoint_id, pa.array(range(index * keys, (index + 1) * keys), pa.int64()))
             store.checkpoint(checkpoint_id, epoch=epoch, partition=index)
 
+    counted = compactor_store or store
     started = time.perf_counter()
-    with ThreadPoolExecutor(workers) as pool:
+    before, _ = _requests(counted)
+    driver = DriverCompaction(compactor_store) if compactor_store is not None else contextlib.nullcontext(None)
+    with driver as compaction, ThreadPoolExecutor(workers) as pool:
         list(pool.map(one, range(checkpoints)))
     store.end_epoch(epoch, status=status)
-    return time.perf_counter() - started
+    after, _ = _requests(counted)
+    result: dict[str, Any] = {"seconds": time.perf_counter() - started}
+    if compaction is not None:
+        result |= {
+            "compaction_rounds": compaction.rounds,
+            "compacted_checkpoints": compaction.checkpoints,
+            "compaction_seconds": compaction.seconds,
+            "compaction_requests": after - before,
+            "compaction_failures": compaction.failures,
+        }
+    return result
 
 
 def _measure(opener: Callable[[], CheckpointStore], action: Callable[[CheckpointStore], Any]) -> dict[str, Any]:
@@ -107,46 +219,89 @@ def _measure(opener: Callable[[], CheckpointStore], action: Callable[[Checkpoint
     seconds = time.perf_counter() - started
     after, after_ops = _requests(store)
     store.close()
-    return {
-        "seconds": seconds,
-        "requests": after - before,
-        "by_operation": dict(after_ops - before_ops),
-        "value": value,
-    }
+    requests = {"requests": after - before, "by_operation": dict(after_ops - before_ops)}
+    return {"seconds": seconds, **requests, "value": value}
+
+
+def _floor(store: CheckpointStore, output: str, total: int) -> dict[str, Any]:
+    """Reading the same keys from one Parquet file on the same backend, through the same object layer."""
+    blobs = _output_store(store, f"{output}-floor")
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"key": pa.array(range(total), pa.int64())}), sink, compression="zstd")
+    blobs.put("keys.parquet", sink.getvalue())
+    runs = []
+    for _ in range(2):
+        started = time.perf_counter()
+        table = pq.read_table(pa.BufferReader(blobs.get("keys.parquet")[0]))
+        runs.append(time.perf_counter() - started)
+        assert table.num_rows == total
+    blobs.delete_many(["keys.parquet"])
+    return {"seconds": min(runs), "bytes": len(sink.getvalue())}
 
 
 def measure(backend: str, uri: str, output: str, options: dict[str, Any], n: int, keys: int) -> dict[str, Any]:
     def opener() -> CheckpointStore:
         return open_store(uri, **options)
 
-    print(f"[store] {backend} {n:,} checkpoints: filling ...", flush=True)
-    filler = opener()
-    fill_seconds = fill(filler, output, n, keys)
+    print(f"[store] {backend} {n:,} checkpoints: filling ... (load {load()})", flush=True)
+    filler, compactor = opener(), opener()
+    filled = fill_compacting(filler, compactor, output, n, keys)
     filler.close()
-    row: dict[str, Any] = {"backend": backend, "checkpoints": n, "keys": n * keys, "fill_seconds": fill_seconds}
-    row["keys_read"] = _measure(opener, lambda s: s.get_checkpointed_keys().num_rows)
+    compactor.close()
+    row: dict[str, Any] = {"backend": backend, "checkpoints": n, "keys": n * keys, "fill": filled, "load": load()}
+    reads = [_measure(opener, lambda s: s.get_checkpointed_keys().num_rows) for _ in range(2)]
+    row["keys_read"] = min(reads, key=lambda r: r["seconds"])
+    row["floor"] = _floor(opener(), output, n * keys)
     row["progress"] = _measure(opener, lambda s: s.progress().valid_checkpoints)
+    row["begin_epoch"] = _measure(opener, lambda s: len(s.begin_epoch(owner="bench-2").base))
+    opener().end_epoch(2, status=EpochStatus.SUCCEEDED)
     row["commit"] = _measure(opener, lambda s: s.commit([output]).summary())
     row["cleanup"] = _measure(opener, lambda s: len(s.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS)))
     assert row["keys_read"]["value"] == n * keys, row["keys_read"]
+    assert row["progress"]["value"] == n, row["progress"]
+    assert row["begin_epoch"]["value"] == n, row["begin_epoch"]
     assert row["commit"]["value"]["orphans_deleted"] == len(range(0, n, FAILED_EVERY)), row["commit"]["value"]
     print(
-        f"[store] {backend} {n:,}: fill {fill_seconds:.1f} s | keys {row['keys_read']['seconds']:.2f} s "
-        f"({row['keys_read']['requests']} req) | progress {row['progress']['seconds']:.2f} s | commit "
-        f"{row['commit']['seconds']:.2f} s ({row['commit']['requests']} req) | cleanup "
-        f"{row['cleanup']['seconds']:.2f} s ({row['cleanup']['requests']} req)",
+        f"[store] {backend} {n:,}: fill {filled['seconds']:.1f} s (compaction {filled['compaction_seconds']:.1f} s, "
+        f"{filled['compaction_requests']} req) | "
+        + " | ".join(f"{op} {row[op]['seconds']:.2f} s ({row[op]['requests']} req)" for op in OPERATIONS)
+        + f" | floor {row['floor']['seconds']:.2f} s",
         flush=True,
     )
     return row
 
 
-def run(local_sizes: list[int], s3_sizes: list[int], keys: int = 100) -> dict[str, Any]:
-    result: dict[str, Any] = {"load_start": load(), "keys_per_checkpoint": keys, "rows": []}
-    print(f"[store] load average at start: {result['load_start']}", flush=True)
+def _commit_of(root: Path) -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+
+
+def run(
+    local_sizes: list[int],
+    s3_sizes: list[int],
+    keys: int = 100,
+    label: str = "after",
+    on_row: Callable[[dict[str, Any]], None] = lambda result: None,
+) -> dict[str, Any]:
+    """Every size on each backend; ``on_row`` gets the result so far after each size (a long run keeps its rows)."""
+    result: dict[str, Any] = {
+        "label": label,
+        "commit": _commit_of(ROOT),
+        "load_start": load(),
+        "keys_per_checkpoint": keys,
+        "rows": [],
+    }
+    print(f"[store] {label} ({result['commit']}): load average at start: {result['load_start']}", flush=True)
+    (ROOT / "bench" / "work").mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ckpt-store-scale-", dir=ROOT / "bench" / "work") as tmp:
         for n in local_sizes:
             base = Path(tmp) / f"local-{n}"
             result["rows"].append(measure("local", f"file://{base}/store", f"file://{base}/out", {}, n, keys))
+            on_row(result)
         if s3_sizes:
             from ckpt_testkit.seaweed import SeaweedServer
 
@@ -158,6 +313,7 @@ def run(local_sizes: list[int], s3_sizes: list[int], keys: int = 100) -> dict[st
                     result["rows"].append(
                         measure("s3", f"s3://{bucket}/store", f"s3://{bucket}/out", server.options(), n, keys)
                     )
+                    on_row(result)
             finally:
                 server.close()
     result["load_end"] = load()
@@ -172,15 +328,21 @@ def _sizes(text: str) -> list[int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--local", default="1000,10000,100000", help="checkpoint counts on local disk")
-    parser.add_argument("--s3", default="1000,10000", help="checkpoint counts on the S3 server")
+    parser.add_argument("--s3", default="1000,10000,100000", help="checkpoint counts on the S3 server")
     parser.add_argument("--keys", type=int, default=100, help="keys per checkpoint")
-    parser.add_argument("--out", type=Path, default=RESULTS / "store_scale.json")
+    parser.add_argument("--label", default="after", help="'after' (this code) or 'before' (a checkout of main)")
+    parser.add_argument("--out", type=Path, default=None, help="default: bench/results/store_scale[-LABEL].json")
     args = parser.parse_args()
-    (ROOT / "bench" / "work").mkdir(parents=True, exist_ok=True)
-    result = run(_sizes(args.local), _sizes(args.s3), args.keys)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1, default=str))
-    print(f"wrote {args.out}")
+    out = args.out or RESULTS / ("store_scale.json" if args.label == "after" else f"store_scale-{args.label}.json")
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(result: dict[str, Any]) -> None:
+        result["measured"] = {"date": started, "commit": result["commit"]}
+        out.write_text(json.dumps(result, indent=1, default=str))
+
+    write(run(_sizes(args.local), _sizes(args.s3), args.keys, args.label, on_row=write))
+    print(f"wrote {out}")
     return 0
 
 
