@@ -34,6 +34,12 @@ def _store_arguments() -> argparse.ArgumentParser:
     where.add_argument("--dag-id", help="DAG id of the task instance whose store to use")
     where.add_argument("--task-id", help="task id of the task instance whose store to use")
     where.add_argument("--run-id", help="run id of the task instance whose store to use")
+    where.add_argument(
+        "--map-index",
+        type=int,
+        default=-1,
+        help="map index of a mapped task instance (each has its own store; default -1: not mapped)",
+    )
     s3 = parent.add_argument_group(
         "S3 options (credentials come from the environment or --aws-conn-id, never from flags)"
     )
@@ -127,6 +133,7 @@ def _target(args: argparse.Namespace) -> StoreTarget:
         dag_id=args.dag_id,
         task_id=args.task_id,
         run_id=args.run_id,
+        map_index=args.map_index,
         aws_conn_id=args.aws_conn_id,
         endpoint_url=args.endpoint_url,
         region=args.region,

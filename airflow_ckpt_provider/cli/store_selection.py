@@ -28,6 +28,7 @@ class StoreTarget:
     dag_id: str | None = None
     task_id: str | None = None
     run_id: str | None = None
+    map_index: int = -1
     aws_conn_id: str | None = None
     endpoint_url: str | None = None
     region: str | None = None
@@ -55,6 +56,8 @@ class StoreTarget:
                 )
             if self.uri is not None:
                 raise TargetError("give either a store URI or --dag-id/--task-id/--run-id, not both")
+        elif self.map_index != -1:
+            raise TargetError("--map-index names a mapped task instance: give it with --dag-id/--task-id/--run-id")
         elif not self.uri:
             raise TargetError(
                 "no store given: pass a store URI (file:///path, /path or s3://bucket/prefix) "
@@ -90,16 +93,15 @@ def resolve_target(target: StoreTarget) -> ResolvedTarget:
     if not target.names_task_instance:
         assert target.uri is not None
         return ResolvedTarget(target.uri)
-    from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
-    from airflow_ckpt_provider.hooks.task_store import configured_store
+    from airflow_ckpt_provider.hooks.task_store import SOURCE_DEFAULT, configured_store
 
     assert target.dag_id and target.task_id and target.run_id
+    found = None
     try:
         from airflow.utils.session import create_session
 
         with create_session(scoped=False) as session:
-            found = configured_store(session, target.dag_id, target.task_id, target.run_id)
-        return ResolvedTarget(found.uri, found.aws_conn_id, found.source)
+            found = configured_store(session, target.dag_id, target.task_id, target.run_id, map_index=target.map_index)
     except CheckpointError:
         raise
     except Exception as exc:  # no metadata DB here (not configured, not migrated, unreachable)
@@ -108,8 +110,26 @@ def resolve_target(target: StoreTarget) -> ResolvedTarget:
             f"airflow-ckpt: note: Airflow's metadata DB cannot be read ({reason}): using the [ckpt] default "
             "location of the task instance; if its operator names a checkpoint_uri, pass that URI instead\n"
         )
-    uri = CheckpointHook.resolve_uri(None, dag_id=target.dag_id, task_id=target.task_id, run_id=target.run_id)
-    return ResolvedTarget(uri, None, "default location")
+    if found is None:
+        return ResolvedTarget(_default_store_uri(target, target.aws_conn_id), None, SOURCE_DEFAULT)
+    if found.source != SOURCE_DEFAULT or found.spark_task_id is not None:
+        return ResolvedTarget(found.uri, found.aws_conn_id, found.source)
+    return ResolvedTarget(_default_store_uri(target, found.aws_conn_id), found.aws_conn_id, found.source)
+
+
+def _default_store_uri(target: StoreTarget, aws_conn_id: str | None) -> str:
+    """Like the operator: the default location, or a store 0.1 left at its old location for this task instance."""
+    from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
+
+    assert target.dag_id and target.task_id and target.run_id
+    return CheckpointHook.for_task_instance(
+        None,
+        dag_id=target.dag_id,
+        task_id=target.task_id,
+        run_id=target.run_id,
+        map_index=target.map_index,
+        aws_conn_id=aws_conn_id,
+    ).uri
 
 
 def resolve_uri(target: StoreTarget) -> str:

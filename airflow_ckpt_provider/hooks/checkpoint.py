@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from functools import cached_property
 from typing import Any
 
@@ -10,7 +11,9 @@ from airflow.sdk.log import mask_secret
 
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
 from airflow_ckpt_provider.hooks.connections import ConnectionLookup, StoreConnectionError, task_connection
+from airflow_ckpt_provider.hooks.default_location import adopt_legacy
 from airflow_ckpt_provider.store import (
+    CheckpointError,
     CheckpointStore,
     ClearResult,
     InvalidStoreUriError,
@@ -39,6 +42,9 @@ def endpoint_userinfo(endpoint_url: Any) -> list[str]:
 def seen_secrets() -> frozenset[str]:
     """The store credentials any ``CheckpointHook`` of this process has read so far."""
     return frozenset(_SEEN_SECRETS)
+
+
+log = logging.getLogger(__name__)
 
 
 class CheckpointHook(BaseHook):
@@ -79,12 +85,62 @@ class CheckpointHook(BaseHook):
         dag_id: str,
         task_id: str,
         run_id: str,
+        map_index: int = -1,
         config: CheckpointConfig | None = None,
     ) -> str:
-        """``checkpoint_uri`` if given, else the configured default for this (dag, task, run)."""
+        """``checkpoint_uri`` if given, else the configured default for this task instance
+        (``map_index`` -1: not mapped). Reads no store: see :meth:`for_task_instance`."""
         if checkpoint_uri and checkpoint_uri.strip():
             return checkpoint_uri.strip()
-        return (config or CheckpointConfig.load()).default_store_uri(dag_id, task_id, run_id)
+        return (config or CheckpointConfig.load()).default_store_uri(dag_id, task_id, run_id, map_index)
+
+    @classmethod
+    def for_task_instance(
+        cls,
+        checkpoint_uri: str | None,
+        *,
+        dag_id: str,
+        task_id: str,
+        run_id: str,
+        map_index: int = -1,
+        aws_conn_id: str | None = None,
+        config: CheckpointConfig | None = None,
+    ) -> CheckpointHook:
+        """The hook of a task instance's store: ``checkpoint_uri``, else the default location.
+
+        A store that 0.1 created at its (non-injective) location for this unmapped task
+        instance is resumed there as long as the new location holds no store yet, so a
+        run that failed before an upgrade resumes after it: one listing of each location.
+        """
+        config = config or CheckpointConfig.load()
+        uri = cls.resolve_uri(
+            checkpoint_uri, dag_id=dag_id, task_id=task_id, run_id=run_id, map_index=map_index, config=config
+        )
+        hook = cls(uri, aws_conn_id=aws_conn_id, config=config)
+        named = bool(checkpoint_uri and checkpoint_uri.strip())
+        legacy_uri = config.legacy_store_uri(dag_id, task_id, run_id)
+        if named or map_index >= 0 or legacy_uri == uri:
+            return hook
+        try:
+            if hook.get_store().current_epoch() is not None:
+                return hook
+            legacy = cls(legacy_uri, aws_conn_id=aws_conn_id, config=config)
+            owners = [epoch.owner for epoch in legacy.get_store().list_epochs()]
+        except CheckpointError as exc:  # the new location is used; its own errors surface there
+            log.info("could not look for a store at the 0.1 location %s: %s", legacy_uri, exc)
+            return hook
+        if not adopt_legacy(owners, dag_id, task_id, run_id):
+            return hook
+        log.warning(
+            "Using the store of %s/%s/%s at its 0.1 location %s (the default location is now %s); "
+            "runs started after the upgrade use the new one",
+            dag_id,
+            task_id,
+            run_id,
+            legacy_uri,
+            uri,
+        )
+        return legacy
 
     @property
     def uri(self) -> str:

@@ -7,29 +7,21 @@ Read once per task, at execute time, so a deployment changes behaviour through
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
 from airflow.sdk.configuration import conf
 
+from airflow_ckpt_provider.hooks.default_location import default_location, legacy_location, path_segment
 from airflow_ckpt_provider.store import RetentionPolicy
 
 SECTION = "ckpt"
 
-# run ids hold ':' and '+' (manual__2024-01-01T00:00:00+00:00): fine on a local disk but
-# awkward in S3 keys and URLs, so the default location spells them with '_' instead.
-_UNSAFE_SEGMENT = re.compile(r"[^A-Za-z0-9._-]+")
+__all__ = ["SECTION", "CheckpointConfig", "airflow_home", "path_segment"]
 
 
 def airflow_home() -> str:
     """``$AIRFLOW_HOME`` as Airflow resolves it (default ``~/airflow``)."""
     return os.path.expanduser(os.path.expandvars(os.environ.get("AIRFLOW_HOME", "~/airflow")))
-
-
-def path_segment(value: str) -> str:
-    """``value`` made safe as one path segment of a store URI."""
-    cleaned = _UNSAFE_SEGMENT.sub("_", value).strip("._")
-    return cleaned or "_"
 
 
 @dataclass(frozen=True)
@@ -69,11 +61,17 @@ class CheckpointConfig:
             ui_trust_forwarded_headers=conf.getboolean(SECTION, "ui_trust_forwarded_headers", fallback=False),
         )
 
-    def default_store_uri(self, dag_id: str, task_id: str, run_id: str) -> str:
-        """One store per (dag, task, run): ``{base_uri}/{dag_id}/{task_id}/{run_id}``.
+    @property
+    def store_base(self) -> str:
+        """``base_uri``, or with none the local ``$AIRFLOW_HOME/checkpoints``."""
+        return self.base_uri.rstrip("/") if self.base_uri else os.path.join(airflow_home(), "checkpoints")
 
-        With no ``base_uri`` the store is local, under ``$AIRFLOW_HOME/checkpoints``.
+    def default_store_uri(self, dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> str:
+        """One store per task instance: ``{base}/{dag_id}/{task_id}/{run_id}``, and
+        ``.../map_index={i}`` for mapped instance ``i`` (ids spelled as ``default_location.py`` says).
         """
-        segments = "/".join(path_segment(s) for s in (dag_id, task_id, run_id))
-        base = self.base_uri.rstrip("/") if self.base_uri else os.path.join(airflow_home(), "checkpoints")
-        return f"{base}/{segments}"
+        return default_location(self.store_base, dag_id, task_id, run_id, map_index)
+
+    def legacy_store_uri(self, dag_id: str, task_id: str, run_id: str) -> str:
+        """Where 0.1 put the default store (see ``default_location.legacy_location``)."""
+        return legacy_location(self.store_base, dag_id, task_id, run_id)

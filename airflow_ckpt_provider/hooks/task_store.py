@@ -177,14 +177,16 @@ def configured_store(
         spark = _fields(session, dag_id, spark_task_id, run_id, map_index)
         spark_uri = _text(spark.values.get(URI_FIELD))
         return ConfiguredStore(
-            uri=CheckpointHook.resolve_uri(spark_uri, dag_id=dag_id, task_id=spark_task_id, run_id=run_id),
+            uri=CheckpointHook.resolve_uri(
+                spark_uri, dag_id=dag_id, task_id=spark_task_id, run_id=run_id, map_index=map_index
+            ),
             aws_conn_id=conn or _text(spark.values.get(CONN_FIELD)),
             source=spark.source if spark_uri else SOURCE_DEFAULT,
             spark_task_id=spark_task_id,
             checkpoint_task=fields.checkpoint_task,
         )
     return ConfiguredStore(
-        uri=CheckpointHook.resolve_uri(uri, dag_id=dag_id, task_id=task_id, run_id=run_id),
+        uri=CheckpointHook.resolve_uri(uri, dag_id=dag_id, task_id=task_id, run_id=run_id, map_index=map_index),
         aws_conn_id=conn,
         source=fields.source if uri else SOURCE_DEFAULT,
         checkpoint_task=fields.checkpoint_task,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
+from airflow_ckpt_provider.hooks.store_location import TaskStore
 from airflow_ckpt_provider.operators import metrics
 from airflow_ckpt_provider.operators.base import CheckpointStoreBaseOperator
 
@@ -21,19 +23,33 @@ class ClearCheckpointsOperator(CheckpointStoreBaseOperator):
     :param checkpoint_uri: the store (templated). Default: the store of ``spark_task_id``
         in this DAG run.
     :param spark_task_id: the ``CheckpointedSparkSubmitOperator`` whose store to clear (templated).
+        If it is mapped, a clear mapped the same way clears the store of its own map index, an
+        unmapped one the store of every mapped instance (the result lists them).
     :param aws_conn_id: ``aws`` connection for ``s3://`` stores (templated).
     """
 
     ui_color = "#e8a4a4"
 
     def execute(self, context: Context) -> dict[str, Any]:
-        hook = self.checkpoint_hook(context)
-        uri = hook.uri
-        result = hook.clear()
+        stores = self.task_stores(context)
+        if len(stores) == 1:
+            return self._clear(context, stores[0])
+        self.log.info("%s is mapped: clearing the stores of its %d instances", self.spark_task_id, len(stores))
+        cleared = [self._clear(context, store) for store in stores]
+        totals = {
+            name: sum(int(c[name]) for c in cleared)
+            for name in ("checkpoints_deleted", "files_deleted", "snapshots_deleted", "bytes_freed")
+        }
+        return {**totals, "stores": cleared, "map_indexes": [c["map_index"] for c in cleared]}
+
+    def _clear(self, context: Context, store: TaskStore) -> dict[str, Any]:
+        uri = store.uri
+        result = CheckpointHook(uri, aws_conn_id=self.aws_conn_id).clear()
         metrics.count(metrics.CLEARS, 1, metrics.task_tags(context))
         return {
             "checkpoint_uri": uri,
             "aws_conn_id": self.aws_conn_id,
+            "map_index": store.map_index,
             "epoch": result.epoch,
             "checkpoints_deleted": len(result.deleted_checkpoints),
             "files_deleted": len(result.deleted_files),

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_ckpt_provider.contract import XCOM_DEGRADED
+from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
-from airflow_ckpt_provider.hooks.store_location import store_template_fields
+from airflow_ckpt_provider.hooks.store_location import TaskStore, store_template_fields
 from airflow_ckpt_provider.operators import metrics
 from airflow_ckpt_provider.operators.base import CheckpointStoreBaseOperator
 from airflow_ckpt_provider.store import RetentionPolicy
@@ -23,6 +24,16 @@ def _as_bool(value: Any) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ("1", "true", "yes", "on")
     return bool(value)
+
+
+def top_directories(paths: Iterable[str]) -> list[str]:
+    """The directories holding ``paths``, without those inside another one of them."""
+    parents = sorted({path.rsplit("/", 1)[0] for path in paths if "/" in path})
+    tops: list[str] = []
+    for parent in parents:
+        if not any(parent.startswith(top.rstrip("/") + "/") for top in tops):
+            tops.append(parent)
+    return tops
 
 
 class CheckpointCommitOperator(CheckpointStoreBaseOperator):
@@ -39,7 +50,9 @@ class CheckpointCommitOperator(CheckpointStoreBaseOperator):
 
     :param checkpoint_uri: the store (templated). Default: the store ``spark_task_id`` used.
     :param spark_task_id: the ``CheckpointedSparkSubmitOperator`` of this DAG run whose output
-        to commit; its XCom supplies the store and the ``degraded`` flag (templated).
+        to commit; its XCom supplies the store and the ``degraded`` flag (templated). If that
+        task is mapped, a commit mapped the same way commits the store of its own map index, an
+        unmapped one the store of every mapped instance (one commit each; the summary lists them).
     :param aws_conn_id: ``aws`` connection for ``s3://`` stores (templated).
     :param output_roots: output directories to sweep for orphans (templated). Default: the
         roots the writers recorded.
@@ -50,7 +63,9 @@ class CheckpointCommitOperator(CheckpointStoreBaseOperator):
         A degraded epoch recorded in the store counts as well.
 
     Pushes the commit summary (counts only). With ``outlets=[Asset(...)]`` the asset event
-    carries that summary as its ``extra``, so downstream DAGs see what was committed.
+    carries that summary as its ``extra``, so downstream DAGs see what was committed. With
+    ``apache-airflow-providers-openlineage`` installed, its events carry the output roots as
+    output datasets and a ``checkpointCommit`` run facet (committed, skipped, deleted).
     """
 
     template_fields: Sequence[str] = store_template_fields("output_roots", "retention_policy", "degraded")
@@ -68,12 +83,12 @@ class CheckpointCommitOperator(CheckpointStoreBaseOperator):
         self.output_roots = output_roots
         self.retention_policy = retention_policy
         self.degraded = degraded
+        self._store_summaries: list[dict[str, Any]] = []
 
-    def _degraded(self, context: Context) -> bool:
+    def _degraded(self, store: TaskStore) -> bool:
         if self.degraded is not None and self.degraded != "":
             return _as_bool(self.degraded)
-        submitted = self.submit_task_result(context)
-        return bool(submitted and submitted.get(XCOM_DEGRADED))
+        return bool(store.submitted and store.submitted.get(XCOM_DEGRADED))
 
     def _output_roots(self) -> list[str] | None:
         if not self.output_roots:
@@ -85,10 +100,38 @@ class CheckpointCommitOperator(CheckpointStoreBaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         config = CheckpointConfig.load()
         policy = RetentionPolicy(self.retention_policy or config.retention_policy)
-        hook = self.checkpoint_hook(context, config)
-        uri = hook.uri
-        store = hook.get_store()
-        degraded = self._degraded(context)
+        stores = self.task_stores(context)
+        self._store_summaries = []
+        if len(stores) == 1:
+            summary = self._commit(context, stores[0], config, policy)
+        else:
+            self.log.info(
+                "%s is mapped: committing the stores of its %d instances, one after the other",
+                self.spark_task_id,
+                len(stores),
+            )
+            summary = self._combined([self._commit(context, store, config, policy) for store in stores])
+        outlet_events = context.get("outlet_events")
+        if outlet_events is not None:
+            for outlet in self.outlets or []:
+                outlet_events[outlet].extra = dict(summary)
+        return summary
+
+    @staticmethod
+    def _combined(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+        """One summary for the stores of every mapped instance: totals, and each store's own."""
+        totals = {
+            name: sum(int(s.get(name) or 0) for s in summaries)
+            for name in ("files_committed", "rows_committed", "orphans_deleted", "bytes_freed", "unknown_files")
+        }
+        return {**totals, "stores": summaries, "map_indexes": [s["map_index"] for s in summaries]}
+
+    def _commit(
+        self, context: Context, task_store: TaskStore, config: CheckpointConfig, policy: RetentionPolicy
+    ) -> dict[str, Any]:
+        uri = task_store.uri
+        store = CheckpointHook(uri, aws_conn_id=self.aws_conn_id, config=config).get_store()
+        degraded = self._degraded(task_store)
 
         started = time.monotonic()
         result = store.commit(self._output_roots(), degraded=degraded)
@@ -99,15 +142,20 @@ class CheckpointCommitOperator(CheckpointStoreBaseOperator):
             **result.summary(),
             "checkpoint_uri": uri,
             "aws_conn_id": self.aws_conn_id,
+            "map_index": task_store.map_index,
+            "output_roots": self._output_roots() or top_directories(f.path for f in result.committed_files),
+            "keys_skipped_on_resume": int((task_store.plan or {}).get("keys_skipped") or 0),
             "retention_policy": policy.value,
             "checkpoints_removed_by_retention": len(removed),
             "duration_seconds": round(elapsed.total_seconds(), 3),
         }
+        self._store_summaries.append(summary)
         self.log.info(
-            "Committed epoch %d of %s%s: %d files (%d rows) authoritative, %d orphans deleted, %d bytes "
+            "Committed epoch %d of %s%s%s: %d files (%d rows) authoritative, %d orphans deleted, %d bytes "
             "freed, %d unknown files reported, %d kept (degraded); %s removed %d checkpoints",
             result.epoch,
             uri,
+            f" (map index {task_store.map_index})" if task_store.map_index >= 0 else "",
             " (already committed)" if result.already_committed else "",
             summary["files_committed"],
             summary["rows_committed"],
@@ -130,9 +178,13 @@ class CheckpointCommitOperator(CheckpointStoreBaseOperator):
         metrics.count(metrics.BYTES_FREED, summary["bytes_freed"], tags)
         metrics.count(metrics.FILES_COMMITTED, summary["files_committed"], tags)
         metrics.count(metrics.UNKNOWN_FILES, summary["unknown_files"], tags)
-
-        outlet_events = context.get("outlet_events")
-        if outlet_events is not None:
-            for outlet in self.outlets or []:
-                outlet_events[outlet].extra = dict(summary)
         return summary
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (called by the provider's listener after ``execute``): the output roots
+        as output datasets, and the ``checkpointCommit`` run facet. None without the provider."""
+        try:
+            from airflow_ckpt_provider.operators.openlineage import commit_lineage
+        except ImportError:  # apache-airflow-providers-openlineage is not installed
+            return None
+        return commit_lineage(self._store_summaries)

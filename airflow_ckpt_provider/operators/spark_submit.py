@@ -35,6 +35,7 @@ from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.operators import metrics
 from airflow_ckpt_provider.store import CheckpointStore, Epoch, EpochFencedError, EpochStatus
+from airflow_ckpt_provider.store.owner import OWNER_METADATA_KEY, EpochOwner, MappedInstanceConflictError
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -93,7 +94,8 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
 
     :param checkpoint_uri: the store (``file:///…``, ``/abs/path`` or ``s3://bucket/prefix``).
         Templated. Default: ``{[ckpt] base_uri}/{dag_id}/{task_id}/{run_id}``, or with no
-        base URI ``$AIRFLOW_HOME/checkpoints/{dag_id}/{task_id}/{run_id}``.
+        base URI ``$AIRFLOW_HOME/checkpoints/{dag_id}/{task_id}/{run_id}``; each mapped
+        instance adds ``/map_index={i}`` (its own store, epochs, resume, plan and result).
     :param aws_conn_id: ``aws`` connection for ``s3://`` stores (templated; default ``[ckpt] aws_conn_id``).
     :param output_roots: the output directories the job writes under (templated; a string or a
         list). Recorded in the epoch the submit opens: commit, discard and clear delete output
@@ -146,16 +148,36 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
 
     # ------------------------------------------------------------------ helpers
 
-    def _owner(self, context: Context) -> str:
-        return f"{self.dag_id}/{self.task_id}/{context['run_id']}"
+    def _owner(self, context: Context) -> EpochOwner:
+        map_index = getattr(context.get("ti"), "map_index", None)
+        return EpochOwner(self.dag_id, self.task_id, context["run_id"], map_index if isinstance(map_index, int) else -1)
 
     def checkpoint_hook(self, context: Context) -> CheckpointHook:
         if self._ckpt_hook is None:
-            uri = CheckpointHook.resolve_uri(
-                self.checkpoint_uri, dag_id=self.dag_id, task_id=self.task_id, run_id=context["run_id"]
+            owner = self._owner(context)
+            self._ckpt_hook = CheckpointHook.for_task_instance(
+                self.checkpoint_uri,
+                dag_id=owner.dag_id,
+                task_id=owner.task_id,
+                run_id=owner.run_id,
+                map_index=owner.map_index,
+                aws_conn_id=self.aws_conn_id,
             )
-            self._ckpt_hook = CheckpointHook(uri, aws_conn_id=self.aws_conn_id)
         return self._ckpt_hook
+
+    @staticmethod
+    def _refuse_sibling(store: CheckpointStore, owner: EpochOwner) -> None:
+        """Fail fast when another mapped instance of this task and run already uses the store."""
+        latest = store.current_epoch()
+        other = None if latest is None else EpochOwner.from_epoch(latest)
+        if latest is not None and owner.sibling_of(other):
+            assert other is not None
+            raise MappedInstanceConflictError(
+                f"{store.uri} already holds the work of map index {other.map_index} of this task and run "
+                f"(epoch {latest.number}, {latest.status.value}); map index {owner.map_index} would count "
+                "those keys as done. Give each mapped instance its own store: leave checkpoint_uri unset (one "
+                "store per map index), or put {{ ti.map_index }} in it. Nothing was changed"
+            )
 
     def _get_hook(self) -> SparkSubmitHook:
         base = super()._get_hook()
@@ -181,18 +203,22 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         ckpt = self.checkpoint_hook(context)
         store = ckpt.get_store()
         ti = context.get("ti")
+        owner = self._owner(context)
+        self._refuse_sibling(store, owner)
         epoch = store.begin_epoch(
-            owner=self._owner(context),
+            owner=owner.key(),
             takeover=self.takeover_open_epoch,
             output_roots=self._declared_output_roots(),
             metadata={
                 "dag_id": self.dag_id,
                 "task_id": self.task_id,
                 "run_id": context["run_id"],
+                "map_index": owner.map_index,
                 "try_number": getattr(ti, "try_number", None),
+                OWNER_METADATA_KEY: owner.to_json(),
             },
         )
-        plan = self._plan(store, epoch) | {XCOM_AWS_CONN_ID: self.aws_conn_id}
+        plan = self._plan(store, epoch) | {XCOM_AWS_CONN_ID: self.aws_conn_id, "map_index": owner.map_index}
         self.log.info(
             "Opened epoch %d of %s: skipping %d keys already done in %d valid checkpoints%s",
             epoch.number,
@@ -253,7 +279,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         if isinstance(recorded, Mapping) and recorded.get("store_uri") == store.uri:
             return Handoff(store.uri, int(recorded["epoch"]), {}, {}, str(recorded.get("result_path") or ""))
         current = store.current_epoch()
-        if current is not None and current.owner == self._owner(context):
+        if current is not None and current.owner == self._owner(context).key():
             return Handoff(store.uri, current.number, {}, {}, "")
         return None
 
@@ -310,7 +336,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
             metrics.count(metrics.REATTACHES, 1, metrics.task_tags(context))
             if handoff is None:
                 raise EpochFencedError(
-                    f"the job finished but no epoch of {store.uri} belongs to {self._owner(context)}: "
+                    f"the job finished but no epoch of {store.uri} belongs to {self._owner(context).describe()}: "
                     "it was taken over by another submit, so its output is not this task's to commit; "
                     "run the task again"
                 )
@@ -319,6 +345,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
             return {
                 XCOM_STORE_URI: store.uri,
                 XCOM_AWS_CONN_ID: self.aws_conn_id,
+                "map_index": self._owner(context).map_index,
                 "epoch": handoff.epoch,
                 "driver_id": self._external_id,
                 "detached": True,
@@ -331,6 +358,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
             **job_result,
             XCOM_STORE_URI: store.uri,
             XCOM_AWS_CONN_ID: self.aws_conn_id,  # not a secret: lets the UI open the same store
+            "map_index": self._owner(context).map_index,
             "epoch": handoff.epoch,
             XCOM_DEGRADED: degraded,
             "reattached": self._submitted is None,

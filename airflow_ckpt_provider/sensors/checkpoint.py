@@ -29,7 +29,8 @@ class CheckpointSensor(CheckpointStoreBaseSensor):
     Each poke logs the progress (sealed/expected partitions, keys done).
 
     :param checkpoint_uri: the store (templated). Default: the store of ``spark_task_id``.
-    :param spark_task_id: a ``CheckpointedSparkSubmitOperator`` of this DAG run (templated).
+    :param spark_task_id: a ``CheckpointedSparkSubmitOperator`` of this DAG run (templated; if it
+        is mapped, map the sensor too: each instance watches the store of its map index).
     :param aws_conn_id: ``aws`` connection for ``s3://`` stores (templated).
     :param wait_for: ``"partitions"`` (every expected partition of the current epoch sealed)
         or ``"committed"``. Named ``wait_for`` because ``mode`` is the sensor mode

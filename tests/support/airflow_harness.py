@@ -121,31 +121,50 @@ class AirflowHarness:
         env: Mapping[str, str] | None = None,
         timeout: float = 600,
         while_running: Callable[[subprocess.Popen[str], Path], None] | None = None,
+        only_failed: bool = False,
+        outside_repository: bool = False,
     ) -> DagRunOutcome:
         """One ``dag.test()`` run in a fresh process. Same ``run_after`` ⇒ same run id.
+
+        ``dag.test()`` clears every task instance of an existing run first; ``only_failed``
+        clears only the failed and upstream-failed ones, as the UI's "Clear -> Only failed"
+        does, so finished instances keep their state and XComs.
+
+        ``outside_repository`` runs the process with neither the repository root on its path nor
+        as its working directory, as a deployment runs it: there the root's
+        ``airflow_ckpt_provider.egg-info`` (from the editable install) shows the package a second
+        and third time, and Airflow's task-side plugin loader stops at the first repeated plugin
+        name, so the plugins after it (OpenLineage's listener) never reach the tasks.
 
         ``while_running(process, output_path)`` runs in a thread during the run (to act on,
         or inspect, the run while it is in flight).
         """
         run_after = run_after or logical_date
         result_path = self.home / f"result-{time.monotonic_ns()}.json"
+        runner = (
+            [str(ROOT / "tests" / "support" / "run_dag.py")] if outside_repository else ["-m", "tests.support.run_dag"]
+        )
+        run_env = {**self.env, **(env or {})}
+        if outside_repository:
+            kept = [p for p in run_env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p) != ROOT]
+            run_env["PYTHONPATH"] = os.pathsep.join(kept)
         argv = [
             sys.executable,
-            "-m",
-            "tests.support.run_dag",
+            *runner,
             dag_id,
             logical_date.isoformat(),
             run_after.isoformat(),
             str(result_path),
             json.dumps(dict(conf or {})),
+            "only_failed" if only_failed else "",
         ]
         started = time.monotonic()
         output_path = self.home / f"output-{time.monotonic_ns()}.log"
         with open(output_path, "w+", encoding="utf-8") as output:
             proc = subprocess.Popen(
                 argv,
-                env={**self.env, **(env or {})},
-                cwd=ROOT,
+                env=run_env,
+                cwd=self.home if outside_repository else ROOT,
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 text=True,
@@ -189,15 +208,26 @@ class AirflowHarness:
         with closing(sqlite3.connect(self.db_path)) as db:
             return list(db.execute(sql, params))
 
-    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value") -> Any:
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value", *, map_index: int = -1) -> Any:
         rows = self._query(
-            "SELECT value FROM xcom WHERE dag_id=? AND run_id=? AND task_id=? AND key=?",
+            "SELECT value FROM xcom WHERE dag_id=? AND run_id=? AND task_id=? AND key=? AND map_index=?",
             dag_id,
             run_id,
             task_id,
             key,
+            map_index,
         )
         return json.loads(rows[0][0]) if rows else None
+
+    def mapped_task_instances(self, dag_id: str, run_id: str, task_id: str) -> dict[int, tuple[str | None, int]]:
+        """map_index -> (state, try_number) of one mapped task."""
+        rows = self._query(
+            "SELECT map_index, state, try_number FROM task_instance WHERE dag_id=? AND run_id=? AND task_id=?",
+            dag_id,
+            run_id,
+            task_id,
+        )
+        return {map_index: (state, tries) for map_index, state, tries in rows}
 
     def task_instances(self, dag_id: str, run_id: str) -> dict[str, tuple[str | None, int]]:
         """task_id -> (state, try_number)."""

@@ -77,6 +77,9 @@ def main() -> None:
         "sealed_partitions": sum(c[2] for c in counts),
         "degraded": store.degraded,
         "input": {"keys_skipped": len(done)},
+        # What the operator put into the driver's SparkConf for OpenLineage (the Spark provider's
+        # parent-job and transport injection), so the tests can see it arrived.
+        "openlineage": {k: v for k, v in conf.getAll() if k.startswith("spark.openlineage.")},
     }
     with open(result_path, "w", encoding="utf-8") as handle:
         json.dump(result, handle)

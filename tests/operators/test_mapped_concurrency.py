@@ -1,0 +1,146 @@
+"""Mapped instances of one task running at the same time: real metadata DB, real spark-submit.
+
+Each instance runs as its own ``airflow tasks test ... --map-index N`` process, as two
+workers of a real deployment would run them. On the default store location they work
+on two stores and both succeed; given one shared ``checkpoint_uri`` the second fails
+fast with the fencing error and changes nothing, and only the first instance's own
+retry may take over its open epoch.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from airflow_ckpt_provider.store import EpochStatus, open_store
+from tests.support.airflow_harness import AirflowHarness
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.timeout(2400)]
+
+DAGS = Path(__file__).resolve().parents[1] / "support" / "dags"
+DAG_ID = "ckpt_tenants"
+ROWS = {0: 300, 1: 400}  # tenants a and b of dags/tenants_dag.py
+
+
+def _prepare(harness: AirflowHarness, run_id: str) -> None:
+    harness.install_dag(DAGS / "tenants_dag.py", DAGS / "tenant_job.py")
+    for args in (("dags", "reserialize"), ("dags", "trigger", DAG_ID, "-r", run_id)):
+        done = harness.airflow(*args, timeout=600)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def _start(
+    harness: AirflowHarness, run_id: str, map_index: int, env: dict[str, str], log: Path
+) -> subprocess.Popen[str]:
+    """``airflow tasks test`` of one mapped instance, in its own process group (so it can be killed whole)."""
+    with open(log, "w", encoding="utf-8") as output:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "airflow",
+                "tasks",
+                "test",
+                DAG_ID,
+                "tenants",
+                run_id,
+                "--map-index",
+                str(map_index),
+            ],
+            env={**harness.env, **env},
+            cwd=harness.home,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+
+
+def _wait_until(condition: Callable[[], bool], what: str, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.5)
+
+
+def _valid_keys(uri: str) -> list[int]:
+    return sorted(open_store(uri).get_checkpointed_keys().column(0).to_pylist())
+
+
+def test_two_instances_at_once_on_their_default_stores_both_succeed(
+    airflow_harness: AirflowHarness, tmp_path: Path
+) -> None:
+    run_id = "concurrent_default"
+    _prepare(airflow_harness, run_id)
+    env = {"TENANTS_OUTPUT": str(tmp_path / "out"), "TENANTS_ROW_DELAY_MS": "20"}
+    procs = {i: _start(airflow_harness, run_id, i, env, tmp_path / f"instance-{i}.log") for i in ROWS}
+    codes = {i: proc.wait(timeout=1800) for i, proc in procs.items()}
+    logs = {i: (tmp_path / f"instance-{i}.log").read_text() for i in ROWS}
+    assert codes == {0: 0, 1: 0}, logs
+
+    base = airflow_harness.home / "checkpoints" / DAG_ID / "tenants" / run_id
+    epochs = {}
+    for i, rows in ROWS.items():
+        uri = str(base / f"map_index={i}")
+        store_epochs = open_store(uri).list_epochs()
+        assert [(e.number, e.status) for e in store_epochs] == [(1, EpochStatus.SUCCEEDED)], logs[i]
+        assert store_epochs[0].metadata["owner"]["map_index"] == i
+        epochs[i] = store_epochs[0]
+        assert _valid_keys(uri) == list(range(rows))  # every key of its own tenant, none of the other's
+    # They really ran at the same time: each epoch opened before the other ended.
+    assert epochs[0].created_at < str(epochs[1].ended_at) and epochs[1].created_at < str(epochs[0].ended_at)
+
+
+def test_a_shared_checkpoint_uri_fences_the_other_instance_and_only_the_owner_takes_over(
+    airflow_harness: AirflowHarness, tmp_path: Path
+) -> None:
+    run_id = "concurrent_shared"
+    _prepare(airflow_harness, run_id)
+    shared = str(tmp_path / "shared-store")
+    env = {"TENANTS_OUTPUT": str(tmp_path / "out"), "TENANTS_STORE": shared, "TENANTS_ROW_DELAY_MS": "40"}
+    store = open_store(shared)
+
+    first = _start(airflow_harness, run_id, 0, env, tmp_path / "first.log")
+    try:
+        _wait_until(lambda: len(store.valid_checkpoints()) >= 1, "map index 0 sealed a checkpoint")
+        # Map index 1 starts while map index 0 is running: it must fail fast, not take over.
+        second = _start(airflow_harness, run_id, 1, env, tmp_path / "second.log")
+        second.wait(timeout=600)
+        assert first.poll() is None, "map index 0 should still be running"
+        refused = (tmp_path / "second.log").read_text()
+        assert "MappedInstanceConflictError" in refused and "map index 0" in refused, refused[-3000:]
+        epochs = store.list_epochs()
+        assert [(e.number, e.status) for e in epochs] == [(1, EpochStatus.OPEN)]
+        assert epochs[0].metadata["owner"]["map_index"] == 0
+
+        # Map index 0's worker dies (SIGKILL, its spark-submit with it): its epoch stays open.
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=60)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    sealed = _valid_keys(shared)
+    assert 0 < len(sealed) < ROWS[0]
+
+    # Map index 1 again: still refused (the open epoch is another instance's), nothing changed.
+    again = _start(airflow_harness, run_id, 1, env, tmp_path / "again.log")
+    again.wait(timeout=600)
+    assert "MappedInstanceConflictError" in (tmp_path / "again.log").read_text()
+    assert [(e.number, e.status) for e in store.list_epochs()] == [(1, EpochStatus.OPEN)]
+    assert _valid_keys(shared) == sealed  # nothing lost
+
+    # Map index 0's retry is the same owner: it takes over its epoch and finishes the rest.
+    retry = _start(airflow_harness, run_id, 0, {**env, "TENANTS_ROW_DELAY_MS": "0"}, tmp_path / "retry.log")
+    assert retry.wait(timeout=1800) == 0
+    log = (tmp_path / "retry.log").read_text()
+    assert f"skipping {len(sealed)} keys already done" in log, log[-3000:]
+    epochs = store.list_epochs()
+    assert [(e.number, e.status) for e in epochs] == [(1, EpochStatus.FAILED), (2, EpochStatus.SUCCEEDED)]
+    assert _valid_keys(shared) == list(range(ROWS[0]))  # each of map index 0's keys exactly once
