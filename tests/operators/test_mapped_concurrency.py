@@ -104,7 +104,9 @@ def test_a_shared_checkpoint_uri_fences_the_other_instance_and_only_the_owner_ta
     run_id = "concurrent_shared"
     _prepare(airflow_harness, run_id)
     shared = str(tmp_path / "shared-store")
-    env = {"TENANTS_OUTPUT": str(tmp_path / "out"), "TENANTS_STORE": shared, "TENANTS_ROW_DELAY_MS": "40"}
+    # 0.5 s per row (about 40 s per partition): map index 0 is still running while map index 1's
+    # `airflow tasks test` starts up and fails, even on a loaded machine; it is killed before the end.
+    env = {"TENANTS_OUTPUT": str(tmp_path / "out"), "TENANTS_STORE": shared, "TENANTS_ROW_DELAY_MS": "500"}
     store = open_store(shared)
 
     first = _start(airflow_harness, run_id, 0, env, tmp_path / "first.log")
