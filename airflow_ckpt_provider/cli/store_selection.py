@@ -101,6 +101,7 @@ def resolve_target(target: StoreTarget) -> ResolvedTarget:
         from airflow.utils.session import create_session
 
         with create_session(scoped=False) as session:
+            _check_map_index(session, target)
             found = configured_store(session, target.dag_id, target.task_id, target.run_id, map_index=target.map_index)
     except CheckpointError:
         raise
@@ -115,6 +116,25 @@ def resolve_target(target: StoreTarget) -> ResolvedTarget:
     if found.source != SOURCE_DEFAULT or found.spark_task_id is not None:
         return ResolvedTarget(found.uri, found.aws_conn_id, found.source)
     return ResolvedTarget(_default_store_uri(target, found.aws_conn_id), found.aws_conn_id, found.source)
+
+
+def _check_map_index(session: Any, target: StoreTarget) -> None:
+    """A mapped task has one store per map index: refuse to guess which (TargetError)."""
+    from airflow_ckpt_provider.hooks.task_store import TaskInstanceNotFound, task_instance_states
+
+    assert target.dag_id and target.task_id and target.run_id
+    try:
+        states = task_instance_states(session, target.dag_id, target.task_id, target.run_id)
+    except TaskInstanceNotFound:  # not in the DB (yet): the location is still the operator's default
+        return
+    mapped = [m for m in states if m >= 0]
+    if mapped and target.map_index not in states:
+        raise TargetError(
+            f"task {target.task_id!r} is mapped in run {target.run_id!r} (map indexes {mapped[0]}..{mapped[-1]}), "
+            "and each map index has its own store: pass --map-index I"
+        )
+    if not mapped and target.map_index >= 0:
+        raise TargetError(f"task {target.task_id!r} is not mapped in run {target.run_id!r}: leave out --map-index")
 
 
 def _default_store_uri(target: StoreTarget, aws_conn_id: str | None) -> str:

@@ -105,16 +105,19 @@ class _DagVersions:
 _DAG_VERSIONS = _DagVersions()
 
 
-def task_instance_states(session: Session, dag_id: str, task_id: str, run_id: str) -> list[str | None]:
-    """The states of the task instance (one per map index); :class:`TaskInstanceNotFound` if none."""
+def task_instance_states(session: Session, dag_id: str, task_id: str, run_id: str) -> dict[int, str | None]:
+    """The state of each map index of the task instance (-1 alone: not mapped), by map index;
+    :class:`TaskInstanceNotFound` if there is none."""
     from airflow.models.taskinstance import TaskInstance as TI
 
-    states = [
-        None if s is None else str(s)
-        for s in session.scalars(
-            select(TI.state).where(TI.dag_id == dag_id, TI.task_id == task_id, TI.run_id == run_id)
-        ).all()
-    ]
+    states = {
+        int(m): None if s is None else str(s)
+        for m, s in session.execute(
+            select(TI.map_index, TI.state)
+            .where(TI.dag_id == dag_id, TI.task_id == task_id, TI.run_id == run_id)
+            .order_by(TI.map_index)
+        )
+    }
     if not states:
         raise TaskInstanceNotFound(f"no task instance {task_id!r} in run {run_id!r} of DAG {dag_id!r}")
     return states
@@ -145,8 +148,14 @@ def _fields(session: Session, dag_id: str, task_id: str, run_id: str, map_index:
         return _Fields(rendered, SOURCE_RENDERED, True)
     if task is None:
         return _Fields({}, SOURCE_DEFAULT, False)
-    named = {name: getattr(task, name, None) for name in (URI_FIELD, CONN_FIELD, SPARK_TASK_FIELD)}
+    named = {name: _operator_value(task, name, map_index) for name in (URI_FIELD, CONN_FIELD, SPARK_TASK_FIELD)}
     for name, value in named.items():
+        if value is _EXPANDED:
+            raise StoreLocationUnknownError(
+                f"the {name} of mapped task {task_id!r} in DAG {dag_id!r} comes from its expand() arguments and "
+                f"task instance {run_id!r} has not run yet: its store is known once it runs. "
+                "Name the store by its URI instead"
+            )
         if isinstance(value, str) and any(marker in value for marker in _TEMPLATE_MARKERS):
             raise StoreLocationUnknownError(
                 f"the {name} of task {task_id!r} in DAG {dag_id!r} is templated ({value!r}) and task instance "
@@ -154,6 +163,42 @@ def _fields(session: Session, dag_id: str, task_id: str, run_id: str, map_index:
                 "Name the store by its URI instead"
             )
     return _Fields(named, SOURCE_NAMED, checkpoint_task)
+
+
+#: A field of a mapped operator that its ``expand()`` arguments set, per map index.
+_EXPANDED = object()
+
+
+def _operator_value(task: Any, name: str, map_index: int) -> Any:
+    """The field ``name`` as the serialized DAG names it. A mapped operator keeps its ``partial()``
+    arguments apart; a field given to ``expand()`` is known only per map index: the value at
+    ``map_index`` of a literal list, else :data:`_EXPANDED`."""
+    partial = getattr(task, "partial_kwargs", None)
+    if not isinstance(partial, Mapping):
+        return getattr(task, name, None)
+    if name in partial:
+        return partial[name]
+    expanded = getattr(getattr(task, "expand_input", None), "value", None)
+    if isinstance(expanded, Mapping):  # .expand(name=[...])
+        if name not in expanded:
+            return None
+        values = expanded[name]
+        if isinstance(values, (list, tuple)) and 0 <= map_index < len(values):
+            return values[map_index]
+        return _EXPANDED
+    if isinstance(expanded, (list, tuple)) and all(isinstance(kwargs, Mapping) for kwargs in expanded):
+        if 0 <= map_index < len(expanded):  # .expand_kwargs([{...}, ...])
+            return expanded[map_index].get(name)
+        return _EXPANDED if any(name in kwargs for kwargs in expanded) else None
+    return _EXPANDED  # .expand_kwargs(an upstream XCom): any field may come from it
+
+
+def _lowest_map_index(session: Session, dag_id: str, task_id: str, run_id: str) -> int:
+    from airflow.models.taskinstance import TaskInstance as TI
+
+    where = (TI.dag_id == dag_id, TI.task_id == task_id, TI.run_id == run_id)
+    lowest = session.scalar(select(TI.map_index).where(*where).order_by(TI.map_index).limit(1))
+    return int(lowest) if lowest is not None else -1
 
 
 def _text(value: Any) -> str | None:
@@ -174,6 +219,8 @@ def configured_store(
     conn = _text(fields.values.get(CONN_FIELD))
     spark_task_id = _text(fields.values.get(SPARK_TASK_FIELD))
     if uri is None and spark_task_id is not None and spark_task_id != task_id:
+        if map_index < 0:  # an unmapped task over a mapped submit works on every instance's store: show the first
+            map_index = _lowest_map_index(session, dag_id, spark_task_id, run_id)
         spark = _fields(session, dag_id, spark_task_id, run_id, map_index)
         spark_uri = _text(spark.values.get(URI_FIELD))
         return ConfiguredStore(

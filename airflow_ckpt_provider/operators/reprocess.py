@@ -80,7 +80,9 @@ class _StoreActionOperator(BaseOperator):
         self.max_files = max_files
 
     def _store(self, context: Context) -> tuple[str, CheckpointStore]:
-        uri = resolve_store_uri(context, self.checkpoint_uri, self.spark_task_id)
+        # A mapped submit: a task mapped the same way works on the store of its own map index; an
+        # unmapped one is refused (AmbiguousStoreError) rather than retracting from every tenant.
+        uri = resolve_store_uri(context, self.checkpoint_uri, self.spark_task_id, self.aws_conn_id)
         return uri, CheckpointHook(uri, aws_conn_id=self.aws_conn_id).get_store()
 
     def _requested_by(self, context: Context) -> str:
@@ -130,7 +132,8 @@ class ReprocessCheckpointsOperator(_StoreActionOperator):
     criterion given must hold. Refused, with nothing changed, while a submit holds the store.
 
     :param checkpoint_uri: the store (templated). Default: the store ``spark_task_id`` used in this run.
-    :param spark_task_id: the ``CheckpointedSparkSubmitOperator`` whose store to work on.
+    :param spark_task_id: the ``CheckpointedSparkSubmitOperator`` whose store to work on. If it is
+        mapped, map this task the same way (each instance works on the store of its map index).
     :param aws_conn_id: ``aws`` connection for ``s3://`` stores.
     :param keys: row keys (templated: a list, a JSON list, or comma-separated text).
     :param files: input files, for jobs with file keys (templated, as ``keys``).

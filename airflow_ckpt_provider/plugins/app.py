@@ -2,15 +2,20 @@
 
 Pages (shown as tabs of the task-instance and DAG pages, in an iframe):
 
-* ``GET /ui/task?dag_id&run_id&task_id`` and ``GET /ui/dag?dag_id``
+* ``GET /ui/task?dag_id&run_id&task_id[&map_index]`` and ``GET /ui/dag?dag_id``
 
 JSON (what the pages show, and the actions):
 
-* ``GET /api/task?dag_id&run_id&task_id`` — read access to the DAG's task instances
-* ``GET /api/dag?dag_id[&limit]`` — the same
+* ``GET /api/task?dag_id&run_id&task_id[&map_index]`` — read access to the DAG's task instances
+* ``GET /api/dag?dag_id[&limit]`` — the same; one row per store, so one per map index of a
+  mapped task with the default location
 * ``POST /api/task/clear`` and ``POST /api/task/discard`` — edit access; a JSON body
-  ``{"dag_id", "task_id", "run_id", "expected_epoch"}`` with the ``X-Requested-With``
+  ``{"dag_id", "task_id", "run_id", "map_index", "expected_epoch"}`` with the ``X-Requested-With``
   header; each writes an audit-log entry, refused attempts included.
+
+Each mapped task instance has its own store (docs/airflow.md, "Mapped tasks"): ``map_index``
+selects it. Without one (or with anything that is not a number: the UI leaves ``{MAP_INDEX}``
+unfilled for a task that is not mapped) a mapped task shows its lowest map index.
 
 How a request runs (docs/security.md): the metadata DB is read in short sessions (who may see
 what, which store the task's operator names); the store is read on the view's own bounded
@@ -50,6 +55,7 @@ from airflow_ckpt_provider.plugins.flow import (
     audit_ref,
     context_json,
     located,
+    parse_map_index,
     ref_json,
     store_calls,
     user_name,
@@ -89,6 +95,8 @@ class ActionBody(BaseModel):
     dag_id: str = Field(min_length=1, max_length=MAX_ID_LENGTH)
     task_id: str = Field(min_length=1, max_length=MAX_ID_LENGTH)
     run_id: str = Field(min_length=1, max_length=MAX_ID_LENGTH)
+    #: The mapped task instance (-1: not mapped, or the task's lowest map index).
+    map_index: int = Field(default=-1, ge=-1)
     #: The epoch the confirmation was computed at: refuse if the store moved on since.
     expected_epoch: int | None = None
 
@@ -102,12 +110,14 @@ class _TaskRead:
     mismatch: OwnerMismatch | None
 
 
-async def task_payload(user: Any, dag_id: str, task_id: str, run_id: str) -> tuple[int, dict[str, Any]]:
+async def task_payload(
+    user: Any, dag_id: str, task_id: str, run_id: str, map_index: int = -1
+) -> tuple[int, dict[str, Any]]:
     """What the task view shows: (HTTP status, body). Store failures become a message."""
     config = CheckpointConfig.load()
-    found = await located(user, dag_id, task_id, run_id, edit=False)
+    found = await located(user, dag_id, task_id, run_id, edit=False, map_index=map_index)
     if isinstance(found, StoreProblem):
-        return found.status_code, context_json(dag_id, task_id, run_id) | found.to_json()
+        return found.status_code, context_json(dag_id, task_id, run_id, map_index) | found.to_json()
     ref = found
     can_edit = await run_in_threadpool(can_access_dag, user, dag_id, edit=True)
     body = ref_json(ref) | {"can_edit": can_edit}
@@ -190,7 +200,8 @@ async def dag_payload(user: Any, dag_id: str, limit: int) -> dict[str, Any]:
 def _task_view_path(ref: TaskStoreRef) -> str:
     """The Airflow UI route of the task instance's Checkpoints tab (relative to the UI root)."""
     parts = (quote(ref.dag_id, safe=""), quote(ref.run_id, safe=""), quote(ref.task_id, safe=""))
-    return "dags/{}/runs/{}/tasks/{}/plugin/checkpoints".format(*parts)
+    mapped = f"/mapped/{ref.map_index}" if ref.map_index >= 0 else ""
+    return "dags/{}/runs/{}/tasks/{}".format(*parts) + mapped + "/plugin/checkpoints"
 
 
 # ---------------------------------------------------------------------- clear and discard
@@ -208,9 +219,9 @@ class _ActionOutcome:
 async def run_action(user: Any, action: str, body: ActionBody) -> tuple[int, dict[str, Any]]:
     """Clear or discard one task instance's store, audited. Returns (HTTP status, body)."""
     config = CheckpointConfig.load()
-    found = await located(user, body.dag_id, body.task_id, body.run_id, edit=True)
+    found = await located(user, body.dag_id, body.task_id, body.run_id, edit=True, map_index=body.map_index)
     if isinstance(found, StoreProblem):
-        context = context_json(body.dag_id, body.task_id, body.run_id) | {"action": action}
+        context = context_json(body.dag_id, body.task_id, body.run_id, body.map_index) | {"action": action}
         return found.status_code, context | found.to_json()
     ref = found
     context = ref_json(ref) | {"action": action}
@@ -292,12 +303,13 @@ async def run_action(user: Any, action: str, body: ActionBody) -> tuple[int, dic
         deleted["store_owner_dag_ids"] = list(foreign)
     audit_id = await run_in_threadpool(audit_ref, user, action, ref, deleted, False, foreign)
     log.info(
-        "checkpoints %s by %s on %s/%s/%s: %s",
+        "checkpoints %s by %s on %s/%s/%s (map index %d): %s",
         action,
         user_name(user),
         ref.dag_id,
         ref.task_id,
         ref.run_id,
+        ref.map_index,
         deleted,
     )
     return 200, context | {"result": deleted, "audit_log_id": audit_id}
@@ -308,6 +320,8 @@ async def run_action(user: Any, action: str, body: ActionBody) -> tuple[int, dic
 router = APIRouter()
 #: An Airflow id in a query string (a longer one is refused with 422, never looked up).
 IdQuery = Annotated[str, Query(min_length=1, max_length=MAX_ID_LENGTH)]
+#: A map index in a query string (see :func:`parse_map_index`).
+MapIndexQuery = Annotated[str | None, Query(max_length=MAX_ID_LENGTH)]
 
 
 @router.get("/api/task", summary="Checkpoints of a task instance's store")
@@ -316,8 +330,9 @@ async def get_task(
     dag_id: IdQuery,
     run_id: IdQuery,
     task_id: IdQuery,
+    map_index: MapIndexQuery = None,
 ) -> JSONResponse:
-    code, body = await task_payload(user, dag_id, task_id, run_id)
+    code, body = await task_payload(user, dag_id, task_id, run_id, parse_map_index(map_index))
     return JSONResponse(body, status_code=code)
 
 
@@ -356,8 +371,9 @@ async def task_page(
     dag_id: IdQuery,
     run_id: IdQuery,
     task_id: IdQuery,
+    map_index: MapIndexQuery = None,
 ) -> HTMLResponse:
-    code, body = await task_payload(user, dag_id, task_id, run_id)
+    code, body = await task_payload(user, dag_id, task_id, run_id, parse_map_index(map_index))
     return HTMLResponse(pages.render_task(body), status_code=code)
 
 

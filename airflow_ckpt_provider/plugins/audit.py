@@ -50,6 +50,7 @@ def write_audit_entry(
     extra: dict[str, Any],
     failed: bool = False,
     also_dag_ids: Iterable[str] = (),
+    map_index: int | None = None,
 ) -> int:
     """Add and commit one ``Log`` row for ``dag_id`` (and one per DAG of ``also_dag_ids``);
     returns the id of the first. Short session of its own; call it off the event loop."""
@@ -68,6 +69,7 @@ def write_audit_entry(
                 dag_id=dag,
                 task_id=task_id,
                 run_id=run_id,
+                map_index=map_index,
                 extra=text,
             )
             for dag in dags

@@ -47,21 +47,34 @@ def user_name(user: Any) -> str | None:
     return None if user is None else str(user.get_name())
 
 
-def locate(session: Session, user: Any, dag_id: str, task_id: str, run_id: str, *, edit: bool) -> TaskStoreRef:
+def parse_map_index(value: str | None) -> int:
+    """A ``map_index`` query value: a number >= 0, else -1 (absent, or the UI's unfilled
+    ``{MAP_INDEX}`` placeholder of a task that is not mapped)."""
+    text = (value or "").strip()
+    return int(text) if text.isdigit() and len(text) <= 9 else -1
+
+
+def locate(
+    session: Session, user: Any, dag_id: str, task_id: str, run_id: str, *, edit: bool, map_index: int = -1
+) -> TaskStoreRef:
     """The task instance's store, once the user may read (or edit) the DAG's task instances (403)
-    and the task instance exists (404)."""
+    and the task instance (with that map index) exists (404)."""
     require_dag_access(user, dag_id, edit=edit)
     try:
-        return locate_task_store(session, dag_id, task_id, run_id)
+        return locate_task_store(session, dag_id, task_id, run_id, map_index)
     except TaskInstanceNotFound as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
 
 
-async def located(user: Any, dag_id: str, task_id: str, run_id: str, *, edit: bool) -> TaskStoreRef | StoreProblem:
+async def located(
+    user: Any, dag_id: str, task_id: str, run_id: str, *, edit: bool, map_index: int = -1
+) -> TaskStoreRef | StoreProblem:
     """:func:`locate` off the event loop; a store location that is not known yet (a templated
     ``checkpoint_uri`` the task has not rendered) becomes a :class:`StoreProblem`."""
     try:
-        return await with_db(lambda session: locate(session, user, dag_id, task_id, run_id, edit=edit))
+        return await with_db(
+            lambda session: locate(session, user, dag_id, task_id, run_id, edit=edit, map_index=map_index)
+        )
     except HTTPException:
         raise
     except Exception as exc:  # a templated location the task has not rendered yet, or a DB failure
@@ -73,6 +86,8 @@ def ref_json(ref: TaskStoreRef) -> dict[str, Any]:
         "dag_id": ref.dag_id,
         "task_id": ref.task_id,
         "run_id": ref.run_id,
+        "map_index": ref.map_index,
+        "map_indexes": list(ref.map_indexes),
         "task_state": ref.state,
         "store_uri": display_uri(ref.uri),
         "store_source": ref.source,
@@ -80,12 +95,14 @@ def ref_json(ref: TaskStoreRef) -> dict[str, Any]:
     }
 
 
-def context_json(dag_id: str, task_id: str, run_id: str) -> dict[str, Any]:
+def context_json(dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> dict[str, Any]:
     """The request's task instance, before its store is known."""
     return {
         "dag_id": dag_id,
         "task_id": task_id,
         "run_id": run_id,
+        "map_index": map_index,
+        "map_indexes": [],
         "task_state": None,
         "store_uri": None,
         "store_source": None,
@@ -110,6 +127,7 @@ def audit_ref(
         dag_id=ref.dag_id,
         task_id=ref.task_id,
         run_id=ref.run_id,
+        map_index=ref.map_index,
         extra={"store_uri": display_uri(ref.uri), **extra},
         failed=failed,
         also_dag_ids=also_dag_ids,

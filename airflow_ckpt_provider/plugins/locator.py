@@ -8,6 +8,7 @@ is read (plugins/store_calls.py).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
@@ -55,6 +56,8 @@ class TaskStoreRef:
     map_index: int = -1
     #: The Spark task whose store this is, for a commit/clear/sensor task that names none itself.
     spark_task_id: str | None = None
+    #: Every map index of the task in this run (empty: the task is not mapped); each has its own store.
+    map_indexes: tuple[int, ...] = ()
 
 
 def canonical_uri(uri: str) -> str:
@@ -68,7 +71,13 @@ def canonical_uri(uri: str) -> str:
 
 
 def _ref(
-    dag_id: str, task_id: str, run_id: str, map_index: int, state: str | None, found: ConfiguredStore
+    dag_id: str,
+    task_id: str,
+    run_id: str,
+    map_index: int,
+    state: str | None,
+    found: ConfiguredStore,
+    map_indexes: tuple[int, ...] = (),
 ) -> TaskStoreRef:
     return TaskStoreRef(
         dag_id=dag_id,
@@ -80,23 +89,40 @@ def _ref(
         source=found.source,
         map_index=map_index,
         spark_task_id=found.spark_task_id,
+        map_indexes=map_indexes,
     )
 
 
 def locate_task_store(session: Session, dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> TaskStoreRef:
     """The store of a task instance that exists in the DB. Raises :class:`TaskInstanceNotFound`,
-    :class:`StoreLocationUnknownError` (a templated location the task has not rendered yet)."""
+    :class:`StoreLocationUnknownError` (a templated location the task has not rendered yet).
+
+    Each mapped instance has its own store; ``map_index`` -1 on a mapped task (Airflow's page of
+    all its instances) means its lowest map index, and the ref lists the others.
+    """
     states = task_instance_states(session, dag_id, task_id, run_id)
-    # Mapped instances share one store: if any of them is active, the store is in use.
-    active = [s for s in states if s in ACTIVE_STATES]
-    state = active[0] if active else states[0]
+    mapped = tuple(m for m in states if m >= 0)
+    if map_index < 0 and mapped:
+        map_index = mapped[0]
+    if map_index not in states:
+        raise TaskInstanceNotFound(
+            f"no map index {map_index} of task {task_id!r} in run {run_id!r} of DAG {dag_id!r}"
+            + (f" (it has map indexes {mapped[0]}..{mapped[-1]})" if mapped else " (the task is not mapped)")
+        )
     found = configured_store(session, dag_id, task_id, run_id, map_index=map_index)
-    return _ref(dag_id, task_id, run_id, map_index, state, found)
+    state = states[map_index]
+    if found.source != SOURCE_DEFAULT:
+        # A store the operator names may be shared by all of the task's instances: it is in use
+        # while any of them is active (default stores are one per map index).
+        active = [s for s in states.values() if s in ACTIVE_STATES]
+        state = active[0] if active else state
+    return _ref(dag_id, task_id, run_id, map_index, state, found, mapped)
 
 
 @dataclass
 class DagStoreRow:
-    """One store among a DAG's latest runs (tasks sharing a store are one row)."""
+    """One store among a DAG's latest runs (tasks sharing a store are one row; each map index of a
+    mapped task with the default location is a row of its own)."""
 
     ref: TaskStoreRef
     task_ids: list[str] = field(default_factory=list)
@@ -124,28 +150,29 @@ def dag_store_rows(session: Session, dag_id: str, *, limit_runs: int = 10) -> tu
     if not run_ids:
         return [], []
     order = {rid: i for i, rid in enumerate(run_ids)}
-    tis: dict[tuple[str, str], str | None] = {}
-    for task_id, run_id, state in session.execute(
-        select(TI.task_id, TI.run_id, TI.state).where(TI.dag_id == dag_id, TI.run_id.in_(run_ids))
+    tis: dict[tuple[str, str, int], str | None] = {}
+    for task_id, run_id, map_index, state in session.execute(
+        select(TI.task_id, TI.run_id, TI.map_index, TI.state).where(TI.dag_id == dag_id, TI.run_id.in_(run_ids))
     ):
-        current = None if state is None else str(state)
-        previous = tis.get((task_id, run_id))
-        if previous is None or (current in ACTIVE_STATES and previous not in ACTIVE_STATES):
-            tis[(task_id, run_id)] = current
+        tis[(task_id, run_id, int(map_index))] = None if state is None else str(state)
     rows: dict[str, DagStoreRow] = {}
     unknown: list[str] = []
     # Tasks that name their own store first, so a row is labelled by the store's real user.
-    for task_id, run_id in sorted(tis, key=lambda k: (order.get(k[1], 1 << 30), k[0])):
+    for task_id, run_id, map_index in sorted(tis, key=lambda k: (order.get(k[1], 1 << 30), k[0], k[2])):
         try:
-            found = configured_store(session, dag_id, task_id, run_id)
+            found = configured_store(session, dag_id, task_id, run_id, map_index=map_index)
         except StoreLocationUnknownError as exc:
             unknown.append(str(exc))
             continue
         if not found.checkpoint_task:
             continue
-        ref = _ref(dag_id, task_id, run_id, -1, tis[(task_id, run_id)], found)
+        ref = _ref(dag_id, task_id, run_id, map_index, tis[(task_id, run_id, map_index)], found)
+        row = rows.get(ref.uri)
+        if row is not None and ref.state in ACTIVE_STATES and row.ref.state not in ACTIVE_STATES:
+            row.ref = dataclasses.replace(row.ref, state=ref.state)  # a shared store is in use if any user is
         row = rows.setdefault(ref.uri, DagStoreRow(ref=ref))
-        row.task_ids.append(task_id)
+        if task_id not in row.task_ids:
+            row.task_ids.append(task_id)
         if found.spark_task_id is None and row.ref.spark_task_id is not None:
             row.ref = ref  # the Spark task itself labels the row
     return list(rows.values()), unknown

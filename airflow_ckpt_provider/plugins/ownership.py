@@ -15,14 +15,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_ckpt_provider.store import Epoch
+from airflow_ckpt_provider.store.owner import EpochOwner
 
 
 def owner_dag_id(epoch: Epoch) -> str | None:
     """The DAG whose task opened ``epoch``, or None (the CLI, a clear, a tool)."""
     metadata: Mapping[str, Any] = epoch.metadata if isinstance(epoch.metadata, Mapping) else {}
+    owner_task = EpochOwner.from_epoch(epoch) if isinstance(epoch.metadata, Mapping) else None
+    if owner_task is not None:  # the task instance the submit operator records (store/owner.py)
+        return owner_task.dag_id
     structured = metadata.get("owner")
     if isinstance(structured, Mapping) and _is_id(structured.get("dag_id")):
-        return str(structured["dag_id"])
+        return str(structured["dag_id"])  # a partial owner record still names its DAG
     if _is_id(metadata.get("dag_id")):  # what the submit operator has always recorded
         return str(metadata["dag_id"])
     owner = epoch.owner

@@ -29,7 +29,7 @@ from starlette.concurrency import run_in_threadpool
 
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
 from airflow_ckpt_provider.plugins.access import can_access_dag, require_same_origin_json
-from airflow_ckpt_provider.plugins.flow import audit_ref, context_json, located, store_calls
+from airflow_ckpt_provider.plugins.flow import audit_ref, context_json, located, parse_map_index, store_calls
 from airflow_ckpt_provider.plugins.locator import ACTIVE_STATES, TaskStoreRef
 from airflow_ckpt_provider.plugins.ownership import OwnerMismatch, check_owners, owner_dag_id
 from airflow_ckpt_provider.plugins.problems import StoreProblem, display_uri, problem_from
@@ -71,6 +71,8 @@ class ReprocessBody(BaseModel):
     dag_id: str = Field(min_length=1, max_length=250)
     task_id: str = Field(min_length=1, max_length=250)
     run_id: str = Field(min_length=1, max_length=250)
+    #: The mapped task instance (-1: not mapped, or the task's lowest map index).
+    map_index: int = Field(default=-1, ge=-1)
     action: Action = "reprocess"
     selection: SelectionBody = Field(default_factory=SelectionBody)
     #: rewind: the commit to return to; undo / purge: the reprocess they act on (default: newest / all).
@@ -122,6 +124,7 @@ def _context(ref: TaskStoreRef) -> dict[str, Any]:
         "dag_id": ref.dag_id,
         "task_id": ref.task_id,
         "run_id": ref.run_id,
+        "map_index": ref.map_index,
         "task_state": ref.state,
         "store_uri": display_uri(ref.uri),
     }
@@ -166,9 +169,10 @@ def _in_store(
 
 
 async def preview_payload(user: Any, body: ReprocessBody) -> tuple[int, dict[str, Any]]:
-    found = await located(user, body.dag_id, body.task_id, body.run_id, edit=True)
+    found = await located(user, body.dag_id, body.task_id, body.run_id, edit=True, map_index=body.map_index)
     if isinstance(found, StoreProblem):
-        return found.status_code, context_json(body.dag_id, body.task_id, body.run_id) | found.to_json()
+        context = context_json(body.dag_id, body.task_id, body.run_id, body.map_index)
+        return found.status_code, context | found.to_json()
     ref = found
     secrets: list[str] = []
     deadline = Deadline.after(CheckpointConfig.load().ui_action_deadline_seconds)  # a dry run reads much
@@ -191,9 +195,9 @@ async def preview_payload(user: Any, body: ReprocessBody) -> tuple[int, dict[str
 
 async def action_payload(user: Any, body: ReprocessBody) -> tuple[int, dict[str, Any]]:
     """Run the confirmed action, audited. Returns (HTTP status, body)."""
-    found = await located(user, body.dag_id, body.task_id, body.run_id, edit=True)
+    found = await located(user, body.dag_id, body.task_id, body.run_id, edit=True, map_index=body.map_index)
     if isinstance(found, StoreProblem):
-        context = context_json(body.dag_id, body.task_id, body.run_id) | {"action": body.action}
+        context = context_json(body.dag_id, body.task_id, body.run_id, body.map_index) | {"action": body.action}
         return found.status_code, context | found.to_json()
     ref = found
     context = _context(ref) | {"action": body.action}
@@ -277,10 +281,18 @@ IdQuery = Annotated[str, Query(min_length=1, max_length=250)]
 
 
 @router.get("/api/task/reprocesses", summary="The reprocess history of a task instance's store")
-async def get_history(user: GetUserDep, dag_id: IdQuery, run_id: IdQuery, task_id: IdQuery) -> JSONResponse:
-    found = await located(user, dag_id, task_id, run_id, edit=False)
+async def get_history(
+    user: GetUserDep,
+    dag_id: IdQuery,
+    run_id: IdQuery,
+    task_id: IdQuery,
+    map_index: Annotated[str | None, Query(max_length=250)] = None,
+) -> JSONResponse:
+    index = parse_map_index(map_index)
+    found = await located(user, dag_id, task_id, run_id, edit=False, map_index=index)
     if isinstance(found, StoreProblem):
-        return JSONResponse(context_json(dag_id, task_id, run_id) | found.to_json(), status_code=found.status_code)
+        context = context_json(dag_id, task_id, run_id, index)
+        return JSONResponse(context | found.to_json(), status_code=found.status_code)
     ref = found
     secrets: list[str] = []
     deadline = Deadline.after(CheckpointConfig.load().ui_store_deadline_seconds)

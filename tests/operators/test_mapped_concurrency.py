@@ -4,7 +4,8 @@ Each instance runs as its own ``airflow tasks test ... --map-index N`` process, 
 workers of a real deployment would run them. On the default store location they work
 on two stores and both succeed; given one shared ``checkpoint_uri`` the second fails
 fast with the fencing error and changes nothing, and only the first instance's own
-retry may take over its open epoch.
+retry may take over its open epoch; `{{ ti.map_index }}` in the templated checkpoint_uri
+gives each instance its own store again.
 """
 
 from __future__ import annotations
@@ -146,3 +147,11 @@ def test_a_shared_checkpoint_uri_fences_the_other_instance_and_only_the_owner_ta
     epochs = store.list_epochs()
     assert [(e.number, e.status) for e in epochs] == [(1, EpochStatus.FAILED), (2, EpochStatus.SUCCEEDED)]
     assert _valid_keys(shared) == list(range(ROWS[0]))  # each of map index 0's keys exactly once
+
+    # The remedy the error names: `{{ ti.map_index }}` in the templated checkpoint_uri gives map
+    # index 1 a store of its own, rendered per instance.
+    templated = {**env, "TENANTS_STORE": shared + "-{{ ti.map_index }}", "TENANTS_ROW_DELAY_MS": "0"}
+    own = _start(airflow_harness, run_id, 1, templated, tmp_path / "own.log")
+    assert own.wait(timeout=1800) == 0, (tmp_path / "own.log").read_text()[-3000:]
+    assert _valid_keys(shared + "-1") == list(range(ROWS[1]))
+    assert _valid_keys(shared) == list(range(ROWS[0]))  # map index 0's store is untouched

@@ -10,6 +10,7 @@ nothing the second. A plain Parquet reader then sees each tenant's orders exactl
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_ckpt_provider.store import EpochStatus, open_store
+from tests.cli.console import airflow_ckpt
 from tests.support.airflow_harness import AirflowHarness
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.timeout(3000)]
@@ -79,6 +81,15 @@ def test_mapped_tenants_each_resume_from_their_own_store(airflow_harness: Airflo
     done_b = set(stores["b"].get_checkpointed_keys().column(0).to_pylist())
     assert 0 < len(done_b) < TENANTS["b"] and 137 not in done_b  # progress kept up to B's bad record
 
+    # The CLI names one mapped instance's store with --map-index, and refuses to guess without it.
+    argv = ["progress", "--dag-id", "ckpt_tenants", "--task-id", "tenants", "--run-id", first.run_id, "--json"]
+    progress_b = airflow_ckpt(*argv, "--map-index", "1", env=airflow_harness.env)
+    assert progress_b.code == 0, progress_b.err
+    assert json.loads(progress_b.out)["store_uri"] == uris["b"]
+    assert json.loads(progress_b.out)["keys_done"] == len(done_b)
+    unnamed = airflow_ckpt(*argv, env=airflow_harness.env)
+    assert unnamed.code == 2 and "pass --map-index" in unnamed.err, unnamed.err
+
     # The same DAG run again, without the bad record (dag.test() clears every task instance).
     second = airflow_harness.run_dag(
         "ckpt_tenants", logical_date=day, env={"TENANTS_OUTPUT": str(output)}, timeout=RUN_TIMEOUT
@@ -98,6 +109,11 @@ def test_mapped_tenants_each_resume_from_their_own_store(airflow_harness: Airflo
         assert commits[name]["checkpoint_uri"] == uris[name]
         assert commits[name]["rows_committed"] == rows, commits[name]
         assert _orders(output / name) == [(i, name) for i in range(rows)]  # exactly once
+
+    # A mapped reprocess (preview only) works on the store of its own map index.
+    previews = _per_tenant(airflow_harness, "ckpt_tenants", second.run_id, "preview_reprocess", "return_value")
+    assert {name: p["checkpoint_uri"] for name, p in previews.items()} == uris
+    assert all(p["preview_only"] and p["result"] is None for p in previews.values())
 
     # An unmapped clear given the mapped task's id works on every instance's store and says so.
     cleared = airflow_harness.xcom("ckpt_tenants", second.run_id, "clear_all")

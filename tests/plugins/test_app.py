@@ -17,8 +17,19 @@ import httpx
 import pytest
 
 from airflow_ckpt_provider.store import open_store
+from airflow_ckpt_provider.store.blobs.local import file_uri
 from tests.cli.sample_store import FILE_BYTES, fill_store
-from tests.support.api_server import DAG_ID, HANGING_DAG, OTHER_TASK, SPARK_TASK, UNREACHABLE_SECRET, ApiServer
+from tests.support.api_server import (
+    DAG_ID,
+    HANGING_DAG,
+    MAPPED_COMMIT,
+    MAPPED_DAG,
+    MAPPED_TASK,
+    OTHER_TASK,
+    SPARK_TASK,
+    UNREACHABLE_SECRET,
+    ApiServer,
+)
 
 pytestmark = pytest.mark.airflow
 
@@ -54,6 +65,7 @@ def test_plugin_is_registered_with_both_views(ui_server: ApiServer) -> None:
     views = {v["destination"]: v for v in plugin["external_views"]}
     assert views["task_instance"]["href"].startswith("checkpoints/ui/task?")
     assert "{DAG_ID}" in views["task_instance"]["href"] and "{TASK_ID}" in views["task_instance"]["href"]
+    assert "map_index={MAP_INDEX}" in views["task_instance"]["href"]
     assert views["dag"]["url_route"] == "dag-checkpoints"
 
 
@@ -318,3 +330,62 @@ def test_missing_connection_is_503_with_its_name(ui_server: ApiServer) -> None:
         )
     assert response.status_code == 503, response.text
     assert "no_such_connection" in response.json()["detail"]
+
+
+def mapped_params(run_id: str, task_id: str) -> dict[str, str]:
+    return {"dag_id": MAPPED_DAG, "run_id": run_id, "task_id": task_id}
+
+
+def test_each_map_index_has_its_own_view_row_and_clear(ui_server: ApiServer) -> None:
+    """A mapped submit: the task view shows the store of the selected map index (the UI fills
+    ``{MAP_INDEX}``; unfilled, the lowest), a mapped commit shows its own map index's store,
+    the DAG view lists each map index, and a clear of one map index leaves the other's store."""
+    run_id = f"ui_{uuid.uuid4().hex[:12]}"
+    ui_server.trigger_run(run_id, MAPPED_DAG)
+    base = ui_server.default_store_path(run_id, MAPPED_TASK, MAPPED_DAG)
+    for map_index, partitions in ((0, 3), (1, 1)):
+        fill_store(
+            (base / f"map_index={map_index}").as_uri(),
+            (ui_server.home / "out" / run_id / str(map_index)).as_uri(),
+            partitions=partitions,
+            owner=f"{MAPPED_DAG}/{MAPPED_TASK}/{run_id}/map_index={map_index}",
+        )
+    with ui_server.client("admin") as admin:
+        one = admin.get("/checkpoints/api/task", params=mapped_params(run_id, MAPPED_TASK) | {"map_index": "1"}).json()
+        unfilled = admin.get(
+            "/checkpoints/api/task", params=mapped_params(run_id, MAPPED_TASK) | {"map_index": "{MAP_INDEX}"}
+        ).json()
+        commit = admin.get("/checkpoints/api/task", params=mapped_params(run_id, MAPPED_COMMIT) | {"map_index": "1"})
+        missing = admin.get("/checkpoints/api/task", params=mapped_params(run_id, MAPPED_TASK) | {"map_index": "7"})
+        page = admin.get("/checkpoints/ui/task", params=mapped_params(run_id, MAPPED_TASK) | {"map_index": "1"})
+        dag = admin.get("/checkpoints/api/dag", params={"dag_id": MAPPED_DAG, "limit": 50}).json()
+        cleared = admin.post(
+            "/checkpoints/api/task/clear",
+            json=mapped_params(run_id, MAPPED_TASK) | {"map_index": 1},
+            headers=ACTION_HEADERS,
+        )
+    assert (one["map_index"], one["map_indexes"]) == (1, [0, 1])
+    assert one["store_uri"] == file_uri(str(base / "map_index=1"))
+    assert one["report"]["progress"]["keys_done"] == 50
+    assert unfilled["map_index"] == 0 and unfilled["report"]["progress"]["keys_done"] == 150
+    assert commit.status_code == 200, commit.text
+    assert commit.json()["store_uri"] == file_uri(str(base / "map_index=1"))
+    assert commit.json()["spark_task_id"] == MAPPED_TASK
+    assert missing.status_code == 404 and "map indexes 0..1" in missing.json()["detail"]
+    assert page.status_code == 200 and 'data-testid="map-index">[1]' in page.text
+    assert "map_index=0" in page.text  # a link to the other instance
+    rows = sorted((s for s in dag["stores"] if s["run_id"] == run_id and s["task_id"] == MAPPED_TASK), key=str)
+    by_index = {s["map_index"]: s for s in rows}
+    assert sorted(by_index) == [0, 1], rows
+    assert by_index[0]["summary"]["keys_done"] == 150 and by_index[1]["summary"]["keys_done"] == 50
+    assert sorted(by_index[1]["task_ids"]) == [MAPPED_COMMIT, MAPPED_TASK]
+    view_path = f"dags/{MAPPED_DAG}/runs/{run_id}/tasks/{MAPPED_TASK}/mapped/1/plugin/checkpoints"
+    assert by_index[1]["view_path"] == view_path
+    assert cleared.status_code == 200, cleared.text
+    assert cleared.json()["map_index"] == 1 and cleared.json()["result"]["deleted_checkpoints"] == 1
+    assert checkpoints_left(base / "map_index=1") == 0 and checkpoints_left(base / "map_index=0") == 3
+    [entry] = [e for e in ui_server.audit_entries(run_id) if e["event"] == "checkpoints.clear"]
+    assert entry["task_id"] == MAPPED_TASK and entry["extra"]["store_uri"] == file_uri(str(base / "map_index=1"))
+    assert ui_server.query("SELECT map_index FROM log WHERE event = 'checkpoints.clear' AND run_id = ?", run_id) == [
+        (1,)
+    ]

@@ -27,6 +27,10 @@ from tests.support.per_dag_auth_manager import RIGHTS_ENV
 DAG_ID = "ckpt_ui_demo"
 SPARK_TASK = "spark_job"
 OTHER_TASK = "report"
+#: A DAG with a mapped submit (two instances, one store each) and a commit mapped over it.
+MAPPED_DAG = "ckpt_ui_mapped"
+MAPPED_TASK = "tenants"
+MAPPED_COMMIT = "commit_tenants"
 PASSWORDS = {
     "admin": "admin-pw-1",
     "viewer": "viewer-pw-1",
@@ -71,6 +75,14 @@ from airflow_ckpt_provider.operators.spark_submit import CheckpointedSparkSubmit
 with DAG("{DAG_ID}", schedule=None, start_date=pendulum.datetime(2024, 1, 1), catchup=False):
     spark = CheckpointedSparkSubmitOperator(task_id="{SPARK_TASK}", application="job.py")
     spark >> CheckpointCommitOperator(task_id="{OTHER_TASK}", spark_task_id="{SPARK_TASK}")
+
+with DAG("{MAPPED_DAG}", schedule=None, start_date=pendulum.datetime(2024, 1, 1), catchup=False):
+    tenants = CheckpointedSparkSubmitOperator.partial(task_id="{MAPPED_TASK}", application="job.py").expand(
+        application_args=[["--tenant", "a"], ["--tenant", "b"]]
+    )
+    tenants >> CheckpointCommitOperator.partial(task_id="{MAPPED_COMMIT}", spark_task_id="{MAPPED_TASK}").expand(
+        output_roots=[["/tmp/a"], ["/tmp/b"]]
+    )
 '''
 
 
@@ -155,7 +167,7 @@ class ApiServer:
         return self.harness.home
 
     @classmethod
-    def start(cls, harness: AirflowHarness, *, timeout: float = 180) -> ApiServer:
+    def start(cls, harness: AirflowHarness, *, timeout: float = 420) -> ApiServer:
         port = free_port()
         log_path = harness.home / "api-server.log"
         started = time.monotonic()

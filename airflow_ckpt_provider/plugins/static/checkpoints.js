@@ -52,7 +52,8 @@
       credentials: "same-origin",
       headers: { "Content-Type": "application/json", "X-Requested-With": "airflow-ckpt" },
       body: JSON.stringify({
-        dag_id: data.dag_id, task_id: data.task_id, run_id: data.run_id, expected_epoch: data.epoch
+        dag_id: data.dag_id, task_id: data.task_id, run_id: data.run_id, map_index: data.map_index,
+        expected_epoch: data.epoch
       })
     }).then(function (response) {
       return response.json().catch(function () { return {}; }).then(function (body) {

@@ -45,7 +45,8 @@
   }
 
   function request() {
-    var body = { dag_id: data.dag_id, task_id: data.task_id, run_id: data.run_id, action: mode,
+    var body = { dag_id: data.dag_id, task_id: data.task_id, run_id: data.run_id, map_index: data.map_index,
+                 action: mode,
                  delete: form.elements["delete"].checked };
     if (mode === "reprocess") {
       var kind = form.elements["kind"].value;
@@ -144,7 +145,7 @@
 
   function loadHistory() {
     var query = "dag_id=" + encodeURIComponent(data.dag_id) + "&run_id=" + encodeURIComponent(data.run_id) +
-      "&task_id=" + encodeURIComponent(data.task_id);
+      "&task_id=" + encodeURIComponent(data.task_id) + "&map_index=" + encodeURIComponent(data.map_index);
     fetch("../api/task/reprocesses?" + query, { credentials: "same-origin" }).then(function (response) {
       return response.json();
     }).then(function (body) {
@@ -187,7 +188,8 @@
   panel.querySelector("[data-testid=rewind-button]").addEventListener("click", function () { open("rewind"); });
   resumeButton.addEventListener("click", function () {
     show("warn", "Resuming…");
-    post("reprocess", { dag_id: data.dag_id, task_id: data.task_id, run_id: data.run_id, action: "resume" })
+    post("reprocess", { dag_id: data.dag_id, task_id: data.task_id, run_id: data.run_id, map_index: data.map_index,
+                        action: "resume" })
       .then(function (answer) {
         show(answer.status === 200 ? "ok" : "error", answer.status === 200 ? "Resumed and finished." :
           "Not done (HTTP " + answer.status + "): " + detail(answer));
