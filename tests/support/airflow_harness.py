@@ -69,6 +69,9 @@ class AirflowHarness:
                 "AIRFLOW__CORE__DAGS_FOLDER": str(harness.dags_folder),
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                 "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+                # Parsing a DAG file imports Airflow's Spark and OpenLineage providers: 30 s (the
+                # default) ran out under load 23, and the DAG "could not be found".
+                "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "300",
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{harness.db_path}",
                 "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
                 # spark-submit and the job's Python must be this venv's.
