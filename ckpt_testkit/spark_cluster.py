@@ -150,6 +150,22 @@ class SparkStandaloneCluster:
         apps = list(state.get("activeapps") or []) + list(state.get("completedapps") or [])  # type: ignore[call-overload]
         return [a for a in apps if isinstance(a, dict)]
 
+    def executor_pids(self) -> list[int]:
+        """The executor JVMs the workers of this cluster launched (children of the worker JVMs)."""
+        workers = {proc.pid for proc in self._procs[1:] if proc.poll() is None}
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+            except (OSError, IndexError, ValueError):
+                continue
+            if parent in workers and b"CoarseGrainedExecutorBackend" in command:
+                found.append(int(entry.name))
+        return sorted(found)
+
     def _wait_for(self, ready: object, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

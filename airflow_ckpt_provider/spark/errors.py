@@ -70,3 +70,19 @@ class InvalidKeyColumnsError(CheckpointError, ValueError):
 class WritePlanMismatchError(CheckpointError):
     """Spark ran a write with other tasks than its plan showed (a planned task never reported, or an
     unplanned one). Nothing of those tasks is sealed: their input stays pending and a rerun redoes it."""
+
+
+class KeyNotUniqueError(CheckpointError, ValueError):
+    """``skip_completed(..., unique=True)`` was told each key has one row, but a task met a key twice.
+
+    With unique keys no exchange groups a key's rows, so a repeated key could be split
+    between a sealed and a failed task; the task is not sealed and the job fails.
+    """
+
+
+class TaskKeysLostError(CheckpointError, OSError):
+    """The driver could not keep the keys a committed write task recorded (its driver-local key file).
+
+    Nothing of that task is sealed: its input stays pending and a rerun redoes it. Check the
+    driver's local disk (``spark.local.dir``: free space, permissions), then run the job again.
+    """

@@ -24,10 +24,12 @@ writer raises :class:`SourceKeyLostError` when it is gone.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -41,6 +43,7 @@ from airflow_ckpt_provider.contract import CONF_WRITER_ENGINE
 from airflow_ckpt_provider.spark.errors import (
     KeyColumnNotFoundError,
     KeyDefinitionConflictError,
+    KeyNotUniqueError,
     NativeWriterUnavailableError,
     NullKeyError,
     SourceKeyLostError,
@@ -56,8 +59,24 @@ from airflow_ckpt_provider.spark.keys import (
     normalize_key_type,
 )
 from airflow_ckpt_provider.spark.paths import file_key
-from airflow_ckpt_provider.spark.plan import PlanShape, plan_shape
+from airflow_ckpt_provider.spark.plan import (
+    PlanShape,
+    clustered_on,
+    plan_shape,
+    row_key_lineage,
+    scan_files,
+    source_listing,
+)
 from airflow_ckpt_provider.spark.readers.file_inputs import FileInputs
+from airflow_ckpt_provider.spark.row_source import (
+    SOURCE_ID_METADATA,
+    DoneInput,
+    InputRecords,
+    RowSource,
+    resolve_done_input,
+    without_buckets,
+    without_files,
+)
 from airflow_ckpt_provider.spark.skip import anti_join, done_keys_frame
 from airflow_ckpt_provider.spark.summary import WriteSummary, WriteTaskReport, emit_result
 from airflow_ckpt_provider.spark.temporary_conf import session_conf
@@ -69,6 +88,7 @@ from airflow_ckpt_provider.spark.writers.native import (
     native_unsupported_reason,
     run_native_write,
 )
+from airflow_ckpt_provider.spark.writers.native_keys import NativeRowKeys
 from airflow_ckpt_provider.store import (
     CheckpointStore,
     EpochFencedError,
@@ -88,6 +108,18 @@ def _spark_error_text(exc: BaseException) -> str:
     if java is not None:
         parts.append(str(java))
     return "\n".join(parts)
+
+
+@dataclass(frozen=True)
+class _Partitioned:
+    """The writer's input, partitioned so that all rows of a key are in one task, and what each task covers."""
+
+    df: DataFrame
+    shape: PlanShape
+    shuffled: bool
+    inputs: InputRecords | None = None
+    #: The source declared one row per key (each task checks it before sealing).
+    unique: bool = False
 
 
 class CheckpointedJob:
@@ -130,6 +162,9 @@ class CheckpointedJob:
         self.epoch: int = epoch
         self._files = FileInputs(spark, self._options)
         self._row_key: tuple[str, ...] | None = None
+        #: skip_completed calls by id (the hidden column's metadata names its source).
+        self._row_sources: dict[str, RowSource] = {}
+        self._skips: list[DoneInput] = []
         self._source_kind: str | None = None
         self._summaries: list[WriteSummary] = []
         self._finished = False
@@ -208,14 +243,18 @@ class CheckpointedJob:
         )
         return F.when(is_null, F.raise_error(F.lit(message))).otherwise(value)
 
-    def _add_source_key(self, df: DataFrame, columns: tuple[str, ...]) -> DataFrame:
+    def _add_source_key(self, df: DataFrame, columns: tuple[str, ...], source_id: str | None = None) -> DataFrame:
         missing = [c for c in columns if c not in df.columns]
         if missing:
             raise KeyColumnNotFoundError(
                 f"key column(s) {missing} are not in the DataFrame (columns: {df.columns}); name the column(s) "
                 "that identify an input record"
             )
-        with_key = df.withColumn(SOURCE_KEY_COLUMN, self._source_key_expression(columns))
+        expression = self._source_key_expression(columns)
+        if source_id is not None:
+            # The writer finds the source's records (unique, buckets, input listing) by this id.
+            expression = expression.alias(SOURCE_KEY_COLUMN, metadata={SOURCE_ID_METADATA: source_id})
+        with_key = df.withColumn(SOURCE_KEY_COLUMN, expression)
         arrow_type = normalize_key_type(to_arrow_type(with_key.schema[SOURCE_KEY_COLUMN].dataType))
         self._check_key_type(arrow_type)
         return with_key
@@ -277,15 +316,37 @@ class CheckpointedJob:
 
     # ------------------------------------------------------------------ row-level resume
 
-    def skip_completed(self, df: DataFrame, key: str | Sequence[str]) -> DataFrame:
-        """``df`` without the rows whose key is done; adds the hidden source-key column.
+    def skip_completed(
+        self,
+        df: DataFrame,
+        key: str | Sequence[str],
+        *,
+        unique: bool = False,
+        num_partitions: int | None = None,
+    ) -> DataFrame:
+        """``df`` without the rows whose key is done, with the hidden source-key column, partitioned for progress.
 
         ``key``: a column, or a list of columns for a composite key (stored as a
-        struct). The hidden column keeps the key exactly as read, so rewriting the
-        key column later does not change what is checkpointed. Up to
-        ``broadcast_threshold`` done keys are broadcast; more are read by the
-        executors in parallel and joined with a shuffle. A null key fails the job
-        with :class:`NullKeyError` before any output is written. Raises
+        struct). The hidden column keeps the key exactly as read, so rewriting the key
+        column later does not change what is checkpointed.
+
+        Every task that runs your transformation on the result becomes one checkpoint,
+        so a failure in your code keeps the work of the tasks that finished
+        (docs/row-keys.md):
+
+        * ``unique=True``: you declare that each key is in one row of the input (an
+          event id, an order id). No shuffle at all: each task of the source's stage
+          is a checkpoint (``num_partitions``: read a file source in at least that many
+          tasks). A task meeting a key twice fails with :class:`KeyNotUniqueError`
+          before sealing;
+        * ``unique=False`` (default): rows are hash-partitioned by the key into
+          ``num_partitions`` (default ``spark.sql.shuffle.partitions``) here, before
+          your transformation, unless the plan shows them grouped by key already.
+
+        On a rerun, input files that a finished task read whole and that did not change
+        are not read again; done keys are anti-joined only where the records of the
+        finished tasks do not vouch for them. A null key fails the job with
+        :class:`NullKeyError` before any output is written. Raises
         :class:`KeyColumnNotFoundError`, :class:`KeyTypeMismatchError`.
         """
         columns = key_columns(key)
@@ -294,17 +355,62 @@ class CheckpointedJob:
                 "this DataFrame comes from read_parquet (file keys); skip_completed adds row keys. "
                 "Use one kind of key per store"
             )
-        with_key = self._add_source_key(df.drop(SOURCE_KEY_COLUMN), columns)
-        self._claim_kind("row", columns)
-        num_keys = self.store.progress().keys_done
-        done = done_keys_frame(
-            self.spark,
-            self.store,
-            with_key.schema[SOURCE_KEY_COLUMN].dataType,
-            broadcast_threshold=self.broadcast_threshold,
-            num_keys=num_keys,
+        source_df = df.drop(SOURCE_KEY_COLUMN)
+        missing = [c for c in columns if c not in source_df.columns]
+        if missing:
+            raise KeyColumnNotFoundError(
+                f"key column(s) {missing} are not in the DataFrame (columns: {source_df.columns}); name the "
+                "column(s) that identify an input record"
+            )
+        grouped = not unique and clustered_on(source_df, columns)
+        buckets = None
+        if not unique and not grouped:
+            buckets = num_partitions or self.num_partitions or self._shuffle_partitions()
+        source = RowSource(
+            columns,
+            unique,
+            buckets,
+            grouped=grouped,
+            listing=source_listing(source_df),
+            min_tasks=num_partitions if unique else None,
         )
-        return anti_join(with_key, done)
+        self._claim_kind("row", columns)
+        progress = self.store.progress()
+        done = DoneInput()
+        if progress.keys_done or progress.valid_checkpoints:
+            valid = self.store.valid_checkpoints()
+            snapshot_keys = max(0, progress.keys_done - sum(c.num_keys for c in valid))
+            done = resolve_done_input(valid, snapshot_keys=snapshot_keys, source=source)
+        if unique and done.needs_keys and progress.keys_done > self.broadcast_threshold:
+            # A sort-merge anti-join shuffles anyway; a fixed repartition after it keeps keys in place.
+            buckets = num_partitions or self.num_partitions or self._shuffle_partitions()
+            source = dataclasses.replace(source, buckets=buckets)
+        pruned = without_files(source_df, done.prune)
+        if pruned is None:
+            pruned, done = source_df, dataclasses.replace(done, prune=frozenset(), needs_keys=True)
+        with_key = self._add_source_key(pruned, columns, source.source_id)
+        self._row_sources[source.source_id] = source
+        if buckets is not None:
+            with_key = without_buckets(with_key, buckets, done.buckets)
+        log.info("skip_completed(%s): %s", list(columns), done.describe())
+        self._skips.append(done)
+        if done.needs_keys:
+            frame = done_keys_frame(
+                self.spark,
+                self.store,
+                with_key.schema[SOURCE_KEY_COLUMN].dataType,
+                broadcast_threshold=self.broadcast_threshold,
+                num_keys=progress.keys_done,
+            )
+            with_key = anti_join(with_key, frame)
+        if buckets is not None:
+            # After the anti-join: its own shuffle (when the keys are many) may be split by adaptive
+            # execution; a repartition to a fixed number is never split or coalesced.
+            with_key = with_key.repartition(buckets, F.col(SOURCE_KEY_COLUMN))
+        return with_key
+
+    def _shuffle_partitions(self) -> int:
+        return int(self.spark.conf.get("spark.sql.shuffle.partitions", "200") or 200)
 
     # ------------------------------------------------------------------ co-partitioning
 
@@ -345,21 +451,68 @@ class CheckpointedJob:
         self._claim_kind("row", columns)
         return with_key, SOURCE_KEY_COLUMN
 
-    def _co_partition(
-        self, df: DataFrame, column: str, num_partitions: int | None
-    ) -> tuple[DataFrame, PlanShape, bool]:
-        shape = plan_shape(df, column, file_keyed=column == SOURCE_FILE_COLUMN, reader_tasks=self._files.reader_tasks)
-        if shape.grouped:
-            log.info("no shuffle before the writer: %s", shape.reason)
-            return df, shape, False
-        count = (
-            num_partitions
-            or self.num_partitions
-            or int(self.spark.conf.get("spark.sql.shuffle.partitions", "200") or 200)
-        )
+    def _co_partition(self, df: DataFrame, column: str, num_partitions: int | None) -> _Partitioned:
+        if column == SOURCE_KEY_COLUMN:
+            rows = self._row_key_partitioning(df)
+            if rows is not None:
+                log.info("no shuffle before the writer: %s", rows.shape.reason)
+                return rows
+            shape = PlanShape(False, None, None, "rows are not grouped by the source key on the way to the writer")
+        else:
+            shape = plan_shape(df, column, file_keyed=True, reader_tasks=self._files.reader_tasks)
+            if shape.grouped:
+                log.info("no shuffle before the writer: %s", shape.reason)
+                return _Partitioned(df, shape, False)
+        count = num_partitions or self.num_partitions or self._shuffle_partitions()
         log.info("hash-partitioning on the source key into %d tasks (%s)", count, shape.reason)
         shuffled = df.repartition(count, F.col(column))
-        return shuffled, PlanShape(True, count, None, "hash-partitioned by the writer"), True
+        return _Partitioned(shuffled, PlanShape(True, count, None, "hash-partitioned by the writer"), True)
+
+    def _row_source_of(self, df: DataFrame) -> RowSource | None:
+        """The ``skip_completed`` call whose hidden column ``df`` carries (None: added by the writer, or lost)."""
+        try:
+            metadata = df.schema[SOURCE_KEY_COLUMN].metadata or {}
+        except (KeyError, ValueError):
+            return None
+        return self._row_sources.get(str(metadata.get(SOURCE_ID_METADATA, "")))
+
+    def _row_key_partitioning(self, df: DataFrame) -> _Partitioned | None:
+        """How row-keyed ``df`` reaches the writer without a shuffle, and what each task covers; None: shuffle.
+
+        Without a shuffle when, on the way from where the key was taken: rows were
+        repartitioned by it and stayed in their task since (``skip_completed``'s exchange),
+        or never left their task and the source declared unique keys (or was grouped).
+        """
+        source = self._row_source_of(df)
+        unique = source is not None and source.unique
+        lineage = row_key_lineage(df, SOURCE_KEY_COLUMN)
+        if lineage.moved:
+            if source is not None:
+                log.warning(
+                    "rows move between skip_completed and the writer (%s): the writer shuffles them by key, so a "
+                    "failure before that shuffle keeps no progress. Keep the pipeline narrow (docs/row-keys.md)",
+                    lineage.moved,
+                )
+            return None
+        if lineage.hashed is not None:
+            count = None if lineage.coalesced else lineage.hashed
+            inputs = None
+            if source is not None and source.digest and source.buckets and source.buckets == count:
+                inputs = InputRecords(source.digest, buckets=source.buckets)
+            shape = PlanShape(True, count, None, f"repartitioned by the source key into {lineage.hashed}")
+            return _Partitioned(df, shape, False, inputs, unique)
+        if source is None or not (source.unique or source.grouped):
+            return None
+        task_files = None
+        if lineage.scan is not None and not lineage.coalesced:
+            try:
+                task_files = scan_files(lineage.scan, self.spark.sparkContext._jvm)
+            except Exception as exc:  # an internal API that moved costs the input records, not the write
+                log.info("could not read the scan's files per task (%s); checkpoints record keys only", exc)
+        inputs = InputRecords(source.digest, task_files=task_files) if source.digest and task_files else None
+        why = "each key is in one row" if source.unique else "the source is grouped by key"
+        count = len(task_files) if task_files is not None else None
+        return _Partitioned(df, PlanShape(True, count, None, f"no shuffle: {why}"), False, inputs, unique)
 
     def co_partition(
         self, df: DataFrame, key: str | Sequence[str] | None = None, *, num_partitions: int | None = None
@@ -371,8 +524,7 @@ class CheckpointedJob:
         ``select`` keeping the hidden column) may follow.
         """
         prepared, column = self._prepare(df, key)
-        partitioned, _, _ = self._co_partition(prepared, column, num_partitions)
-        return partitioned
+        return self._co_partition(prepared, column, num_partitions).df
 
     # ------------------------------------------------------------------ writers
 
@@ -459,8 +611,10 @@ class CheckpointedJob:
         output_root = file_key(output).rstrip("/")
         self._declare_output_root(output_root)
         prepared, column = self._prepare(df, key)
+        source = self._row_source_of(prepared) if column == SOURCE_KEY_COLUMN else None
+        min_tasks = source.min_tasks if source is not None and source.unique else None
         # The driver sees every seal: it folds them into segments as they come (docs/store-api.md, "Segments").
-        with self._pinned_file_packing(), self.store.background_compaction():
+        with self._pinned_file_packing(min_tasks), self.store.background_compaction():
             return self._write_partitioned(prepared, column, writer_fn, output_root, num_partitions, engine)
 
     def _declare_output_root(self, output_root: str) -> None:
@@ -479,12 +633,14 @@ class CheckpointedJob:
         self.store.breaker.record_success()
 
     @contextmanager
-    def _pinned_file_packing(self) -> Iterator[None]:
+    def _pinned_file_packing(self, min_tasks: int | None = None) -> Iterator[None]:
         """Keep Spark's packing of input files into tasks fixed from plan inspection to execution.
 
         The writer learns each task's input files from the plan; Spark packs files by
         ``spark.sql.files.minPartitionNum`` (default: the cluster's cores, which grow as
         executors register). Pinning it makes the executed plan pack as the inspected one.
+        ``min_tasks`` (unique row keys' ``num_partitions``): read the input in at least that
+        many tasks — each is a checkpoint, so smaller ones lose less to a failure.
         """
         name = "spark.sql.files.minPartitionNum"
         if self.spark.conf.get(name, None):
@@ -496,7 +652,7 @@ class CheckpointedJob:
         except Exception:
             yield
             return
-        with session_conf(self.spark, name, str(cores)):
+        with session_conf(self.spark, name, str(max(cores, min_tasks or 0))):
             yield
 
     def _write_partitioned(
@@ -508,7 +664,8 @@ class CheckpointedJob:
         num_partitions: int | None,
         engine: str,
     ) -> WriteSummary:
-        partitioned, shape, shuffled = self._co_partition(prepared, column, num_partitions)
+        plan = self._co_partition(prepared, column, num_partitions)
+        partitioned, shape, shuffled = plan.df, plan.shape, plan.shuffled
         driver_degraded = False
         if shape.num_partitions is not None:
             driver_degraded = not self._set_expected(shape.num_partitions)
@@ -517,12 +674,11 @@ class CheckpointedJob:
             task_files = tuple(tuple(file_key(p) for p in files) for files in shape.task_files)
             # Task p reads exactly these files: the per-row key column need not travel to the writer.
             partitioned = partitioned.drop(SOURCE_FILE_COLUMN)
+        row_keyed = column == SOURCE_KEY_COLUMN
         if engine != "arrow" and isinstance(writer_fn, ParquetSink):
-            spark_path, why_not = native_unsupported_reason(self.spark, task_files, output_root)
-            if spark_path is not None and task_files is not None:
-                return self._write_native(
-                    partitioned, writer_fn, output_root, spark_path, task_files, shuffled, driver_degraded
-                )
+            spark_path, why_not = native_unsupported_reason(self.spark, task_files, output_root, row_keys=row_keyed)
+            if spark_path is not None:
+                return self._write_native(partitioned, writer_fn, output_root, spark_path, task_files, plan)
             # A resumed run whose input is all done has nothing to write: no plan to inspect, no error.
             if engine == "spark" and not partitioned.isEmpty():
                 raise NativeWriterUnavailableError(
@@ -540,6 +696,9 @@ class CheckpointedJob:
             file_keyed=column == SOURCE_FILE_COLUMN,
             file_registry=tuple(self._files.registry) if column == SOURCE_FILE_COLUMN else None,
             task_files=task_files,
+            unique_keys=plan.unique,
+            key_columns=self._row_key or (),
+            inputs=plan.inputs,
         )
         self.spark.sparkContext.setJobDescription(f"checkpointed write to {output_root} (epoch {self.epoch})")
         started = time.monotonic()
@@ -599,11 +758,16 @@ class CheckpointedJob:
         sink: ParquetSink,
         output_root: str,
         spark_path: str,
-        task_files: tuple[tuple[str, ...], ...],
-        shuffled: bool,
-        driver_degraded: bool,
+        task_files: tuple[tuple[str, ...], ...] | None,
+        plan: _Partitioned,
     ) -> WriteSummary:
-        hidden = [c for c in (SOURCE_KEY_COLUMN, SOURCE_FILE_COLUMN) if c in partitioned.columns]
+        row_keys = None
+        if task_files is None:
+            key_type = normalize_key_type(to_arrow_type(partitioned.schema[SOURCE_KEY_COLUMN].dataType))
+            row_keys = NativeRowKeys(key_type, plan.unique, plan.inputs, self._row_key or ())
+            hidden = [SOURCE_FILE_COLUMN] if SOURCE_FILE_COLUMN in partitioned.columns else []
+        else:
+            hidden = [c for c in (SOURCE_KEY_COLUMN, SOURCE_FILE_COLUMN) if c in partitioned.columns]
         write = NativeWrite(
             store=self.store,
             epoch=self.epoch,
@@ -613,13 +777,11 @@ class CheckpointedJob:
             partition_by=sink.partition_by,
             compression=sink.compression,
             max_records_per_file=sink.max_records_per_file,
+            row_keys=row_keys,
         )
         started = time.monotonic()
         try:
-            reports, intent_recorded = run_native_write(
-                self.spark, partitioned.drop(*hidden) if hidden else partitioned, write
-            )
-            driver_degraded = driver_degraded or not intent_recorded
+            result = run_native_write(self.spark, partitioned.drop(*hidden) if hidden else partitioned, write)
         except EpochFencedError:
             raise
         except Exception as exc:
@@ -627,20 +789,25 @@ class CheckpointedJob:
             if translated is None:
                 raise
             raise translated from exc
-        missing = sorted(set(range(len(task_files))) - {r.partition for r in reports})
-        if missing:
+        driver_degraded = not result.intent_recorded
+        expected = len(task_files) if task_files is not None else result.job_tasks
+        if plan.shape.num_partitions != expected and expected >= 0:
+            driver_degraded = not self._set_expected(expected) or driver_degraded
+        missing = sorted(set(range(max(expected, 0))) - {r.partition for r in result.reports})
+        if expected < 0 or missing:
             # Spark commits every task, even one without rows; a task it did not report cannot be sealed
             # (its input would count as done without its output). Fail: a rerun redoes exactly those.
             raise WritePlanMismatchError(
-                f"the Spark writer reported no committed task for partitions {missing[:10]} of {output_root}; "
-                "their input stays pending and their files are orphans the commit deletes. Run the job again"
+                f"the Spark writer reported no committed task for partitions {missing[:10] or '(unknown)'} of "
+                f"{output_root}; their input stays pending and their files are orphans the commit deletes. "
+                "Run the job again"
             )
         return self._record_write(
-            reports,
+            result.reports,
             output_root=output_root,
-            expected_partitions=len(task_files),
+            expected_partitions=expected,
             started=started,
-            shuffled=shuffled,
+            shuffled=plan.shuffled,
             driver_degraded=driver_degraded,
             engine="spark",
         )
@@ -669,6 +836,9 @@ class CheckpointedJob:
         if "WriterContractError" in text:
             start = text.find("WriterContractError")
             return WriterContractError(text[start : start + 600])
+        if "KeyNotUniqueError" in text:
+            start = text.find("KeyNotUniqueError")
+            return KeyNotUniqueError(text[start + len("KeyNotUniqueError: ") : start + 600])
         return None
 
     # ------------------------------------------------------------------ result

@@ -230,3 +230,197 @@ def plan_shape(
     if coalesced:
         return PlanShape(True, _num_partitions(partitioning), None, "whole files per task (coalesced)")
     return PlanShape(True, len(layout), layout, "whole files per task")
+
+
+# ---------------------------------------------------------------------------------------------- row keys
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """An input file as Spark's scan sees it: ``path`` exactly as ``_metadata.file_path`` shows it."""
+
+    path: str
+    size: int
+    #: Modification time in microseconds, as ``_metadata.file_modification_time`` holds it.
+    mtime_us: int
+
+    @property
+    def identity(self) -> str:
+        """What must be equal for two listings to name the same file content (see docs/row-keys.md)."""
+        return f"{self.path}|{self.size}|{self.mtime_us}"
+
+    def to_json(self) -> list[Any]:
+        return [self.path, self.size, self.mtime_us]
+
+    @classmethod
+    def from_json(cls, item: Any) -> InputFile:
+        path, size, mtime = item
+        return cls(str(path), int(size), int(mtime))
+
+
+@dataclass(frozen=True)
+class FilePiece:
+    """The bytes ``[start, start + length)`` of ``file`` that one scan task reads (Parquet: the row
+    groups whose middle lies there)."""
+
+    file: InputFile
+    start: int
+    length: int
+
+    @property
+    def whole(self) -> bool:
+        return self.start == 0 and self.length >= self.file.size
+
+
+@dataclass(frozen=True)
+class RowLineage:
+    """How the rows reaching a writer relate to where their source-key ``column`` was derived.
+
+    ``moved``: why rows may have left the task that derived their key (an exchange, a
+    union, ...), or "" if every row stayed in its task. ``coalesced``: tasks were merged
+    (keys stay together, but writer task *p* is not source task *p*). ``scan``: the one
+    Spark file scan the key was derived over, with no exchange in between, if there is one.
+    """
+
+    moved: str
+    coalesced: bool
+    scan: Any | None
+    #: The nearest exchange below the writer hash-partitions by ``column`` into this many
+    #: partitions (a ``repartition(n, column)``, which adaptive execution never splits or merges).
+    hashed: int | None = None
+
+
+def _metadata_extractors(spark_jvm: Any) -> Any:
+    formats = spark_jvm.org.apache.spark.sql.execution.datasources
+    return getattr(formats, "FileFormat$").__getattr__("MODULE$").BASE_METADATA_EXTRACTORS()
+
+
+def scan_files(scan: Any, spark_jvm: Any) -> tuple[tuple[FilePiece, ...], ...]:
+    """Per task of a Spark file scan: the file pieces it reads.
+
+    Values come from Spark's own ``_metadata`` extractors, so a filter on ``_metadata``
+    compares exactly what the scan will see.
+    """
+    extract = _metadata_extractors(spark_jvm)
+    path_of, size_of, mtime_of = (extract.apply(n) for n in ("file_path", "file_size", "file_modification_time"))
+    tasks: list[tuple[FilePiece, ...]] = []
+    for partition in scan.inputRDD().partitions():
+        pieces = []
+        for piece in partition.files():
+            file = InputFile(str(path_of.apply(piece)), int(size_of.apply(piece)), int(mtime_of.apply(piece)))
+            pieces.append(FilePiece(file, int(piece.start()), int(piece.length())))
+        tasks.append(tuple(pieces))
+    return tuple(tasks)
+
+
+#: Physical nodes that neither drop, add nor move rows of a file scan (column selection, codegen glue).
+_ROW_PRESERVING = {"ProjectExec", "ColumnarToRowExec", "InputAdapter", "WholeStageCodegenExec"}
+
+
+def source_listing(df: DataFrame) -> tuple[InputFile, ...] | None:
+    """Every file ``df`` reads, sorted, if ``df`` is exactly the rows of those files; else None.
+
+    Exactly: a Spark file scan under deterministic projections only (no data filter, no
+    join, no UDF), so that the same files with the same sizes and modification times
+    mean the same input rows. A partition filter only selects files, so it is fine.
+    """
+    plan = physical_plan(df)
+    if plan is None:
+        return None
+    try:
+        scan = _plain_scan(plan)
+        if scan is None:
+            return None
+        jvm = df.sparkSession.sparkContext._jvm
+        files = {piece.file.path: piece.file for task in scan_files(scan, jvm) for piece in task}
+    except Exception as exc:  # an internal API that moved must cost the input records, not the job
+        log.info("could not list the input files of the row-key source (%s); resuming by keys only", exc)
+        return None
+    return tuple(files[p] for p in sorted(files))
+
+
+def _plain_scan(node: Any) -> Any | None:
+    name = _name(node)
+    if name == "FileSourceScanExec":
+        return node if len(_seq(node.dataFilters())) == 0 else None
+    if name not in _ROW_PRESERVING:
+        return None
+    if name == "ProjectExec" and not all(e.deterministic() for e in _seq(node.projectList())):
+        return None
+    children = _seq(node.children())
+    return _plain_scan(children[0]) if len(children) == 1 else None
+
+
+def row_key_lineage(df: DataFrame, column: str) -> RowLineage:
+    """Walk from the writer's input down the paths that carry ``column`` to where it was derived."""
+    plan = physical_plan(df)
+    if plan is None:
+        return RowLineage("the physical plan is not available", False, None)
+    try:
+        return _lineage(plan, column)
+    except Exception as exc:
+        log.info("could not inspect the physical plan (%s); the writer will shuffle by key", exc)
+        return RowLineage(f"plan inspection failed: {exc}", False, None)
+
+
+def _lineage(node: Any, column: str) -> RowLineage:
+    name = _name(node)
+    if "Exchange" in name:
+        if _repartitions_by(node, column):
+            return RowLineage("", False, None, _num_partitions(node.outputPartitioning()))
+        return RowLineage(f"{name} moves rows between partitions", False, None)
+    if name == "UnionExec" or "Cartesian" in name:
+        return RowLineage(f"{name} places one key's rows in several partitions", False, None)
+    carriers = [c for c in _seq(node.children()) if column in _output_names(c)]
+    if len(carriers) > 1:
+        return RowLineage(f"{name} combines {len(carriers)} inputs that carry the source key", False, None)
+    if not carriers:
+        scans, problem = _scans_below(node)
+        return RowLineage("", False, scans[0] if not problem and len(scans) == 1 else None)
+    below = _lineage(carriers[0], column)
+    if below.moved:
+        return below
+    return RowLineage("", below.coalesced or name == "CoalesceExec", below.scan, below.hashed)
+
+
+def _repartitions_by(exchange: Any, column: str) -> bool:
+    """A shuffle by exactly ``column`` into a fixed number of partitions (``repartition(n, column)``).
+
+    Other shuffles on the column (a join's or an aggregation's) may be split or merged by
+    adaptive execution at run time, which could split a key's rows between tasks.
+    """
+    if _name(exchange) != "ShuffleExchangeExec" or not _hash_partitioned_on(exchange.outputPartitioning(), column):
+        return False
+    try:
+        return str(exchange.shuffleOrigin().toString()) == "REPARTITION_BY_NUM"
+    except Exception:
+        return False
+
+
+def clustered_on(df: DataFrame, columns: tuple[str, ...]) -> bool:
+    """True if Spark's plan already puts all rows with equal ``columns`` in one partition.
+
+    That is a hash or range partitioning on a non-empty subset of ``columns`` (for example
+    after ``groupBy(key)`` or ``repartition(key)``): equal keys have equal values in it.
+    """
+    plan = physical_plan(df)
+    if plan is None:
+        return False
+    try:
+        return _partitioned_within(plan.outputPartitioning(), set(columns))
+    except Exception as exc:
+        log.info("could not read the output partitioning (%s)", exc)
+        return False
+
+
+def _partitioned_within(partitioning: Any, columns: set[str]) -> bool:
+    name = _name(partitioning)
+    if name == "PartitioningCollection":
+        return any(_partitioned_within(p, columns) for p in _seq(partitioning.partitionings()))
+    if "HashPartitioning" in name:
+        expressions = _seq(partitioning.expressions())
+    elif name == "RangePartitioning":
+        expressions = [order.child() for order in _seq(partitioning.ordering())]
+    else:
+        return False
+    return bool(expressions) and all(_name(e) == "AttributeReference" and str(e.name()) in columns for e in expressions)

@@ -1,10 +1,9 @@
 """Row-level resume: drop the rows whose key a valid checkpoint already holds.
 
-An anti-join against the store's done keys. When they are few (up to a
-threshold) the driver reads them and Spark broadcasts them; when they are many,
-executors read the store's key parts in parallel (``store.key_sources()`` /
-``store.read_key_source()``) and Spark joins with a shuffle — the keys are never
-collected on the driver.
+An anti-join against the store's done keys, for what the input records of
+``row_source`` cannot vouch for. Executors read the store's key parts in parallel
+(``store.key_sources()`` / ``store.read_key_source()``); Spark broadcasts them when
+they are few and joins with a shuffle when they are many.
 """
 
 from __future__ import annotations
@@ -66,23 +65,28 @@ def done_keys_frame(
     broadcast_threshold: int,
     num_keys: int,
 ) -> DataFrame | None:
-    """A one-column DataFrame (``__ckpt_done_key``) of every done key, or None when there are none."""
+    """A one-column DataFrame (``__ckpt_done_key``) of every done key, or None when there are none.
+
+    The executors read the store's key parts in parallel (never the driver: building a
+    Spark table from 2.9 M keys with ``createDataFrame`` took 10 s, see docs/row-keys.md).
+    Up to ``broadcast_threshold`` keys are broadcast (the input is not shuffled); more
+    are joined with a sort-merge join.
+    """
     if num_keys <= 0:
         return None
-    arrow_type = to_arrow_type(spark_type)
-    schema = StructType([StructField(DONE_KEY_COLUMN, spark_type, nullable=False)])
-    if num_keys <= broadcast_threshold:
-        keys = _conform_keys(store.get_checkpointed_keys(), arrow_type)
-        frame = spark.createDataFrame(pa.table({DONE_KEY_COLUMN: keys}), schema=schema)
-        return F.broadcast(frame)
     sources = tuple(store.key_sources())
     if not sources:
         return None
+    arrow_type = to_arrow_type(spark_type)
+    schema = StructType([StructField(DONE_KEY_COLUMN, spark_type, nullable=False)])
     spec = KeyReaderSpec(store.uri, dict(store.options), sources, arrow_type)
     slices = max(1, min(len(sources), spark.sparkContext.defaultParallelism * 4))
     ids = spark.range(0, len(sources), 1, slices)
+    keys = ids.mapInArrow(_make_key_reader(spec), schema)
+    if num_keys <= broadcast_threshold:
+        return F.broadcast(keys)
     # A sort-merge join: Spark must not broadcast (collect on the driver) what we kept off it.
-    return ids.mapInArrow(_make_key_reader(spec), schema).hint("merge")
+    return keys.hint("merge")
 
 
 def anti_join(df: DataFrame, done: DataFrame | None) -> DataFrame:

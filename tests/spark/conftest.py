@@ -12,19 +12,29 @@ import pytest
 from pyspark.sql import SparkSession
 
 from ckpt_testkit.spark_cluster import SPARK_HOME, SparkStandaloneCluster
+from ckpt_testkit.spark_events import event_log_confs
 from tests.spark.helpers import Target
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
+def spark_event_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the in-process session writes Spark's event log (the progress oracle reads it)."""
+    return tmp_path_factory.mktemp("spark-events")
+
+
+@pytest.fixture(scope="session")
+def spark(spark_event_log: Path) -> Iterator[SparkSession]:
     """A real local Spark (2 cores, small memory) shared by the in-process tests.
 
     Local mode runs each task once (``local[2]`` = ``spark.task.maxFailures`` 1).
     """
     os.environ.setdefault("SPARK_HOME", SPARK_HOME)
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    builder = SparkSession.builder
+    for name, value in event_log_confs(spark_event_log).items():
+        builder = builder.config(name, value)
     session = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName("ckpt-spark-tests")
         .config("spark.driver.memory", "1g")
         .config("spark.ui.enabled", "false")
@@ -60,10 +70,19 @@ def _s3_target(request: pytest.FixtureRequest) -> Target:
     return Target("s3", f"s3://{bucket}/ckpt/{run}", f"s3://{bucket}/out/{run}", options)
 
 
+def _s3_store_target(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
+    s3 = _s3_target(request)
+    return Target("s3-store", s3.store_uri, f"file://{tmp_path}/out", s3.options)
+
+
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
-    """The store and the output on local disk, then on the S3 server."""
-    return _s3_target(request) if request.param == "s3" else _local_target(tmp_path)
+    """The store and the output on local disk, then on the S3 server (``s3-store``: store on S3, output local)."""
+    if request.param == "s3":
+        return _s3_target(request)
+    if request.param == "s3-store":
+        return _s3_store_target(request, tmp_path)
+    return _local_target(tmp_path)
 
 
 @pytest.fixture

@@ -28,9 +28,10 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_ckpt_provider.failpoints import failpoint
-from airflow_ckpt_provider.spark.errors import WriterContractError
+from airflow_ckpt_provider.spark.errors import KeyNotUniqueError, WriterContractError
 from airflow_ckpt_provider.spark.keys import SOURCE_FILE_COLUMN, SOURCE_KEY_COLUMN, distinct_keys, normalize_keys
 from airflow_ckpt_provider.spark.paths import file_key
+from airflow_ckpt_provider.spark.row_source import INPUT_RECORD, InputRecords
 from airflow_ckpt_provider.spark.writers.context import WriteContext
 from airflow_ckpt_provider.store import (
     CheckpointStore,
@@ -84,6 +85,11 @@ class TaskSpec:
     #: When writer task p is exactly task p of the file source: the file keys each task reads.
     task_files: tuple[tuple[str, ...], ...] | None = None
     drop_columns: tuple[str, ...] = (SOURCE_KEY_COLUMN, SOURCE_FILE_COLUMN)
+    #: Row keys declared one row per key: a task meeting a key twice fails before its seal.
+    unique_keys: bool = False
+    key_columns: tuple[str, ...] = ()
+    #: What each task covered (files read whole, or its bucket), recorded with its checkpoint.
+    inputs: InputRecords | None = None
 
 
 # One store per (store, options, epoch) and Python worker: Spark reuses workers across
@@ -108,6 +114,8 @@ class _KeyTap:
         self._spec = spec
         self._keys: list[pa.Array] = []
         self.rows = 0
+        #: Rows that carried a key (a unique key's count must equal its distinct keys).
+        self.keyed_rows = 0
         self.exhausted = False
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
@@ -116,6 +124,7 @@ class _KeyTap:
             index = batch.schema.get_field_index(self._spec.key_column)
             if index >= 0 and batch.num_rows:
                 self._keys.append(distinct_keys([batch.column(index)]))
+                self.keyed_rows += batch.num_rows
             self.rows += batch.num_rows
             present = [c for c in drop if batch.schema.get_field_index(c) >= 0]
             yield batch.drop_columns(present) if present else batch
@@ -215,22 +224,28 @@ def run_write_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterato
         _failpoints("spark.task.after_write", where)
         store.stage_files(checkpoint_id, files)
         keys = tap.keys(partition)
+        if spec.unique_keys and not spec.file_keyed and len(keys) < tap.keyed_rows:
+            raise KeyNotUniqueError(
+                f"partition {partition} wrote {tap.keyed_rows} rows for {len(keys)} distinct keys "
+                f"{list(spec.key_columns)}, but skip_completed(unique=True) was told each key has one row. Nothing "
+                "of this task was sealed. Pass unique=False (the default: rows are grouped by key before your "
+                "transformation), or make the key unique"
+            )
         store.stage_keys(checkpoint_id, keys)
         _failpoints("spark.task.before_seal", where)
+        metadata: dict[str, Any] = {
+            "attempt": attempt,
+            "stage": task.stageId() if task else None,
+            "task_attempt_id": task.taskAttemptId() if task else None,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "rows_in": tap.rows,
+        }
+        record = spec.inputs.for_partition(partition) if spec.inputs is not None else None
+        if record is not None:
+            metadata[INPUT_RECORD] = record
         seal_attempted = True
-        sealed = store.checkpoint(
-            checkpoint_id,
-            epoch=spec.epoch,
-            partition=partition,
-            metadata={
-                "attempt": attempt,
-                "stage": task.stageId() if task else None,
-                "task_attempt_id": task.taskAttemptId() if task else None,
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                "rows_in": tap.rows,
-            },
-        )
+        sealed = store.checkpoint(checkpoint_id, epoch=spec.epoch, partition=partition, metadata=metadata)
         _failpoints("spark.task.after_seal", where)
     except BaseException:
         if not seal_attempted or not _sealed(store, checkpoint_id):

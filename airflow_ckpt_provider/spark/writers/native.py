@@ -6,7 +6,9 @@ instead of the JVM → Arrow → Python conversion of the Arrow writer. It needs
 
 * file keys whose files each writer task reads whole (``read_parquet`` and a
   pipeline without a shuffle: the writer then knows each task's keys from the
-  plan and needs no key column in the data),
+  plan and needs no key column in the data), or row keys, which the writer
+  records in the JVM as it writes them (``KeyedParquetFormat``, see
+  :mod:`.native_keys` and docs/row-keys.md),
 * a Hadoop filesystem for the output (local disk; ``s3a://`` where the cluster
   has it), and
 * the package's small commit-protocol jar on the driver's classpath (added at
@@ -22,7 +24,8 @@ How the checkpoint protocol is kept (docs/design.md, section 5, decision D5 and 
    task that fails deletes them before the failure propagates;
 3. Spark reports each partition's first successful attempt to the driver
    (``FileCommitProtocol.onTaskCommit``); a driver thread stages that task's files
-   and its input files (the keys) and seals one checkpoint for the partition,
+   and its keys (its input files, or the row keys it wrote) and seals one
+   checkpoint for the partition,
    while the job runs. Tasks that finished before a job failure are sealed
    before the failure is raised; a driver killed outright loses at most the
    seals of the last moments (those partitions are redone, never lost);
@@ -35,6 +38,8 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
+import tempfile
 import threading
 import time
 import uuid
@@ -49,8 +54,11 @@ from pyspark.sql import DataFrame, SparkSession
 
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.spark.errors import InvalidOptionError, NativeWriterUnavailableError, WritePlanMismatchError
+from airflow_ckpt_provider.spark.keys import SOURCE_KEY_COLUMN
+from airflow_ckpt_provider.spark.row_source import INPUT_RECORD
 from airflow_ckpt_provider.spark.summary import WriteTaskReport
 from airflow_ckpt_provider.spark.temporary_conf import session_conf
+from airflow_ckpt_provider.spark.writers.native_keys import KEYED_FORMAT, NativeRowKeys
 from airflow_ckpt_provider.store import (
     CheckpointStore,
     EpochFencedError,
@@ -132,16 +140,21 @@ def spark_output_path(spark: SparkSession, output_root: str) -> str:
 
 @dataclass(frozen=True)
 class NativeWrite:
-    """One native write: where, how, and which input files each writer task reads (its keys)."""
+    """One native write: where, how, and what each writer task's keys are.
+
+    File keys: ``task_files``, the input files each task reads (known from the plan).
+    Row keys: ``row_keys``, the keys each task wrote come from the JVM with its commit.
+    """
 
     store: CheckpointStore
     epoch: int
     output_root: str
     spark_path: str
-    task_files: tuple[tuple[str, ...], ...]
+    task_files: tuple[tuple[str, ...], ...] | None
     partition_by: tuple[str, ...] = ()
     compression: str = "snappy"
     max_records_per_file: int | None = None
+    row_keys: NativeRowKeys | None = None
 
 
 class _Sealer:
@@ -199,7 +212,7 @@ class _Sealer:
     def _seal(self, message: dict[str, Any]) -> None:
         write, store = self.write, self.write.store
         partition = int(message["partition"])
-        if partition >= len(write.task_files):
+        if write.task_files is not None and partition >= len(write.task_files):
             raise WritePlanMismatchError(
                 f"native writer: task {partition} is not one of the {len(write.task_files)} tasks the plan showed; "
                 "the write's plan changed under it. Nothing of it is sealed: run the job again"
@@ -217,25 +230,32 @@ class _Sealer:
                     format="parquet",
                 )
             )
-        keys = pa.array(sorted(write.task_files[partition]), pa.string())
+        metadata: dict[str, Any] = {
+            "attempt": message.get("attempt"),
+            "stage": message.get("stage"),
+            "task_attempt_id": message.get("task_attempt_id"),
+            "host": message.get("host"),
+            "writer": "spark",
+        }
+        if write.row_keys is not None:
+            keys, rows_in = write.row_keys.task_keys(message)
+            metadata["rows_in"] = rows_in
+            record = write.row_keys.inputs.for_partition(partition) if write.row_keys.inputs else None
+            if record is not None:
+                metadata[INPUT_RECORD] = record
+        elif write.task_files is not None:
+            keys = pa.array(sorted(write.task_files[partition]), pa.string())
+        else:
+            raise RuntimeError(  # pragma: no cover - a write is built with one of the two
+                "native writer: a write needs file keys (task_files) or row keys"
+            )
         checkpoint_id = new_checkpoint_id()
         failpoint("spark.native.before_seal")
         failpoint(f"spark.native.before_seal.e{write.epoch}.p{partition}")
         if files:
             store.stage_files(checkpoint_id, files)
         store.stage_keys(checkpoint_id, keys)
-        sealed = store.checkpoint(
-            checkpoint_id,
-            epoch=write.epoch,
-            partition=partition,
-            metadata={
-                "attempt": message.get("attempt"),
-                "stage": message.get("stage"),
-                "task_attempt_id": message.get("task_attempt_id"),
-                "host": message.get("host"),
-                "writer": "spark",
-            },
-        )
+        sealed = store.checkpoint(checkpoint_id, epoch=write.epoch, partition=partition, metadata=metadata)
         failpoint("spark.native.after_seal")
         self.reports[partition] = WriteTaskReport(
             partition=partition,
@@ -272,12 +292,22 @@ def _record_name_intent(write: NativeWrite, token: str) -> bool:
     return True
 
 
-def run_native_write(spark: SparkSession, df: DataFrame, write: NativeWrite) -> tuple[list[WriteTaskReport], bool]:
+@dataclass(frozen=True)
+class NativeResult:
+    """What a native write did: one report per sealed task, whether its intent was recorded
+    (False: the run is degraded), and how many tasks Spark's job committed."""
+
+    reports: list[WriteTaskReport]
+    intent_recorded: bool
+    job_tasks: int
+
+
+def run_native_write(spark: SparkSession, df: DataFrame, write: NativeWrite) -> NativeResult:
     """Write ``df`` with Spark's Parquet writer, sealing one checkpoint per task. Raises what the job raised.
 
-    Returns the task reports and whether the write's intent was recorded (False:
-    the run is degraded). On failure, the tasks that finished are sealed before the
-    error propagates. Raises :class:`EpochFencedError` when a newer submit took over the store.
+    With row keys, ``df`` carries the hidden source-key column (it is not written).
+    On failure, the tasks that finished are sealed before the error propagates.
+    Raises :class:`EpochFencedError` when a newer submit took over the store.
     """
     token = "ckw" + uuid.uuid4().hex[:16]
     intent_recorded = _record_name_intent(write, token)
@@ -285,7 +315,16 @@ def run_native_write(spark: SparkSession, df: DataFrame, write: NativeWrite) -> 
     sc = spark.sparkContext
     commits = _open_commits(spark, token)
     sealer = _Sealer(write, lambda: str(commits.drain()), lambda: sc.cancelJobGroup(group))
+    keys_dir = None
+    if write.row_keys is not None:
+        # The hidden key column goes last: the keyed format writes the others and records it.
+        df = df.select(*[c for c in df.columns if c != SOURCE_KEY_COLUMN], SOURCE_KEY_COLUMN)
+        keys_dir = tempfile.mkdtemp(prefix="ckpt-task-keys-")
     writer = df.write.mode("append").option("ckpt.write.token", token).option("compression", write.compression)
+    if keys_dir is not None:
+        writer = writer.format(KEYED_FORMAT).option("ckpt.keys.dir", keys_dir)
+    else:
+        writer = writer.format("parquet")
     fence = _fence_path(write.store, write.epoch)
     if fence:
         writer = writer.option("ckpt.fence.path", fence)
@@ -305,15 +344,19 @@ def run_native_write(spark: SparkSession, df: DataFrame, write: NativeWrite) -> 
     sealer.start()
     try:
         with session_conf(spark, _COMMIT_PROTOCOL_CONF, PROTOCOL_CLASS):
-            writer.parquet(write.spark_path)
+            writer.save(write.spark_path)
     except BaseException as exc:
         failure = exc
     finally:
         sealer.finish()
+        job_tasks = -1
         try:
             sealer.seal_pending(str(commits.close()))  # anything the last drain did not see
+            job_tasks = int(commits.jobTasks())
         except Exception as exc:
             log.warning("native writer: could not read the last committed tasks: %s", exc)
+        if keys_dir is not None:
+            shutil.rmtree(keys_dir, ignore_errors=True)
         for name, value in previous.items():  # the caller's job group, if it had one
             sc.setLocalProperty(name, value)  # type: ignore[arg-type]
     log.info(
@@ -328,7 +371,7 @@ def run_native_write(spark: SparkSession, df: DataFrame, write: NativeWrite) -> 
         raise sealer.error from failure
     if failure is not None:
         raise failure
-    return [sealer.reports[p] for p in sorted(sealer.reports)], intent_recorded
+    return NativeResult([sealer.reports[p] for p in sorted(sealer.reports)], intent_recorded, job_tasks)
 
 
 def _open_commits(spark: SparkSession, token: str) -> Any:
@@ -357,13 +400,13 @@ def check_engine(engine: str) -> str:
 
 
 def native_unsupported_reason(
-    spark: SparkSession, task_files: Sequence[Sequence[str]] | None, output_root: str
+    spark: SparkSession, task_files: Sequence[Sequence[str]] | None, output_root: str, *, row_keys: bool = False
 ) -> tuple[str | None, str]:
     """(Spark path of the output, "") when the native writer can run, else (None, why not)."""
-    if task_files is None:
+    if task_files is None and not row_keys:
         return None, (
-            "the writer cannot tell each task's input files from the plan (row keys, a shuffle, a union, or a "
-            "source other than read_parquet)"
+            "the writer cannot tell each task's input files from the plan (a shuffle, a union, or a source other "
+            "than read_parquet)"
         )
     problem = protocol_available(spark)
     if problem:

@@ -3,7 +3,7 @@
 Input rows: ``event_id`` (unique), ``account`` (the row key, raw: ``" acct-007"``),
 ``amount``. The transform rewrites the key column (trim + upper-case) — the
 checkpoint must still record the key as read — and adds ``amount2``. It runs in
-the writer's stage (after ``co_partition`` for row keys, right after
+the writer's stage (after ``skip_completed``'s exchange for row keys, right after
 ``read_parquet`` for file keys), so faults injected here hit write tasks.
 
 Faults are deterministic rules (JSON), matched on the Spark partition, the task
@@ -114,7 +114,7 @@ def run_pipeline(
         df = job.read_parquet(inputs, min_partitions=num_partitions)
     elif mode == "rows":
         source = spark.read.parquet(*inputs)
-        df = job.co_partition(job.skip_completed(source, "account"), num_partitions=num_partitions)
+        df = job.skip_completed(source, "account", num_partitions=num_partitions)
     else:
         raise ValueError(mode)
     if python_transform:

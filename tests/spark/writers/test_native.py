@@ -84,7 +84,7 @@ def test_native_writer_resumes_after_a_task_failure_exactly_once(
     assert_exactly_once(target, inputs)
 
 
-def test_auto_engine_picks_spark_for_file_keys_and_arrow_for_row_keys(spark: SparkSession, tmp_path: Path) -> None:
+def test_auto_engine_picks_spark_for_file_keys_and_row_keys(spark: SparkSession, tmp_path: Path) -> None:
     target = Target("local", f"file://{tmp_path}/store", f"file://{tmp_path}/out")
     inputs = make_inputs(tmp_path / "in", files=3)
     operator = FakeOperator(target)
@@ -102,6 +102,7 @@ def test_auto_engine_picks_spark_for_file_keys_and_arrow_for_row_keys(spark: Spa
     names = [Path(p).name for p in target.output_files()]
     assert len(names) == 3 and len({n.split("-")[2] for n in names}) == 1
 
+    # Row keys too: the JVM records each task's keys as it writes them.
     rows_target = Target("local", f"file://{tmp_path}/store2", f"file://{tmp_path}/out2")
     rows = run_pipeline(
         spark,
@@ -110,7 +111,8 @@ def test_auto_engine_picks_spark_for_file_keys_and_arrow_for_row_keys(spark: Spa
         inputs=inputs,
         output=rows_target.output_uri,
     )
-    assert rows.engine == "arrow"
+    assert rows.engine == "spark"
+    assert rows.keys == 24 and rows.sealed_partitions == rows.partitions
 
 
 def test_engine_spark_where_it_cannot_run_is_a_clear_error_and_writes_nothing(
@@ -119,8 +121,9 @@ def test_engine_spark_where_it_cannot_run_is_a_clear_error_and_writes_nothing(
     target = Target("local", f"file://{tmp_path}/store", f"file://{tmp_path}/out")
     inputs = make_inputs(tmp_path / "in", files=2)
     job = _job(spark, target, FakeOperator(target).begin())
+    # An output Spark has no Hadoop filesystem for (here: gs://).
     with pytest.raises(NativeWriterUnavailableError, match="engine='arrow'"):
-        run_pipeline(spark, job, mode="rows", inputs=inputs, output=target.output_uri, engine="spark")
+        run_pipeline(spark, job, mode="rows", inputs=inputs, output="gs://bucket/out", engine="spark")
     # A shuffle before the writer: the plan no longer says which files each task read.
     files_target = Target("local", f"file://{tmp_path}/store2", f"file://{tmp_path}/out")
     job = _job(spark, files_target, FakeOperator(files_target).begin())

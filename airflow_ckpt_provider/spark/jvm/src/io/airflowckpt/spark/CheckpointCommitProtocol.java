@@ -52,15 +52,20 @@ public class CheckpointCommitProtocol extends FileCommitProtocol implements Seri
 
   public static final String TOKEN_CONF = "ckpt.write.token";
   public static final String FENCE_CONF = "ckpt.fence.path";
+  /** Driver-local directory where the keys of row-keyed writes' committed tasks are left for Python. */
+  public static final String KEYS_DIR_CONF = "ckpt.keys.dir";
 
   /** Committed tasks per write token, waiting for the driver's Python side. Driver JVM only. */
   private static final ConcurrentHashMap<String, ConcurrentLinkedQueue<String>> COMMITTED =
       new ConcurrentHashMap<>();
+  /** Per write token: how many tasks the job committed (Spark's count, known once the job succeeded). */
+  private static final ConcurrentHashMap<String, Integer> JOB_TASKS = new ConcurrentHashMap<>();
 
   private final String jobId;
   private final String outputPath;
   private String token;
   private String fencePath;
+  private String keysDir;
 
   // Per task attempt (the executor's deserialized copy of the protocol is used by one task).
   private transient List<String> written;
@@ -111,6 +116,12 @@ public class CheckpointCommitProtocol extends FileCommitProtocol implements Seri
       COMMITTED.remove(token);
       return rest;
     }
+
+    /** How many tasks the successful job committed (one per partition), or -1 if the job did not succeed. */
+    public int jobTasks() {
+      Integer count = JOB_TASKS.remove(token);
+      return count == null ? -1 : count;
+    }
   }
 
   /** Start collecting the commits of the write with {@code token} (the driver, before the write). */
@@ -122,6 +133,7 @@ public class CheckpointCommitProtocol extends FileCommitProtocol implements Seri
   private void configure(Configuration conf) {
     token = conf.get(TOKEN_CONF);
     fencePath = conf.get(FENCE_CONF);
+    keysDir = conf.get(KEYS_DIR_CONF);
     if (token == null || token.isEmpty()) {
       throw new IllegalStateException(
           "CheckpointCommitProtocol needs the option " + TOKEN_CONF
@@ -137,6 +149,10 @@ public class CheckpointCommitProtocol extends FileCommitProtocol implements Seri
   @Override
   public void commitJob(JobContext jobContext, Seq<TaskCommitMessage> taskCommits) {
     // Nothing to move or mark: the checkpoints are the record, and the store's commit decides.
+    // The number of partitions the job really ran (adaptive execution may differ from the plan).
+    if (token != null && COMMITTED.containsKey(token)) {
+      JOB_TASKS.put(token, taskCommits.size());
+    }
   }
 
   @Override
@@ -218,36 +234,53 @@ public class CheckpointCommitProtocol extends FileCommitProtocol implements Seri
     json.append(",\"files\":[");
     List<String> files = written == null ? new ArrayList<>() : written;
     try {
-      for (int i = 0; i < files.size(); i++) {
-        Path path = new Path(files.get(i));
+      boolean first = true;
+      for (String file : files) {
+        Path path = new Path(file);
         FileSystem fs = path.getFileSystem(conf);
         long size = fs.getFileStatus(path).getLen();
         long rows = -1;
-        if (files.get(i).endsWith(".parquet")) {
+        if (file.endsWith(".parquet")) {
           rows = 0;
           @SuppressWarnings("deprecation")
           ParquetMetadata footer = ParquetFileReader.readFooter(conf, path);
           for (BlockMetaData block : footer.getBlocks()) {
             rows += block.getRowCount();
           }
+          if (rows == 0 && fs.delete(path, false)) {
+            // Spark writes a schema-only file when a job has no partition at all (everything was
+            // skipped); the Arrow writer writes none, and a file without rows records nothing.
+            continue;
+          }
         }
-        if (i > 0) {
+        if (!first) {
           json.append(',');
         }
+        first = false;
         json.append("{\"path\":");
-        quote(json, files.get(i));
+        quote(json, file);
         json.append(",\"size\":").append(size).append(",\"rows\":").append(rows).append('}');
       }
     } catch (IOException e) {
       throw new RuntimeException("could not read back the files this task wrote: " + e, e);
     }
-    json.append("]}");
+    json.append(']');
     written = new ArrayList<>();
-    return new TaskCommitMessage(json.toString());
+    TaskKeys.Taken keys = TaskKeys.take(spark == null ? -1L : spark.taskAttemptId());
+    if (keys == null) {
+      json.append('}');
+      return new TaskCommitMessage(json.toString());
+    }
+    json.append(",\"key_rows\":").append(keys.rows).append('}');
+    return new TaskCommitMessage(new Object[] {json.toString(), keys.ipc});
   }
 
   @Override
   public void abortTask(TaskAttemptContext taskContext) {
+    TaskContext spark = TaskContext.get();
+    if (spark != null) {
+      TaskKeys.discard(spark.taskAttemptId());
+    }
     if (written == null) {
       return;
     }
@@ -269,9 +302,33 @@ public class CheckpointCommitProtocol extends FileCommitProtocol implements Seri
   @Override
   public void onTaskCommit(TaskCommitMessage message) {
     ConcurrentLinkedQueue<String> queue = COMMITTED.get(token);
-    if (queue != null) {
-      queue.add((String) message.obj());
+    if (queue == null) {
+      return;
     }
+    Object obj = message.obj();
+    if (obj instanceof String) {
+      queue.add((String) obj);
+      return;
+    }
+    // A row-keyed task: its keys go to a driver-local file (large; py4j would copy them slowly).
+    Object[] parts = (Object[]) obj;
+    String json = (String) parts[0];
+    byte[] keys = (byte[]) parts[1];
+    StringBuilder line = new StringBuilder(json.substring(0, json.length() - 1));
+    try {
+      java.nio.file.Path file = java.nio.file.Files.createTempFile(
+          java.nio.file.Paths.get(keysDir == null ? System.getProperty("java.io.tmpdir") : keysDir),
+          "keys-" + token + "-",
+          ".arrows");
+      java.nio.file.Files.write(file, keys);
+      line.append(",\"keys_file\":");
+      quote(line, file.toString());
+    } catch (IOException e) {
+      line.append(",\"keys_error\":");
+      quote(line, e.toString());
+    }
+    line.append('}');
+    queue.add(line.toString());
   }
 
   private static String hostName() {

@@ -1,0 +1,232 @@
+"""Row-key sources: what a checkpoint records about the input it covered, and what a rerun may skip.
+
+Key lists stay the record (see docs/row-keys.md); besides its keys, each row-key
+checkpoint records in its manifest metadata (``metadata["input"]``) what input its
+task covered, so that a rerun on an unchanged input skips work without reading keys:
+
+* no exchange before the writer (unique keys) over a Spark file scan: the files the
+  task read **whole** (path, size, modification time as Spark's ``_metadata`` shows
+  them), and the byte ranges it read of files Spark split across tasks;
+* the exchange at the source: the task's **bucket** ``p`` of ``N``
+  (``pmod(murmur3(key), N)``, the hash Spark's ``HashPartitioning`` uses);
+* both: a **digest of the whole input listing** of the run.
+
+A rerun drops unchanged files that valid checkpoints read completely (whole, or every
+byte range of a split file), filters
+buckets whose checkpoint saw an identical listing (no new key can fall into them),
+and anti-joins the done keys only when some valid checkpoint or the compacted
+snapshot is vouched for by neither.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from airflow_ckpt_provider.spark.keys import SOURCE_KEY_COLUMN
+from airflow_ckpt_provider.spark.plan import FilePiece, InputFile
+from airflow_ckpt_provider.store import Checkpoint
+
+log = logging.getLogger(__name__)
+
+#: Key of the checkpoint metadata entry that records the input a row-key checkpoint covered.
+INPUT_RECORD = "input"
+#: Column metadata of the hidden source-key column: the id of the ``RowSource`` it came from.
+SOURCE_ID_METADATA = "ckpt.row_source"
+#: How buckets are computed; a bucket record of another hash never counts.
+BUCKET_HASH = "spark-murmur3-42"
+
+
+def listing_digest(listing: Sequence[InputFile]) -> str:
+    """A digest of an input listing: equal iff the same files with the same sizes and modification times."""
+    digest = hashlib.sha256()
+    for identity in sorted(f.identity for f in listing):
+        digest.update(identity.encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def bucket_of(column: str, buckets: int) -> Column:
+    """The bucket Spark's ``repartition(buckets, column)`` sends a row to."""
+    return F.pmod(F.hash(F.col(column)), F.lit(buckets))
+
+
+@dataclass(frozen=True)
+class RowSource:
+    """One ``skip_completed`` call: its key, how rows are grouped, and its input listing (if a file scan)."""
+
+    columns: tuple[str, ...]
+    unique: bool
+    #: Rows hash-partitioned by the source key into this many buckets at the source (None: no exchange).
+    buckets: int | None
+    #: The plan proved the rows already grouped by key (no exchange needed, not unique).
+    grouped: bool = False
+    listing: tuple[InputFile, ...] | None = field(default=None, repr=False)
+    #: Unique keys: read a file source in at least this many tasks (each task is a checkpoint).
+    min_tasks: int | None = None
+    source_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+    @property
+    def digest(self) -> str | None:
+        return None if self.listing is None else listing_digest(self.listing)
+
+
+@dataclass(frozen=True)
+class InputRecords:
+    """What each writer task covered, for the checkpoint it seals (picklable: shipped to Arrow tasks)."""
+
+    digest: str
+    buckets: int | None = None
+    task_files: tuple[tuple[FilePiece, ...], ...] | None = field(default=None, repr=False)
+
+    def for_partition(self, partition: int) -> dict[str, Any] | None:
+        if self.buckets is not None:
+            return {"digest": self.digest, "bucket": partition, "buckets": self.buckets, "hash": BUCKET_HASH}
+        if self.task_files is None or partition >= len(self.task_files):
+            return None
+        pieces = self.task_files[partition]
+        whole = sorted({p.file.path: p.file for p in pieces if p.whole}.values(), key=lambda f: f.path)
+        split = sorted((p for p in pieces if not p.whole), key=lambda p: (p.file.path, p.start))
+        return {
+            "digest": self.digest,
+            "files": [f.to_json() for f in whole],
+            "pieces": [[*p.file.to_json(), p.start, p.length] for p in split],
+        }
+
+
+@dataclass(frozen=True)
+class DoneInput:
+    """What a rerun may skip without keys (``prune``: file identities, ``buckets``) and whether keys are needed."""
+
+    prune: frozenset[str] = frozenset()
+    buckets: frozenset[int] = frozenset()
+    needs_keys: bool = False
+    #: Valid checkpoints vouched for by their input record, and the rest (for the log and the result).
+    vouched: int = 0
+    unvouched: int = 0
+
+    def describe(self) -> str:
+        parts = [f"{len(self.prune)} done files skipped unread", f"{len(self.buckets)} done buckets filtered"]
+        parts.append("done keys anti-joined" if self.needs_keys else "no done key read")
+        return ", ".join(parts) + f" ({self.vouched} checkpoints vouched by their input, {self.unvouched} not)"
+
+
+def resolve_done_input(valid: Iterable[Checkpoint], *, snapshot_keys: int, source: RowSource) -> DoneInput:
+    """Which done input ``source`` can skip by its records, and whether the done keys must be anti-joined.
+
+    A file is skipped when it is unchanged and valid checkpoints read all of it (whole, or
+    each byte range Spark split it into). A bucket is filtered when its checkpoint saw an
+    input listing identical to this one and the same bucket count. Any valid checkpoint
+    with keys that neither vouches for (another input, a file not all done, no record),
+    and keys in the compacted snapshot, need the anti-join (against every done key:
+    exact, and the store reads them in parallel).
+    """
+    digest = source.digest
+    current = {f.path: f.identity for f in source.listing or ()}
+    records: list[tuple[Checkpoint, Mapping[str, Any] | None]] = []
+    coverage: dict[str, list[tuple[int, int]]] = {}
+    sizes: dict[str, int] = {}
+    for checkpoint in valid:
+        record = checkpoint.metadata.get(INPUT_RECORD) if isinstance(checkpoint.metadata, Mapping) else None
+        record = record if isinstance(record, Mapping) else None
+        records.append((checkpoint, record))
+        for file, start, length in _covered(record, current):
+            coverage.setdefault(file.identity, []).append((start, start + length))
+            sizes[file.identity] = file.size
+    prune = {identity for identity, ranges in coverage.items() if _covers(ranges, sizes[identity])}
+    buckets: set[int] = set()
+    needs_keys = snapshot_keys > 0
+    vouched = unvouched = 0
+    for checkpoint, record in records:
+        covered = False
+        if record is not None and digest is not None:
+            files_done = record.get("digest") == digest and all(
+                f.identity in prune for f, _, _ in _covered(record, current, unchanged_only=False)
+            )
+            covered = (files_done and ("files" in record or "pieces" in record)) or _bucket_covers(
+                record, digest, source.buckets, buckets
+            )
+        if covered:
+            vouched += 1
+        else:
+            unvouched += 1
+            needs_keys = needs_keys or checkpoint.num_keys > 0
+    return DoneInput(frozenset(prune), frozenset(buckets), needs_keys, vouched, unvouched)
+
+
+def _covered(
+    record: Mapping[str, Any] | None, current: Mapping[str, str], *, unchanged_only: bool = True
+) -> list[tuple[InputFile, int, int]]:
+    """The byte ranges a record says its task read, of files unchanged since (all of them if not
+    ``unchanged_only``; a changed file then never counts as done)."""
+    if record is None:
+        return []
+    ranges: list[tuple[InputFile, int, int]] = []
+    try:
+        for item in record.get("files") or ():
+            file = InputFile.from_json(item)
+            ranges.append((file, 0, file.size))
+        for item in record.get("pieces") or ():
+            file = InputFile.from_json(item[:3])
+            ranges.append((file, int(item[3]), int(item[4])))
+    except (TypeError, ValueError, IndexError):
+        return []
+    if unchanged_only:
+        ranges = [r for r in ranges if current.get(r[0].path) == r[0].identity]
+    return ranges
+
+
+def _covers(ranges: list[tuple[int, int]], size: int) -> bool:
+    """Whether the byte ranges together cover ``[0, size)``."""
+    reached = 0
+    for start, end in sorted(ranges):
+        if start > reached:
+            return False
+        reached = max(reached, end)
+    return reached >= size
+
+
+def _bucket_covers(record: Mapping[str, Any], digest: str, buckets: int | None, done: set[int]) -> bool:
+    if buckets is None or record.get("hash") != BUCKET_HASH or record.get("digest") != digest:
+        return False
+    if record.get("buckets") != buckets or not isinstance(record.get("bucket"), int):
+        return False
+    done.add(int(record["bucket"]))
+    return True
+
+
+def identity_column() -> Column:
+    """The identity of the file a row was read from (as ``InputFile.identity``), from Spark's ``_metadata``."""
+    return F.concat_ws(
+        "|",
+        F.col("_metadata.file_path"),
+        F.col("_metadata.file_size").cast("string"),
+        F.unix_micros(F.col("_metadata.file_modification_time")).cast("string"),
+    )
+
+
+def without_files(df: DataFrame, identities: Iterable[str]) -> DataFrame | None:
+    """``df`` without the rows of these files; Spark prunes the files when it plans the scan. None if
+    ``df`` does not expose Spark's ``_metadata`` (not a plain file read)."""
+    wanted = sorted(identities)
+    if not wanted:
+        return df
+    try:
+        return df.where(~identity_column().isin(wanted))
+    except Exception as exc:  # AnalysisException: _metadata does not resolve on this plan
+        log.info("cannot skip done files of this source (%s); its done keys are anti-joined instead", exc)
+        return None
+
+
+def without_buckets(df: DataFrame, buckets: int, done: Iterable[int]) -> DataFrame:
+    wanted = sorted(done)
+    if not wanted:
+        return df
+    return df.where(~bucket_of(SOURCE_KEY_COLUMN, buckets).isin(wanted))

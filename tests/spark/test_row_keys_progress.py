@@ -1,0 +1,293 @@
+"""Row keys keep their progress when the *user's* code fails (docs/row-keys.md).
+
+The user's transformation — a Python UDF — raises on a bad record in one of the
+write stage's partitions on the first run. Checked for every key layout (single and
+composite, unique and several rows per key), both writers, local and S3 stores, in
+local mode and on the standalone cluster (also with an executor JVM killed mid-stage):
+
+* progress oracle: the keys sealed after the failed run hold every key of every task
+  Spark's own event log records as finished (the UDF logs which keys each task
+  attempt held);
+* the rerun processes exactly the keys not sealed (the UDF of the rerun sees exactly
+  those, and the job reports them);
+* after the commit a plain Parquet reader sees every input row exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from airflow_ckpt_provider.spark import CheckpointedJob
+from ckpt_testkit.spark_cluster import SparkStandaloneCluster
+from ckpt_testkit.spark_events import event_log_confs, finished_write_tasks
+from tests.spark.helpers import (
+    REPO_ROOT,
+    FakeOperator,
+    Target,
+    assert_exactly_once,
+    done_keys,
+    finish,
+    make_inputs,
+    run,
+    start,
+    wait_for,
+)
+from tests.spark.jobs.user_udf import KEYS, BadRecordError, source
+from tests.spark.jobs.user_udf import run as run_job
+
+pytestmark = pytest.mark.spark
+
+USER_JOB = Path(__file__).parent / "jobs" / "user_udf.py"
+PARTITIONS = 8
+#: Generous: a loaded 2-core machine takes minutes to start a cluster application (seconds when idle).
+SUBMIT_TIMEOUT = 480
+
+
+@dataclass
+class Scenario:
+    """One key layout over one input, with the bad record placed in the write stage's last partition."""
+
+    key: str
+    inputs: list[str]
+    bad_event: int
+    all_keys: set[Any]
+    marker: Path
+    logs: Path
+
+    def key_log(self, run_name: str) -> Path:
+        path = self.logs / run_name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+def _key_value(raw: Any) -> Any:
+    return tuple(raw) if isinstance(raw, list) else raw
+
+
+def keys_logged(directory: Path, task_attempt_ids: Sequence[int] | None = None) -> set[Any]:
+    """Keys the user's UDF saw, in all task attempts or in those given."""
+    wanted = None if task_attempt_ids is None else {f"t{i}.keys" for i in task_attempt_ids}
+    keys: set[Any] = set()
+    for path in directory.glob("t*.keys"):
+        if wanted is None or path.name in wanted:
+            keys.update(_key_value(json.loads(line)) for line in path.read_text().splitlines() if line)
+    return keys
+
+
+def _scenario(spark: SparkSession, tmp_path: Path, key: str) -> Scenario:
+    inputs = make_inputs(tmp_path / "in", files=PARTITIONS, rows_per_file=40)
+    columns, unique = KEYS[key]
+    df = source(spark, inputs)
+    # The write stage's partition of each row, as Spark computes it: the scan's task (no exchange for
+    # unique keys) or Spark's hash partitioning by the key (the exchange at the source).
+    key_expr = F.col(columns[0]) if len(columns) == 1 else F.struct(*[F.col(c) for c in columns])
+    partition = F.spark_partition_id() if unique else F.pmod(F.hash(key_expr), F.lit(PARTITIONS))
+    rows = df.select(partition.alias("p"), "event_id", *columns).collect()
+    last = max(r["p"] for r in rows)
+    bad_event = min(r["event_id"] for r in rows if r["p"] == last)
+    all_keys = {r[columns[0]] if len(columns) == 1 else tuple(r[c] for c in columns) for r in rows}
+    marker = tmp_path / "bad-record"
+    marker.touch()
+    return Scenario(key, inputs, bad_event, all_keys, marker, tmp_path / "keys")
+
+
+def _check_progress(store_keys: set[Any], finished_keys: set[Any], scenario: Scenario, finished: int) -> None:
+    assert finished > 0, "tasks finished before the bad record failed the job"
+    missing = finished_keys - store_keys
+    assert not missing, f"{len(missing)} keys of finished tasks were not sealed, e.g. {sorted(missing)[:5]}"
+    assert store_keys <= scenario.all_keys
+    assert 0 < len(store_keys) < len(scenario.all_keys)
+
+
+# ------------------------------------------------------------------------------------------- local mode
+
+
+@pytest.mark.parametrize(
+    ("key", "target"),
+    [
+        ("row", "local"),
+        pytest.param("composite", "s3", marks=pytest.mark.s3),
+        pytest.param("unique", "s3", marks=pytest.mark.s3),
+        pytest.param("unique-composite", "s3-store", marks=pytest.mark.s3),
+    ],
+    indirect=["target"],
+)
+def test_user_udf_failure_keeps_finished_tasks_local(
+    spark: SparkSession, spark_event_log: Path, target: Target, tmp_path: Path, key: str
+) -> None:
+    """local[2] runs each task once: the bad record fails the job; the rerun resumes exactly."""
+    scenario = _scenario(spark, tmp_path, key)
+    operator = FakeOperator(target)
+    epoch1 = operator.begin()
+    job1 = CheckpointedJob(spark, target.store_uri, epoch=epoch1, **target.options)
+    first_log = scenario.key_log("run1")
+    with pytest.raises(Exception, match=BadRecordError.__name__):
+        run_job(
+            spark,
+            job1,
+            inputs=scenario.inputs,
+            output=target.output_uri,
+            key=key,
+            num_partitions=PARTITIONS,
+            bad_event=scenario.bad_event,
+            fail_marker=str(scenario.marker),
+            key_log=str(first_log),
+        )
+    operator.end(epoch1, 1)
+    finished = finished_write_tasks(spark_event_log, target.output_uri)
+    finished_keys = keys_logged(first_log, [t.task_attempt_id for t in finished])
+
+    epoch2 = operator.begin()  # its base is what counts as done
+    sealed = done_keys(operator.store)
+    _check_progress(sealed, finished_keys, scenario, len(finished))
+    assert len([c for c in operator.store.valid_checkpoints() if c.epoch == epoch1]) >= len(finished)
+
+    scenario.marker.unlink()  # the bad record is fixed
+    second_log = scenario.key_log("run2")
+    job2 = CheckpointedJob(spark, target.store_uri, epoch=epoch2, **target.options)
+    summary = run_job(
+        spark,
+        job2,
+        inputs=scenario.inputs,
+        output=target.output_uri,
+        key=key,
+        num_partitions=PARTITIONS,
+        key_log=str(second_log),
+    )
+    operator.end(epoch2, 0)
+    pending = scenario.all_keys - sealed
+    assert keys_logged(second_log) == pending, "the rerun's transformation saw exactly the keys not sealed"
+    assert summary.keys == len(pending)
+    assert summary.sealed_partitions == summary.partitions and not summary.degraded
+    assert done_keys(operator.store) == scenario.all_keys
+    result = operator.store.commit(output_roots=[target.output_uri])
+    assert not result.unknown_files
+    assert_exactly_once(target, scenario.inputs)
+
+
+# -------------------------------------------------------------------------------------------- cluster
+
+
+def _submit_argv(
+    cluster: SparkStandaloneCluster, operator: FakeOperator, epoch: int, spec: dict[str, Any], events: Path
+) -> list[str]:
+    conf = (
+        operator.confs(epoch)
+        | event_log_confs(events)
+        | {
+            "spark.pyspark.python": sys.executable,
+            "spark.sql.shuffle.partitions": str(PARTITIONS),
+            "spark.sql.files.openCostInBytes": str(128 * 1024 * 1024),
+            "spark.executorEnv.PYTHONPATH": str(REPO_ROOT),
+            "spark.task.maxFailures": "1",
+        }
+    )
+    return cluster.submit_argv(USER_JOB, [json.dumps(spec)], conf)
+
+
+def _spec(scenario: Scenario, target: Target, run_name: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "inputs": scenario.inputs,
+        "output": target.output_uri,
+        "key": scenario.key,
+        "num_partitions": PARTITIONS,
+        "key_log": str(scenario.key_log(run_name)),
+        **extra,
+    }
+
+
+def _rerun_and_commit(
+    cluster: SparkStandaloneCluster,
+    operator: FakeOperator,
+    scenario: Scenario,
+    target: Target,
+    events: Path,
+    sealed: set[Any],
+    epoch: int,
+) -> None:
+    submitted = run(
+        _submit_argv(cluster, operator, epoch, _spec(scenario, target, "run2"), events), operator.env(), SUBMIT_TIMEOUT
+    )
+    operator.end(epoch, submitted.returncode)
+    assert submitted.returncode == 0, submitted.tail()
+    pending = scenario.all_keys - sealed
+    assert keys_logged(scenario.key_log("run2")) == pending, (
+        "the rerun's transformation saw exactly the keys not sealed"
+    )
+    assert submitted.result is not None and submitted.result["keys"] == len(pending)
+    result = operator.store.commit(output_roots=[target.output_uri])
+    assert not result.unknown_files
+    assert_exactly_once(target, scenario.inputs)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize(
+    # Several rows per key (the exchange at the source) on an S3 store; unique keys on the cluster are
+    # covered by the executor-lost test below.
+    ("key", "target"),
+    [pytest.param("row", "s3", marks=pytest.mark.s3)],
+    indirect=["target"],
+)
+def test_user_udf_failure_keeps_finished_tasks_on_the_cluster(
+    spark: SparkSession, spark_cluster: SparkStandaloneCluster, target: Target, tmp_path: Path, key: str
+) -> None:
+    """The same through spark-submit on the standalone cluster (executors in their own JVMs)."""
+    scenario = _scenario(spark, tmp_path, key)
+    events = tmp_path / "events"
+    operator = FakeOperator(target)
+    epoch1 = operator.begin()
+    spec = _spec(scenario, target, "run1", bad_event=scenario.bad_event, fail_marker=str(scenario.marker))
+    failed = run(_submit_argv(spark_cluster, operator, epoch1, spec, events), operator.env(), SUBMIT_TIMEOUT)
+    operator.end(epoch1, failed.returncode)
+    assert failed.returncode != 0 and BadRecordError.__name__ in failed.stderr, failed.tail()
+    finished = finished_write_tasks(events, target.output_uri)
+    finished_keys = keys_logged(scenario.key_log("run1"), [t.task_attempt_id for t in finished])
+    epoch2 = operator.begin()
+    sealed = done_keys(operator.store)
+    _check_progress(sealed, finished_keys, scenario, len(finished))
+    scenario.marker.unlink()
+    _rerun_and_commit(spark_cluster, operator, scenario, target, events, sealed, epoch2)
+
+
+@pytest.mark.cluster
+def test_executor_lost_mid_stage_keeps_finished_tasks(
+    spark: SparkSession, spark_cluster: SparkStandaloneCluster, local_target: Target, tmp_path: Path
+) -> None:
+    """An executor JVM killed (SIGKILL) while the write stage runs: the finished tasks stay sealed."""
+    target = local_target
+    scenario = _scenario(spark, tmp_path, "unique-composite")
+    events = tmp_path / "events"
+    operator = FakeOperator(target)
+    epoch1 = operator.begin()
+    spec = _spec(scenario, target, "run1", slow_seconds=2.0)
+    proc = start(_submit_argv(spark_cluster, operator, epoch1, spec, events), operator.env())
+    try:
+        wait_for(
+            lambda: any(c.epoch == epoch1 for c in operator.store.valid_checkpoints()),
+            timeout=SUBMIT_TIMEOUT,
+            what="a first sealed task",
+        )
+        executors = spark_cluster.executor_pids()
+        assert executors, "the application's executors are running"
+        os.kill(executors[0], signal.SIGKILL)
+    finally:
+        failed = finish(proc, SUBMIT_TIMEOUT)
+    operator.end(epoch1, failed.returncode)
+    assert failed.returncode != 0, "with spark.task.maxFailures=1 the lost executor's task fails the job"
+    finished = finished_write_tasks(events, target.output_uri)
+    finished_keys = keys_logged(scenario.key_log("run1"), [t.task_attempt_id for t in finished])
+    epoch2 = operator.begin()
+    sealed = done_keys(operator.store)
+    _check_progress(sealed, finished_keys, scenario, len(finished))
+    _rerun_and_commit(spark_cluster, operator, scenario, target, events, sealed, epoch2)

@@ -1,0 +1,93 @@
+"""Row keys on a changed input: what the input records let a rerun skip, and what they never skip.
+
+A rerun skips done files and done hash buckets without reading keys only when the
+records prove the skipped rows done (docs/row-keys.md). A new file, a file rewritten
+in place, or a key declared unique that is not: the keys decide, or the job fails
+before sealing — never a silent skip.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from airflow_ckpt_provider.spark import CheckpointedJob, KeyNotUniqueError
+from tests.spark.helpers import FakeOperator, Target, done_keys
+
+pytestmark = pytest.mark.spark
+
+
+def _write(path: Path, event_ids: list[int], accounts: list[str]) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    amounts = [float(e) for e in event_ids]
+    pq.write_table(pa.table({"event_id": event_ids, "account": accounts, "amount": amounts}), path)
+    return str(path)
+
+
+def _run(
+    spark: SparkSession, target: Target, operator: FakeOperator, inputs: list[str], *, unique: bool, **write: object
+) -> tuple[CheckpointedJob, set[object]]:
+    """One submit: skip, transform, write; returns the job and the keys its transformation saw."""
+    epoch = operator.begin()
+    job = CheckpointedJob(spark, target.store_uri, epoch=epoch, **target.options)
+    key = "event_id" if unique else "account"
+    df = job.skip_completed(spark.read.parquet(*inputs), key, unique=unique, num_partitions=4)
+    seen = {r[key] for r in df.select(key).collect()}
+    job.write_parquet(df.withColumn("amount2", F.col("amount") * 2), target.output_uri, **write)  # type: ignore[arg-type]
+    operator.end(epoch, 0)
+    return job, seen
+
+
+def test_new_keys_in_a_done_bucket_are_processed(spark: SparkSession, local_target: Target, tmp_path: Path) -> None:
+    """Several rows per key: the rerun over a grown input filters no bucket by its record."""
+    first = [
+        _write(tmp_path / "in" / f"{i}.parquet", [i * 10 + r for r in range(10)], [f"a{r}" for r in range(10)])
+        for i in range(3)
+    ]
+    operator = FakeOperator(local_target)
+    job1, seen1 = _run(spark, local_target, operator, first, unique=False)
+    assert seen1 == {f"a{r}" for r in range(10)}
+    assert job1._skips[-1].buckets == frozenset()
+
+    # Same input again: every bucket is done and filtered by its record, no key is read.
+    job2, seen2 = _run(spark, local_target, operator, first, unique=False)
+    assert seen2 == set() and len(job2._skips[-1].buckets) == 4 and not job2._skips[-1].needs_keys
+
+    # A new file: new keys (hashing into done buckets too) and two old ones.
+    grown = [
+        *first,
+        _write(tmp_path / "in" / "3.parquet", list(range(100, 120)), [f"b{r}" for r in range(18)] + ["a1", "a2"]),
+    ]
+    job3, seen3 = _run(spark, local_target, operator, grown, unique=False)
+    assert seen3 == {f"b{r}" for r in range(18)}, "new keys processed, done keys skipped, none silently"
+    assert job3._skips[-1].buckets == frozenset() and job3._skips[-1].needs_keys
+    assert done_keys(operator.store) == {f"a{r}" for r in range(10)} | {f"b{r}" for r in range(18)}
+
+
+def test_a_file_rewritten_in_place_is_read_again(spark: SparkSession, local_target: Target, tmp_path: Path) -> None:
+    """Unique keys: a done file whose size or modification time changed is not skipped unread."""
+    files = [_write(tmp_path / "in" / f"{i}.parquet", [i * 10 + r for r in range(10)], ["x"] * 10) for i in range(3)]
+    operator = FakeOperator(local_target)
+    _run(spark, local_target, operator, files, unique=True)
+    # File 1 gets two more events; its ten done events stay in it.
+    _write(Path(files[1]), [10 + r for r in range(10)] + [100, 101], ["x"] * 12)
+    job, seen = _run(spark, local_target, operator, files, unique=True)
+    skip = job._skips[-1]
+    assert len(skip.prune) == 2 and skip.needs_keys, "files 0 and 2 skipped unread; file 1 read, keys decide"
+    assert seen == {100, 101}
+
+
+@pytest.mark.parametrize("engine", ["spark", "arrow"])
+def test_a_key_declared_unique_that_repeats_fails_before_sealing(
+    spark: SparkSession, local_target: Target, tmp_path: Path, engine: str
+) -> None:
+    inputs = [_write(tmp_path / "in" / "0.parquet", [1, 2, 2, 3], ["x"] * 4)]
+    operator = FakeOperator(local_target)
+    with pytest.raises(KeyNotUniqueError, match="unique=True"):
+        _run(spark, local_target, operator, inputs, unique=True, engine=engine)
+    assert operator.store.list_checkpoints() == [], "nothing of the task that met the repeated key is sealed"

@@ -1,0 +1,118 @@
+"""What a rerun may skip by the input records of row-key checkpoints, and when the done keys must decide.
+
+No Spark here: ``resolve_done_input`` reads checkpoint records and the current input
+listing (docs/row-keys.md). A skip must never reach a key the records cannot vouch
+for: a changed file, a new file, a file only partly done, a bucket of another input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_ckpt_provider.spark.plan import FilePiece, InputFile
+from airflow_ckpt_provider.spark.row_source import (
+    BUCKET_HASH,
+    INPUT_RECORD,
+    InputRecords,
+    RowSource,
+    listing_digest,
+    resolve_done_input,
+)
+from airflow_ckpt_provider.store import Checkpoint, CheckpointStatus
+
+A = InputFile("file:/in/a.parquet", 100, 1_000)
+B = InputFile("file:/in/b.parquet", 100, 2_000)
+C = InputFile("file:/in/c.parquet", 300, 3_000)
+
+
+def _checkpoint(partition: int, record: dict[str, Any] | None, keys: int = 10) -> Checkpoint:
+    return Checkpoint(
+        checkpoint_id=f"00000000-0000-4000-8000-{partition:012d}",
+        status=CheckpointStatus.CHECKPOINTED,
+        epoch=1,
+        partition=partition,
+        created_at="",
+        sealed_at="",
+        committed_at=None,
+        key_parts=(),
+        file_parts=(),
+        num_keys=keys,
+        key_type="int64",
+        num_files=1,
+        num_bytes=1,
+        num_rows=keys,
+        metadata={} if record is None else {INPUT_RECORD: record},
+    )
+
+
+def _unique(*listing: InputFile) -> RowSource:
+    return RowSource(("id",), True, None, listing=tuple(listing))
+
+
+def _files_record(listing: tuple[InputFile, ...], *pieces: FilePiece) -> dict[str, Any]:
+    record = InputRecords(listing_digest(listing), task_files=(tuple(pieces),)).for_partition(0)
+    assert record is not None
+    return record
+
+
+def test_unchanged_input_skips_done_files_without_reading_keys() -> None:
+    listing = (A, B, C)
+    done = [_checkpoint(0, _files_record(listing, FilePiece(A, 0, 100), FilePiece(B, 0, 100)))]
+    resolved = resolve_done_input(done, snapshot_keys=0, source=_unique(*listing))
+    assert resolved.prune == {A.identity, B.identity}
+    assert not resolved.needs_keys and resolved.vouched == 1
+
+
+def test_a_changed_file_is_read_again_and_its_keys_decide() -> None:
+    listing = (A, B)
+    done = [_checkpoint(0, _files_record(listing, FilePiece(A, 0, 100), FilePiece(B, 0, 100)))]
+    rewritten = InputFile(B.path, B.size, B.mtime_us + 1)  # same size, new modification time
+    resolved = resolve_done_input(done, snapshot_keys=0, source=_unique(A, rewritten))
+    assert resolved.prune == {A.identity}, "only the unchanged file is skipped"
+    assert resolved.needs_keys and resolved.unvouched == 1
+
+
+def test_a_new_file_keeps_the_keys_deciding_for_it() -> None:
+    done = [_checkpoint(0, _files_record((A,), FilePiece(A, 0, 100)))]
+    resolved = resolve_done_input(done, snapshot_keys=0, source=_unique(A, B))
+    assert resolved.prune == {A.identity}
+    assert resolved.needs_keys, "a new file may repeat done keys: they must be anti-joined"
+
+
+def test_a_split_file_is_skipped_only_when_every_piece_is_done() -> None:
+    listing = (C,)
+    first = _checkpoint(0, _files_record(listing, FilePiece(C, 0, 150)))
+    second = _checkpoint(1, _files_record(listing, FilePiece(C, 150, 150)))
+    both = resolve_done_input([first, second], snapshot_keys=0, source=_unique(*listing))
+    assert both.prune == {C.identity} and not both.needs_keys
+    one = resolve_done_input([first], snapshot_keys=0, source=_unique(*listing))
+    assert one.prune == frozenset() and one.needs_keys
+
+
+def test_buckets_are_skipped_only_on_an_identical_input_and_bucket_count() -> None:
+    listing = (A, B)
+    record = InputRecords(listing_digest(listing), buckets=8).for_partition(3)
+    assert record == {"digest": listing_digest(listing), "bucket": 3, "buckets": 8, "hash": BUCKET_HASH}
+    done = [_checkpoint(3, record)]
+    same = resolve_done_input(done, snapshot_keys=0, source=RowSource(("k",), False, 8, listing=listing))
+    assert same.buckets == {3} and not same.needs_keys
+    grown = resolve_done_input(done, snapshot_keys=0, source=RowSource(("k",), False, 8, listing=(A, B, C)))
+    assert grown.buckets == frozenset() and grown.needs_keys, "a new file's keys may fall into a done bucket"
+    other_count = resolve_done_input(done, snapshot_keys=0, source=RowSource(("k",), False, 4, listing=listing))
+    assert other_count.buckets == frozenset() and other_count.needs_keys
+
+
+def test_keys_decide_without_records_or_with_compacted_keys() -> None:
+    listing = (A,)
+    no_record = resolve_done_input([_checkpoint(0, None)], snapshot_keys=0, source=_unique(*listing))
+    assert no_record.needs_keys and no_record.prune == frozenset()
+    vouched = [_checkpoint(0, _files_record(listing, FilePiece(A, 0, 100)))]
+    snapshot = resolve_done_input(vouched, snapshot_keys=5, source=_unique(*listing))
+    assert snapshot.needs_keys, "keys compacted into the snapshot have no input record"
+    not_a_file_read = resolve_done_input(vouched, snapshot_keys=0, source=RowSource(("id",), True, None))
+    assert not_a_file_read.needs_keys and not_a_file_read.prune == frozenset()
+
+
+def test_an_empty_checkpoint_without_a_record_needs_no_keys() -> None:
+    resolved = resolve_done_input([_checkpoint(0, None, keys=0)], snapshot_keys=0, source=_unique(A))
+    assert not resolved.needs_keys
