@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from airflow_ckpt_provider.store import CheckpointStore, open_store
-from ckpt_testkit.faults.oracle import audit_after_commit, check_store
-from ckpt_testkit.faults.plans import EXECUTOR_FAILPOINTS, SIGKILL, Crash, TrialPlan
+from ckpt_testkit.faults.oracle import audit_after_commit, check_store, progress_violations
+from ckpt_testkit.faults.plans import EXECUTOR_FAILPOINTS, SIGKILL, USER_FAILPOINTS, Crash, TrialPlan
 from ckpt_testkit.faults.processes import RunOutcome, SparkHost, run_commit, run_submit
 from ckpt_testkit.faults.workload import OutputLocation, inputs_of_round
 
@@ -55,6 +55,9 @@ class TrialResult:
     seconds: float = 0.0
     degraded: bool = False
     kind: str = "failpoint"
+    #: Failed runs the progress oracle checked, and the tasks Spark recorded as finished in them.
+    progress_checks: int = 0
+    finished_tasks: int = 0
 
     def note(self, line: str) -> None:
         self.log.append(line)
@@ -126,6 +129,14 @@ class CampaignReport:
             lines.append(f"Race {race['name']}: {race['summary']}")
         if self.races:
             lines.append("")
+        checks = sum(t.progress_checks for t in self.trials)
+        if checks:
+            finished = sum(t.finished_tasks for t in self.trials)
+            lines.append(
+                f"Progress oracle: {checks} failed runs checked, {finished} finished write tasks (Spark's event "
+                "log), every one's keys sealed unless listed below"
+            )
+            lines.append("")
         seconds = [t.seconds for t in self.trials]
         if seconds:
             lines.append(
@@ -151,7 +162,8 @@ def _fired(crash: Crash, outcome: RunOutcome) -> bool:
         return outcome.killed
     if outcome.returncode == 17 or f"failpoint {crash.point} " in outcome.error:
         return True
-    return crash.point in EXECUTOR_FAILPOINTS and "exited unexpectedly" in outcome.error
+    in_worker = crash.point in EXECUTOR_FAILPOINTS or crash.point in USER_FAILPOINTS
+    return in_worker and "exited unexpectedly" in outcome.error
 
 
 class Campaign:
@@ -259,7 +271,23 @@ class Campaign:
             if not fired:
                 result.violations.append(f"run {number} failed, but not at {what}: {outcome.short_error(600)}")
             result.violations += [f"after the crash at {what}: {p}" for p in check_store(store)]
+            self._check_progress(spec, outcome, store, result, what)
         return False
+
+    def _check_progress(
+        self, spec: Mapping[str, Any], outcome: RunOutcome, store: CheckpointStore, result: TrialResult, what: str
+    ) -> None:
+        """Progress oracle: after a failed run whose driver lived, every finished write task's keys are sealed."""
+        key_log = outcome.extra.get("key_log")
+        if outcome.where != "host" or outcome.extra.get("host_lost") or not key_log:
+            return  # a dead driver logs no end of its job, and seals nothing after its death
+        check = progress_violations(
+            store, self.host.event_dir, str(spec["output"]), Path(key_log), spec["inputs"], spec["mode"]
+        )
+        result.progress_checks += 1
+        result.finished_tasks += check.finished
+        result.note(f"  progress: {check.finished} write tasks finished, {check.keys} of their keys sealed")
+        result.violations += [f"after the crash at {what}: {v}" for v in check.violations]
 
     def _run(
         self,
@@ -272,7 +300,14 @@ class Campaign:
     ) -> RunOutcome:
         run_id = f"{plan.trial_id}/{number}/{uuid.uuid4().hex[:6]}"
         if armed is None or not armed.needs_own_driver:
-            return self.host.run(spec, backend.options, armed.spec if armed else "", run_id=run_id)
+            # The user's transformation logs the rows each task attempt held (the progress oracle's input).
+            key_log = self.work_dir / "keys" / run_id.replace("/", "_").replace("#", "-")
+            key_log.mkdir(parents=True, exist_ok=True)
+            outcome = self.host.run(
+                {**spec, "key_log": str(key_log)}, backend.options, armed.spec if armed else "", run_id=run_id
+            )
+            outcome.extra["key_log"] = str(key_log)
+            return outcome
         kill_when = self._kill_condition(armed, store) if armed.point == SIGKILL else None
         outcome = run_submit(
             spec,

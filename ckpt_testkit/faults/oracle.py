@@ -19,11 +19,19 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from airflow_ckpt_provider.store import CheckpointStore, RetentionPolicy
 from airflow_ckpt_provider.store.reprocess.records import retracted_paths
-from ckpt_testkit.faults.workload import OutputLocation, exactly_once_violations, expected_keys, expected_rows
+from ckpt_testkit.faults.workload import (
+    OutputLocation,
+    exactly_once_violations,
+    expected_keys,
+    expected_rows,
+    keys_of_rows,
+)
+from ckpt_testkit.spark_events import finished_write_tasks
 
 
 @dataclass
@@ -136,3 +144,40 @@ def _retention_violations(
         if segments or store.blobs.exists("state.json"):
             violations.append(f"delete_after_success left {len(segments)} segments or the state object")
     return violations
+
+
+@dataclass(frozen=True)
+class ProgressCheck:
+    finished: int
+    keys: int
+    violations: list[str]
+
+
+def progress_violations(
+    store: CheckpointStore, event_log: Path, output: str, key_log: Path, inputs: Sequence[str], mode: str
+) -> ProgressCheck:
+    """The progress oracle, after a failed run whose driver lived: the keys sealed hold every key of every
+    write task Spark's event log records as finished (``ckpt_testkit.spark_events``); the job's own
+    transformation logged which rows each task attempt held (``t<task attempt id>.rows``)."""
+    try:
+        finished = finished_write_tasks(event_log, output, timeout=30.0)
+    except TimeoutError:
+        return ProgressCheck(0, 0, [])  # the write job never started (the run failed before it)
+    rows: set[int] = set()
+    for task in finished:
+        path = key_log / f"t{task.task_attempt_id}.rows"
+        if path.exists():
+            rows.update(int(line) for line in path.read_text().splitlines() if line.strip())
+    wanted = keys_of_rows(inputs, mode, rows)
+    try:
+        sealed = set(store.get_checkpointed_keys().column(0).to_pylist())
+    except Exception as exc:  # unreadable done keys are a finding, not a harness error
+        return ProgressCheck(len(finished), 0, [f"progress oracle: done keys unreadable: {exc}"])
+    lost = wanted - sealed
+    violations = []
+    if lost:
+        violations.append(
+            f"progress oracle: {len(lost)} keys of {len(finished)} finished write tasks are not sealed, "
+            f"e.g. {sorted(lost, key=str)[:5]}"
+        )
+    return ProgressCheck(len(finished), len(wanted), violations)

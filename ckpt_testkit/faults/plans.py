@@ -26,6 +26,9 @@ EXECUTOR_FAILPOINTS = (
     "store.checkpoint.after_manifest",
     "spark.task.after_seal",
 )
+#: Failpoints in the user's own code (the example job's steps), before and after skip_completed's exchange.
+#: Users' jobs fail there most: a bad record, a bug, a lost dependency.
+USER_FAILPOINTS = ("user.before_exchange", "user.after_exchange")
 #: Failpoints in the driver (the job opens its own epoch).
 DRIVER_FAILPOINTS = ("store.begin_epoch.before_create", "store.begin_epoch.after_create")
 #: Failpoints of compaction (loose manifests into a segment; docs/store-api.md, "Segments"). The driver compacts
@@ -60,7 +63,17 @@ ORPHAN_COMMIT_POINTS = ("store.commit.before_delete_orphans", "store.commit.duri
 REPROCESS_POINTS = REPROCESS_FAILPOINTS
 #: Not a failpoint: SIGKILL of the spark-submit process group at a random moment.
 SIGKILL = "sigkill.driver"
-CRASH_POINTS = (*EXECUTOR_FAILPOINTS, *DRIVER_FAILPOINTS, *COMPACTION_FAILPOINTS, *NATIVE_FAILPOINTS, SIGKILL)
+CRASH_POINTS = (
+    *USER_FAILPOINTS,
+    *EXECUTOR_FAILPOINTS,
+    *DRIVER_FAILPOINTS,
+    *COMPACTION_FAILPOINTS,
+    *NATIVE_FAILPOINTS,
+    SIGKILL,
+)
+#: Job shapes: row keys with several rows per key (an exchange at the source), unique row keys (no
+#: exchange), file keys.
+MODES = ("rows", "rows-unique", "files")
 STORE_FAULTS = ("reset", "stall", "http500", "http503", "revoke")
 
 
@@ -116,8 +129,8 @@ class TrialPlan:
     round2_crash: Crash | None = None
     master: str = "local[2]"
     own_driver: bool = False
-    #: ``write_parquet``'s engine: ``spark`` (file keys, local output) for the native writer's seal
-    #: failpoints and half the SIGKILL and driver trials of the local backend, else ``arrow`` (the
+    #: ``write_parquet``'s engine: ``spark`` (local output) for the native writer's seal failpoints and
+    #: half the SIGKILL, driver and user-code trials of the local backend, else ``arrow`` (the writer's
     #: Python-worker failpoints exist only there).
     engine: str = "arrow"
 
@@ -200,6 +213,9 @@ class Planner:
             return Crash(point, "exit", 1)
         if point in NATIVE_FAILPOINTS:
             return Crash(point, rng.choice(("raise", "exit")), rng.randint(1, 3))
+        if point in USER_FAILPOINTS:
+            # Hits count per Python worker: a worker runs 1-3 tasks of a run.
+            return Crash(point, rng.choice(("raise", "exit")), rng.choice((1, 1, 2)))
         return self._executor_crash(rng, point)
 
     def trial(self, backend: str, index: int, *, own_driver: bool = False) -> TrialPlan:
@@ -214,7 +230,9 @@ class Planner:
             if point in (*DRIVER_FAILPOINTS, *NATIVE_FAILPOINTS, *COMPACTION_FAILPOINTS):
                 crash = dataclasses.replace(crash, kind="exit")
         else:
-            point = self._deal(f"{backend}/host", (*EXECUTOR_FAILPOINTS, *DRIVER_FAILPOINTS, *native), index)
+            point = self._deal(
+                f"{backend}/host", (*USER_FAILPOINTS, *EXECUTOR_FAILPOINTS, *DRIVER_FAILPOINTS, *native), index
+            )
             crash = self._crash(rng, point)
             if point in DRIVER_FAILPOINTS or point in NATIVE_FAILPOINTS:
                 crash = dataclasses.replace(crash, kind="raise")
@@ -242,15 +260,15 @@ class Planner:
             resume_crash = Crash(rng.choice(ORPHAN_POINTS), "exit", 1)
         policy = rng.choice((RetentionPolicy.DELETE_AFTER_SUCCESS, RetentionPolicy.RETAIN))
         rounds = 2 if policy is RetentionPolicy.RETAIN and rng.random() < 0.4 else 1
-        mode = rng.choice(("rows", "files"))
+        mode = rng.choice(MODES)
         round2_crash = self._executor_crash(rng) if rounds == 2 else None
         engine = "arrow"
         native_run = crash.point in NATIVE_FAILPOINTS or (
             crash.point not in EXECUTOR_FAILPOINTS and native and rng.random() < 0.5
         )
         if native_run:
-            # Spark's writer: file keys, local output; its crashes are the driver's seal failpoints.
-            mode, engine = "files", "spark"
+            # Spark's writer (any key kind, local output); its crashes are the driver's seal failpoints.
+            engine = "spark"
             if resume_crash is not None and resume_crash.point in EXECUTOR_FAILPOINTS:
                 resume_crash = Crash(rng.choice(NATIVE_FAILPOINTS), "raise", rng.randint(1, 2))
             if round2_crash is not None:

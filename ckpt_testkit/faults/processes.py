@@ -80,6 +80,8 @@ class SparkHost:
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._log: IO[str] | None = None
         self.starts = 0
+        #: Spark's event log of the resident session (the progress oracle reads it).
+        self.event_dir = log_dir / "events"
 
     def _reader(self, stream: IO[str], lines: queue.Queue[str | None]) -> None:
         for line in stream:
@@ -94,6 +96,7 @@ class SparkHost:
         self.starts += 1
         env = _env({}, "")
         env["FAULT_HOST_MASTER"] = self.master
+        env["FAULT_HOST_EVENT_LOG"] = str(self.event_dir)
         env[ARM_FILE_ENV] = str(self.log_dir / f"arm-{self.starts}.json")
         self._proc = subprocess.Popen(
             [sys.executable, str(JOBS / "session_host.py")],

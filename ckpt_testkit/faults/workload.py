@@ -67,11 +67,24 @@ def expected_rows(inputs: Sequence[str]) -> list[OutputRow]:
     return sorted(rows)
 
 
-def expected_keys(inputs: Sequence[str], mode: str) -> set[str]:
-    """The input keys a complete run checkpoints: file URIs (``files``) or raw key values (``rows``)."""
+def expected_keys(inputs: Sequence[str], mode: str) -> set[Any]:
+    """The input keys a complete run checkpoints: file URIs (``files``), raw key values (``rows``),
+    or row ids (``rows-unique``)."""
     if mode == "files":
         return {file_key(p) for p in inputs}
-    return {k for path in inputs for k in pq.read_table(path, columns=["key"]).column(0).to_pylist()}
+    column = "row_id" if mode == "rows-unique" else "key"
+    return {k for path in inputs for k in pq.read_table(path, columns=[column]).column(0).to_pylist()}
+
+
+def keys_of_rows(inputs: Sequence[str], mode: str, row_ids: set[int]) -> set[Any]:
+    """The input keys that rows ``row_ids`` belong to (their file, their key, or themselves)."""
+    keys: set[Any] = set()
+    for path in inputs:
+        table = pq.read_table(path, columns=["row_id", "key"])
+        for row_id, key in zip(table.column(0).to_pylist(), table.column(1).to_pylist(), strict=True):
+            if row_id in row_ids:
+                keys.add(file_key(path) if mode == "files" else row_id if mode == "rows-unique" else key)
+    return keys
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,12 @@
 """The campaign's example Spark application: ``spark-submit ckpt_testkit/faults/jobs/fault_job.py SPEC``.
 
 ``SPEC`` is JSON: ``store_uri``, ``output``, ``inputs``, ``mode`` (``rows``: row
-keys with ``skip_completed`` and a shuffle; ``files``: file keys with
-``read_parquet``), ``num_partitions``, ``max_records_per_file``, and either
-``engine`` (``write_parquet``'s; default ``auto``), and either
+keys with ``skip_completed``, several rows per key, so rows are grouped by key at
+the source; ``rows-unique``: the unique ``row_id`` as key, no exchange; ``files``:
+file keys with ``read_parquet``), ``num_partitions``, ``max_records_per_file``,
+``engine`` (``write_parquet``'s; default ``auto``), ``key_log`` (optional: a
+directory where the user's transformation logs the row ids each task attempt
+held, for the progress oracle), and either
 ``owner`` (the job opens its own epoch, as without Airflow, and ends it) or
 ``epoch`` (the caller, playing the operator, opened it and ends it). Store
 options, credentials included, come from the environment variable
@@ -29,29 +32,76 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DoubleType, StructField, StructType
 
+from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.spark import CheckpointedJob
 
 OPTIONS_ENV = "FAULT_JOB_STORE_OPTIONS"
 
 
-def transform(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Rewrite the key column (as real pipelines do) and derive ``value2``: per row, hence per key."""
+#: Failpoints in the *user's* code (this job's own steps), as real jobs fail: before ``skip_completed``'s
+#: exchange (``rows`` mode: the map side of the shuffle) and after it, in the write stage. Where no
+#: exchange remains (``rows-unique``, ``files``) both sit in the write stage.
+USER_BEFORE_EXCHANGE = "user.before_exchange"
+USER_AFTER_EXCHANGE = "user.after_exchange"
+
+
+def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The user's first step (parsing raw input): passes rows on, and may meet its failpoint."""
+    started = False
     for batch in batches:
-        key = pc.utf8_upper(pc.utf8_trim_whitespace(batch.column("key")))
-        columns = [key if name == "key" else batch.column(name) for name in batch.schema.names]
-        value2 = pc.multiply(batch.column("value"), 2.0)
-        yield pa.RecordBatch.from_arrays([*columns, value2], names=[*batch.schema.names, "value2"])
+        if not started:
+            started = True
+            failpoint(USER_BEFORE_EXCHANGE)
+        yield batch
+
+
+def make_transform(key_log: str | None) -> Any:
+    """The user's transformation: rewrite the key column (as real pipelines do), derive ``value2``."""
+
+    def transform(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        task = TaskContext.get()
+        log = None
+        if key_log and task is not None:
+            log = open(os.path.join(key_log, f"t{task.taskAttemptId()}.rows"), "a", encoding="utf-8")  # noqa: SIM115
+        started = False
+        try:
+            for batch in batches:
+                if not started:
+                    started = True
+                    failpoint(USER_AFTER_EXCHANGE)
+                if log is not None:
+                    log.write("".join(f"{r}\n" for r in batch.column("row_id").to_pylist()))
+                    log.flush()
+                key = pc.utf8_upper(pc.utf8_trim_whitespace(batch.column("key")))
+                columns = [key if name == "key" else batch.column(name) for name in batch.schema.names]
+                value2 = pc.multiply(batch.column("value"), 2.0)
+                yield pa.RecordBatch.from_arrays([*columns, value2], names=[*batch.schema.names, "value2"])
+        finally:
+            if log is not None:
+                log.close()
+
+    return transform
+
+
+def _parsed(df: DataFrame) -> DataFrame:
+    return df.mapInArrow(parse, df.schema)
 
 
 def _pipeline(spark: SparkSession, job: CheckpointedJob, spec: Mapping[str, Any]) -> DataFrame:
     partitions = int(spec["num_partitions"])
-    if spec["mode"] == "files":
-        df = job.read_parquet(spec["inputs"], min_partitions=partitions)
+    mode = spec["mode"]
+    if mode == "files":
+        df = _parsed(job.read_parquet(spec["inputs"], min_partitions=partitions))
+    elif mode == "rows-unique":
+        source = spark.read.parquet(*spec["inputs"])
+        df = _parsed(job.skip_completed(source, "row_id", unique=True))
     else:
         source = spark.read.parquet(*spec["inputs"])
-        df = job.co_partition(job.skip_completed(source, "key"), num_partitions=partitions)
+        df = job.skip_completed(_parsed(source), "key", num_partitions=partitions)
     schema = StructType([*df.schema.fields, StructField("value2", DoubleType())])
-    return df.mapInArrow(transform, schema)
+    return df.mapInArrow(make_transform(spec.get("key_log")), schema)
 
 
 def run_job(spark: SparkSession, spec: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
@@ -42,6 +43,7 @@ from pyspark.sql import SparkSession
 from airflow_ckpt_provider import failpoints
 from ckpt_testkit.faults.jobs.armed_daemon import ARM_FILE_ENV
 from ckpt_testkit.faults.jobs.fault_job import run_job
+from ckpt_testkit.spark_events import event_log_confs
 
 REPLY_PREFIX = "FAULT_HOST "
 POOL_ENV = "CKPT_FAULT_POOL"
@@ -145,8 +147,13 @@ def handle(spark: SparkSession, pools: WorkerPools, command: dict[str, Any]) -> 
 
 def main() -> int:
     os.environ.setdefault(ARM_FILE_ENV, os.path.join(tempfile.gettempdir(), f"ckpt-fault-arm-{os.getpid()}.json"))
+    builder = SparkSession.builder
+    if os.environ.get("FAULT_HOST_EVENT_LOG"):
+        # Spark's own record of which tasks finished, for the campaign's progress oracle.
+        for name, value in event_log_confs(Path(os.environ["FAULT_HOST_EVENT_LOG"])).items():
+            builder = builder.config(name, value)
     spark = (
-        SparkSession.builder.master(os.environ.get("FAULT_HOST_MASTER", "local[2]"))
+        builder.master(os.environ.get("FAULT_HOST_MASTER", "local[2]"))
         .appName("ckpt-fault-host")
         .config("spark.driver.memory", "768m")
         .config("spark.ui.enabled", "false")
