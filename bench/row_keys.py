@@ -1,0 +1,350 @@
+"""Benchmark: row keys at Spark's speed, and what a rerun after a failure costs (docs/row-keys.md).
+
+One generated input (48 Parquet files, 5.76 M rows, cached under ``bench/work/``), the
+issue's cheap map-only transformation, one local[2] SparkSession, everything measured
+in the same run against the same baseline — ``spark.read.parquet`` + transformation +
+``df.write.parquet``:
+
+* **clean run** — ``skip_completed(df, key="event_id", unique=True)`` + ``write_parquet``
+  (Spark's own writer, keys recorded by the JVM). Target: at most 1.10x. Also shown:
+  the same with the exchange at the source (``unique=False``) and with the Arrow writer.
+* **rerun after a failure** — a run whose *user* transformation raises in the task at
+  50 % / 90 % of the run (earlier tasks finish and stay sealed), then a rerun that
+  resumes; against a plain full run. Targets: <= 0.60 after 50 % done, <= 0.25 after
+  90 % done, and the rerun's write stage keeps both cores busy (Spark's event log:
+  tasks and peak concurrency). Reported with it: the share of the rerun spent reading
+  its input (the rerun's source alone into Spark's no-op sink) and the input read.
+* **store read of done keys** — a store holding 1 M, 5 M and 10 M done keys (250 k per
+  checkpoint): the driver's read (``get_checkpointed_keys``) and the executors' read
+  that a rerun on a changed input anti-joins with.
+
+Each timing is the median of ``--repeat`` runs, baseline and candidates interleaved so
+that machine load hits all alike.
+
+    .venv/bin/python bench/row_keys.py [--repeat 3] [--max-partition-bytes 8388608] [--store-keys 1,5,10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+from pyspark.sql.types import LongType  # noqa: E402
+from spark_overhead import generate, transform  # noqa: E402
+
+from airflow_ckpt_provider.spark import CheckpointedJob  # noqa: E402
+from airflow_ckpt_provider.spark.skip import done_keys_frame  # noqa: E402
+from airflow_ckpt_provider.store import new_checkpoint_id, open_store  # noqa: E402
+from ckpt_testkit.spark_events import event_log_confs, peak_concurrency, write_task_intervals  # noqa: E402
+
+WORK = ROOT / "bench" / "work" / "row_keys"
+RESULTS = ROOT / "bench" / "results"
+KEY = "event_id"
+
+
+def _fresh(path: Path) -> Path:
+    shutil.rmtree(path, ignore_errors=True)
+    return path
+
+
+def _timed(step: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    value = step()
+    return time.perf_counter() - started, value
+
+
+def plain_run(spark: SparkSession, inputs: list[str], out: Path) -> None:
+    transform(spark.read.parquet(*inputs)).write.mode("overwrite").parquet(str(_fresh(out)))
+
+
+def _failing_from(first_failing_task: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The user's code meeting a bad record: every task from ``first_failing_task`` on raises."""
+
+    def fail(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        if TaskContext.get().partitionId() >= first_failing_task:
+            raise ValueError("bad record")
+        yield from batches
+
+    return fail
+
+
+def row_key_run(
+    spark: SparkSession,
+    inputs: list[str],
+    store: Path,
+    out: Path,
+    *,
+    unique: bool = True,
+    engine: str | None = None,
+    fail_from: int | None = None,
+    scan_only: bool = False,
+) -> dict[str, Any]:
+    """One submit: its own epoch, skip the done keys, transform, write checkpointed."""
+    started = time.perf_counter()
+    job = CheckpointedJob(spark, f"file://{store}", owner="bench")
+    df: DataFrame = job.skip_completed(spark.read.parquet(*inputs), key=KEY, unique=unique)
+    skip = job._skips[-1]
+    result: dict[str, Any] = {"pruned_files": len(skip.prune), "keys_anti_joined": skip.needs_keys}
+    if scan_only:
+        # The rerun's input alone (what it must read before any work): Spark's no-op sink.
+        seconds, _ = _timed(lambda: df.write.format("noop").mode("overwrite").save())
+        job.finish(succeeded=False)
+        return {**result, "seconds": seconds}
+    pipeline = transform(df)
+    if fail_from is not None:
+        pipeline = pipeline.mapInArrow(_failing_from(fail_from), pipeline.schema)
+    failed = False
+    summary = None
+    try:
+        summary = job.write_parquet(pipeline, f"file://{out}", engine=engine)
+    except Exception:
+        failed = True
+    job.finish(succeeded=not failed)
+    seconds = time.perf_counter() - started
+    return {
+        **result,
+        "seconds": seconds,
+        "failed": failed,
+        "engine": summary.engine if summary else None,
+        "partitions": summary.partitions if summary else None,
+        "keys_done": job.store.progress().keys_done,
+        "keys_written": summary.keys if summary else 0,
+    }
+
+
+def _commit(store: Path, out: Path) -> float:
+    seconds, _ = _timed(lambda: open_store(f"file://{store}").commit(output_roots=[f"file://{out}"]))
+    return seconds
+
+
+def measure_clean(spark: SparkSession, inputs: list[str], repeat: int, run_dir: Path) -> dict[str, list[float]]:
+    variants: dict[str, Callable[[int], float]] = {
+        "plain": lambda i: _timed(lambda: plain_run(spark, inputs, run_dir / "plain"))[0],
+        "unique": lambda i: row_key_run(spark, inputs, _fresh(run_dir / f"s-u-{i}"), _fresh(run_dir / "o-u"))[
+            "seconds"
+        ],
+        "exchange": lambda i: row_key_run(
+            spark, inputs, _fresh(run_dir / f"s-x-{i}"), _fresh(run_dir / "o-x"), unique=False
+        )["seconds"],
+        "arrow": lambda i: row_key_run(
+            spark, inputs, _fresh(run_dir / f"s-a-{i}"), _fresh(run_dir / "o-a"), engine="arrow"
+        )["seconds"],
+    }
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for i in range(repeat):
+        for name, variant in variants.items():
+            times[name].append(variant(i))
+    return times
+
+
+def measure_rerun(
+    spark: SparkSession,
+    inputs: list[str],
+    fraction: float,
+    tasks: int,
+    repeat: int,
+    run_dir: Path,
+    events: Path,
+) -> list[dict[str, Any]]:
+    """Fail at ``fraction`` of the write tasks (user code), then resume; one dict per repetition."""
+    rows = []
+    for i in range(repeat):
+        store, out = _fresh(run_dir / f"r{fraction}-{i}"), _fresh(run_dir / f"r{fraction}-{i}-out")
+        # Tasks run in order two at a time: the one beside the first failing task is killed with the job.
+        failed = row_key_run(spark, inputs, store, out, fail_from=min(tasks - 1, round(fraction * tasks) + 1))
+        assert failed["failed"], "the injected failure did not fail the run"
+        scan = row_key_run(spark, inputs, store, out, scan_only=True)
+        rerun = row_key_run(spark, inputs, store, out)
+        # The share of the work the failed run kept: its sealed keys of all the keys that reach the writer.
+        done = failed["keys_done"] / max(1, failed["keys_done"] + rerun["keys_written"])
+        assert not rerun["failed"]
+        intervals = write_task_intervals(events, f"file://{out}")
+        rows.append(
+            {
+                "done": done,
+                "rerun_seconds": rerun["seconds"],
+                "scan_seconds": scan["seconds"],
+                "pruned_files": rerun["pruned_files"],
+                "keys_anti_joined": rerun["keys_anti_joined"],
+                "write_tasks": len(intervals),
+                "peak_concurrency": peak_concurrency(intervals),
+            }
+        )
+        _commit(store, out)
+    return rows
+
+
+def measure_store_read(spark: SparkSession, millions: list[int], run_dir: Path) -> list[dict[str, Any]]:
+    """Done keys of a store holding N million keys: the driver's read and the executors' read."""
+    results = []
+    per_checkpoint = 250_000
+    for count in millions:
+        store_dir = _fresh(run_dir / f"keys-{count}m")
+        store = open_store(f"file://{store_dir}")
+        epoch = store.begin_epoch(owner="bench-keys").number
+        total = count * 1_000_000
+        for start in range(0, total, per_checkpoint):
+            checkpoint_id = new_checkpoint_id()
+            store.stage_keys(checkpoint_id, pa.array(np.arange(start, start + per_checkpoint, dtype=np.int64)))
+            store.checkpoint(checkpoint_id, epoch=epoch, partition=start // per_checkpoint)
+        driver_seconds, table = _timed(store.get_checkpointed_keys)
+        assert table.num_rows == total
+
+        frame = done_keys_frame(spark, store, LongType(), broadcast_threshold=0, num_keys=total)
+        assert frame is not None
+        executor_seconds, _ = _timed(frame.write.format("noop").mode("overwrite").save)
+        results.append(
+            {
+                "keys": total,
+                "checkpoints": total // per_checkpoint,
+                "driver_seconds": driver_seconds,
+                "executor_seconds": executor_seconds,
+            }
+        )
+        shutil.rmtree(store_dir, ignore_errors=True)
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--files", type=int, default=48)
+    parser.add_argument("--rows", type=int, default=120_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--max-partition-bytes",
+        type=int,
+        default=8 * 1024 * 1024,
+        help="spark.sql.files.maxPartitionBytes for every run: 24 tasks (each a checkpoint) instead of 3",
+    )
+    parser.add_argument("--store-keys", default="1,5,10", help="millions of done keys for the store read")
+    args = parser.parse_args()
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    load_at_start = os.getloadavg()
+    inputs = generate(args.files, args.rows)
+    total_bytes = sum(os.path.getsize(p) for p in inputs)
+    events = _fresh(WORK / "events")
+    builder = SparkSession.builder
+    for name, value in event_log_confs(events).items():
+        builder = builder.config(name, value)
+    spark = (
+        builder.master("local[2]")
+        .appName("bench-row-keys")
+        .config("spark.driver.memory", "3g")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "8")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "50000")
+        .config("spark.sql.files.maxPartitionBytes", str(args.max_partition_bytes))
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    run_dir = _fresh(WORK / "runs")
+    tasks = spark.read.parquet(*inputs).rdd.getNumPartitions()
+    # Warm-up: JIT, Python workers, the page cache; untimed.
+    plain_run(spark, inputs, run_dir / "warm-plain")
+    row_key_run(spark, inputs, _fresh(run_dir / "warm-store"), _fresh(run_dir / "warm-out"))
+
+    clean = measure_clean(spark, inputs, args.repeat, run_dir)
+    base = statistics.median(clean["plain"])
+    reruns = {f: measure_rerun(spark, inputs, f, tasks, args.repeat, run_dir, events) for f in (0.5, 0.9)}
+    store_read = measure_store_read(spark, [int(m) for m in args.store_keys.split(",") if m], run_dir)
+    spark.stop()
+
+    report = {
+        "input": {"files": len(inputs), "rows": len(inputs) * args.rows, "bytes": total_bytes, "tasks": tasks},
+        "load_average": {"start": list(load_at_start), "end": list(os.getloadavg())},
+        "clean_seconds": clean,
+        "reruns": {str(f): rows for f, rows in reruns.items()},
+        "store_read": store_read,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "row_keys.json").write_text(json.dumps(report, indent=2) + "\n")
+    text = _table(report, base)
+    (RESULTS / "row_keys.txt").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+def _loads(values: list[float]) -> str:
+    return " / ".join(f"{v:.1f}" for v in values)
+
+
+def _ok(flag: bool) -> str:
+    return "yes" if flag else "NO"
+
+
+def _table(report: dict[str, Any], base: float) -> str:
+    info = report["input"]
+    lines = [
+        f"input: {info['files']} Parquet files, {info['bytes'] / 1e6:.0f} MB, {info['rows']:,} rows, "
+        f"{info['tasks']} scan tasks; local[2], one SparkSession; medians",
+        f"load average (1/5/15 min) at the start {_loads(report['load_average']['start'])}, at the end "
+        f"{_loads(report['load_average']['end'])}, on {os.cpu_count()} cores",
+        "",
+        f"{'measure':<58}{'value':>10}{'target':>12}{'ok':>5}",
+        "-" * 85,
+        f"{'plain df.write.parquet (s)':<58}{base:>10.2f}",
+    ]
+    labels = {
+        "unique": "row keys, unique=True, Spark's writer",
+        "exchange": "row keys, unique=False (exchange at the source)",
+        "arrow": "row keys, unique=True, Arrow writer",
+    }
+    for name, label in labels.items():
+        ratio = statistics.median(report["clean_seconds"][name]) / base
+        target = "<= 1.10x" if name == "unique" else ""
+        ok = _ok(ratio <= 1.10) if name == "unique" else ""
+        lines.append(f"{label + ' / plain':<58}{ratio:>9.2f}x{target:>12}{ok:>5}")
+    for fraction, rows in report["reruns"].items():
+        limit = 0.60 if fraction == "0.5" else 0.25
+        ratios = [r["rerun_seconds"] / base for r in rows]
+        done = statistics.median(r["done"] for r in rows)
+        lines.append(f"rerun after a failure in user code at {float(fraction):.0%} (done {done:.0%})")
+        lines.append(
+            f"{'  rerun / plain full run':<58}{statistics.median(ratios):>10.2f}{f'<= {limit:.2f}':>12}"
+            f"{_ok(all(r <= limit for r in ratios)):>5}"
+        )
+        scan = statistics.median(r["scan_seconds"] / r["rerun_seconds"] for r in rows)
+        lines.append(f"{'  share of the rerun reading its input':<58}{scan:>10.2f}")
+        pruned = statistics.median(r["pruned_files"] for r in rows)
+        lines.append(f"{'  done files skipped unread (median)':<58}{pruned:>10.0f}")
+        lines.append(f"{'  done keys read (any run)':<58}{any(r['keys_anti_joined'] for r in rows)!s:>10}")
+        peak = min(r["peak_concurrency"] for r in rows)
+        tasks = min(r["write_tasks"] for r in rows)
+        lines.append(
+            f"{'  write tasks / peak running at once (fewest)':<58}{f'{tasks}/{peak}':>10}{'2 cores':>12}"
+            f"{_ok(peak >= 2):>5}"
+        )
+        for r in rows:
+            one = f"{r['done']:.2f} {r['rerun_seconds'] / base:.2f}"
+            lines.append(f"{'    one run: done, rerun/plain':<58}{one:>10}")
+    lines.append("store read of done keys (250 k keys per checkpoint, local store)")
+    for row in report["store_read"]:
+        label = f"  {row['keys'] / 1e6:.0f} M keys: driver read / executors read (s)"
+        value = f"{row['driver_seconds']:.2f} / {row['executor_seconds']:.2f}"
+        lines.append(f"{label:<58}{value:>10}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
