@@ -12,6 +12,9 @@ JSON (what the pages show, and the actions):
 * ``POST /api/task/clear`` and ``POST /api/task/discard`` — edit access; a JSON body
   ``{"dag_id", "task_id", "run_id", "map_index", "expected_epoch"}`` with the ``X-Requested-With``
   header; each writes an audit-log entry, refused attempts included.
+* ``POST /api/task/clear/preview`` and ``POST /api/task/discard/preview`` — what the dialog
+  shows when it opens: the counts, the output roots, the records the deletion guard refuses
+  (plugins/confirmation.py); the same rights and body; changes nothing.
 
 Each mapped task instance has its own store (docs/airflow.md, "Mapped tasks"): ``map_index``
 selects it. Without one (or with anything that is not a number: the UI leaves ``{MAP_INDEX}``
@@ -51,6 +54,7 @@ from airflow_ckpt_provider.hooks.config import CheckpointConfig
 from airflow_ckpt_provider.plugins import pages
 from airflow_ckpt_provider.plugins.access import can_access_dag, require_dag_access, require_same_origin_json
 from airflow_ckpt_provider.plugins.audit import EVENTS, write_audit_entry
+from airflow_ckpt_provider.plugins.confirmation import confirmation_payload
 from airflow_ckpt_provider.plugins.flow import (
     audit_ref,
     context_json,
@@ -362,6 +366,26 @@ async def post_clear(body: ActionBody, user: GetUserDep) -> JSONResponse:
 )
 async def post_discard(body: ActionBody, user: GetUserDep) -> JSONResponse:
     code, payload = await run_action(user, "discard", body)
+    return JSONResponse(payload, status_code=code)
+
+
+@router.post(
+    "/api/task/clear/preview",
+    summary="What a clear would delete now, and the records the deletion guard refuses (changes nothing)",
+    dependencies=[Depends(require_same_origin_json)],
+)
+async def post_clear_preview(body: ActionBody, user: GetUserDep) -> JSONResponse:
+    code, payload = await confirmation_payload(user, "clear", body.dag_id, body.task_id, body.run_id, body.map_index)
+    return JSONResponse(payload, status_code=code)
+
+
+@router.post(
+    "/api/task/discard/preview",
+    summary="What a discard would delete now, and the records the deletion guard refuses (changes nothing)",
+    dependencies=[Depends(require_same_origin_json)],
+)
+async def post_discard_preview(body: ActionBody, user: GetUserDep) -> JSONResponse:
+    code, payload = await confirmation_payload(user, "discard", body.dag_id, body.task_id, body.run_id, body.map_index)
     return JSONResponse(payload, status_code=code)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_ckpt_provider.display.deletion_preview import preview_clear, preview_discard
+from airflow_ckpt_provider.display.deletion_preview import DeletionPreview, preview_clear, preview_discard
 from airflow_ckpt_provider.plugins.ownership import owner_dag_id
 from airflow_ckpt_provider.plugins.problems import display_uri
 from airflow_ckpt_provider.store import CheckpointStore, Epoch
@@ -43,6 +43,18 @@ class TaskStoreView:
             "uncommitted_count": self.uncommitted_count,
             "previews": self.previews,
         }
+
+
+PREVIEWS = (("clear", preview_clear), ("discard", preview_discard))
+
+
+def preview_json(what: DeletionPreview, raw_store_uri: str) -> dict[str, Any]:
+    """A preview as the view shows it: the store's URI without credentials, in the text too."""
+    shown = display_uri(raw_store_uri)
+    body = what.to_json()
+    body["store_uri"] = shown
+    body["description"] = body["description"].replace(raw_store_uri, shown)
+    return body
 
 
 def _epoch_json(epoch: Any) -> dict[str, Any]:
@@ -86,12 +98,7 @@ def build_task_store_view(store: CheckpointStore) -> TaskStoreView:
         }
         for c in checkpoints[:MAX_CHECKPOINT_ROWS]
     ]
-    previews = {}
-    for name, make in (("clear", preview_clear), ("discard", preview_discard)):
-        preview = make(contents).to_json()
-        preview["store_uri"] = uri
-        preview["description"] = preview["description"].replace(store.uri, uri)
-        previews[name] = preview
+    previews = {name: preview_json(make(contents), store.uri) for name, make in PREVIEWS}
     return TaskStoreView(
         store_uri=uri,
         progress=progress,

@@ -103,6 +103,12 @@ def test_viewer_reads_progress_but_clear_is_403(ui_server: ApiServer) -> None:
         refused = viewer.post("/checkpoints/api/task/clear", json=action_body(run_id), headers=ACTION_HEADERS)
         assert refused.status_code == 403
         assert "needs edit access" in refused.json()["detail"]
+        # The dialog's preview needs edit access too (it lists paths of the output roots).
+        for action in ("clear", "discard"):
+            asked = viewer.post(
+                f"/checkpoints/api/task/{action}/preview", json=action_body(run_id), headers=ACTION_HEADERS
+            )
+            assert asked.status_code == 403, asked.text
         page = viewer.get("/checkpoints/ui/task", params=ti_params(run_id))
         assert page.status_code == 200 and 'data-testid="read-only"' in page.text
     assert checkpoints_left(root) == 3

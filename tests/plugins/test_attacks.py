@@ -154,10 +154,28 @@ def test_a_poisoned_intent_record_deletes_nothing_on_the_servers_host(ui_server:
             json.dumps({"checkpoint_id": checkpoint_id, "epoch": 1, **record}).encode(),
         )
     where = params(TEAM_A, run_id)
+    outputs_before = sorted(p.name for p in out.iterdir())
     with ui_server.client("admin") as admin:
         view = admin.get("/checkpoints/api/task", params=where)
         assert view.status_code == 200, view.text
         assert out.as_uri() in view.json()["report"]["previews"]["clear"]["description"]
+        # What the dialog reads when it opens: the refused records, before anything is deleted.
+        for action in ("clear", "discard"):
+            asked = admin.post(f"/checkpoints/api/task/{action}/preview", json=where, headers=ACTION_HEADERS)
+            assert asked.status_code == 200, asked.text
+            confirmation = asked.json()
+            assert confirmation["refused_record_count"] == 2
+            shown = confirmation["refused_records"]
+            assert all(any(i in line for line in shown) for i in ids), shown
+            assert any((victims / "important.txt").as_uri() in line for line in shown), shown
+            assert confirmation["preview"]["output_roots"] == [out.as_uri()]
+            assert confirmation["preview"]["checkpoints"] == 3 and confirmation["preview"]["epoch"] == 1
+            assert f"only under: {out.as_uri()}" in confirmation["preview"]["description"]
+        # The previews changed nothing and wrote no audit entry.
+        assert sorted(p.name for p in victims.iterdir()) == ["a.b", "important.txt"]
+        assert sorted(p.name for p in out.iterdir()) == outputs_before and len(outputs_before) == 3
+        assert checkpoints_in(root) == 3 and len(open_store(root.as_uri()).list_epochs()) == 1
+        assert ui_server.audit_entries(run_id) == []
         cleared = admin.post("/checkpoints/api/task/clear", json=where, headers=ACTION_HEADERS)
     assert cleared.status_code == 200, cleared.text
     assert sorted(p.name for p in victims.iterdir()) == ["a.b", "important.txt"]

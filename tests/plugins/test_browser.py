@@ -7,6 +7,7 @@ and the audit log. Screenshots go to ``test-output/ui/``.
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 import uuid
@@ -36,6 +37,7 @@ from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
 from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
@@ -139,6 +141,70 @@ def test_clear_from_the_task_instance_view(ui_server: ApiServer, browser: WebDri
     browser.get(f"{ui_server.base_url}/dags/{DAG_ID}/runs/{run_id}/tasks/{SPARK_TASK}/events")
     wait.until(lambda d: "checkpoints.clear" in d.find_element(By.TAG_NAME, "body").text)
     browser.save_screenshot(str(OUTPUT / "task-audit-log.png"))
+
+
+def test_the_dialog_lists_the_records_the_guard_refuses_before_anything_is_deleted(
+    ui_server: ApiServer, browser: WebDriver
+) -> None:
+    """A record naming a file on the API server's host: the Discard dialog names it (read when the
+    dialog opens, not with the page), Cancel deletes nothing, Discard deletes the store's own
+    uncommitted output and the named file survives."""
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    run_id = f"browser_{uuid.uuid4().hex[:8]}"
+    ui_server.trigger_run(run_id)
+    root = ui_server.default_store_path(run_id)
+    out = ui_server.home / "out" / run_id
+    store = fill_store(root.as_uri(), out.as_uri(), partitions=2)
+    victim = ui_server.home / "victims-browser" / run_id / "important.txt"
+    victim.parent.mkdir(parents=True)
+    victim.write_text("do not delete")
+    poisoned = str(uuid.uuid4())
+    record = {"checkpoint_id": poisoned, "epoch": 1, "paths": [victim.as_uri()]}
+    store.blobs.put(f"checkpoints/{poisoned}/intents/0000.json", json.dumps(record).encode())
+    wait = WebDriverWait(browser, 60)
+
+    log_in(browser, ui_server, "admin")
+    browser.get(f"{ui_server.base_url}/dags/{DAG_ID}/runs/{run_id}/tasks/{SPARK_TASK}/plugin/checkpoints")
+    frame = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "iframe[title=Checkpoints]")))
+    browser.switch_to.frame(frame)
+    wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "[data-testid=keys-done]")))
+    assert poisoned not in browser.page_source  # the page itself never reads intent records
+
+    def open_dialog() -> WebElement:
+        browser.find_element(By.CSS_SELECTOR, "[data-testid=discard-button]").click()
+        dialog = wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, "[data-testid=confirm-dialog]")))
+        wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, "[data-testid=confirm-refused]")))
+        return dialog
+
+    dialog = open_dialog()
+    refused = text_of(browser, "confirm-refused")
+    assert refused.startswith("1 record(s) name what no deletion may touch"), refused
+    assert poisoned in refused and victim.as_uri() in refused
+    message = text_of(browser, "confirm-text")
+    assert "delete 2 uncommitted checkpoint(s)" in message and "2 file(s)" in message
+    assert "Also 1 unsealed leftover(s)" in message
+    assert f"Output files are deleted only under: {out.as_uri()}." in message
+    assert dialog.find_element(By.CSS_SELECTOR, "[data-testid=confirm-ok]").is_enabled()
+    browser.switch_to.default_content()
+    browser.save_screenshot(str(OUTPUT / "checkpoints-discard-refused-records.png"))
+    browser.switch_to.frame(frame)
+
+    # Opening the dialog and cancelling changes nothing.
+    dialog.find_element(By.CSS_SELECTOR, "[data-testid=confirm-cancel]").click()
+    wait.until(ec.invisibility_of_element_located((By.CSS_SELECTOR, "[data-testid=confirm-dialog]")))
+    assert len(open_store(root.as_uri()).list_checkpoints()) == 2 and len(list(out.iterdir())) == 2
+    assert ui_server.audit_entries(run_id) == []
+
+    dialog = open_dialog()
+    dialog.find_element(By.CSS_SELECTOR, "[data-testid=confirm-ok]").click()
+    wait.until(lambda d: text_of(d, "action-result").startswith("Done"))
+    result = text_of(browser, "action-result")
+    # The poisoned record's directory is an unsealed leftover: deleted with the store's records.
+    assert "3 checkpoint(s) and 2 file(s) deleted" in result and "1 record(s) named files outside" in result
+    assert victim.read_text() == "do not delete" and list(out.iterdir()) == []
+    [entry] = ui_server.audit_entries(run_id)
+    assert entry["event"] == "checkpoints.discard_uncommitted"
+    assert any(poisoned in line for line in entry["extra"]["refused_records"])
 
 
 def test_dag_view_and_viewer_cannot_clear(ui_server: ApiServer, browser: WebDriver) -> None:

@@ -1,5 +1,8 @@
 // Checkpoints task view: confirmation dialog and the Clear / Discard calls.
-// The page already shows every number; this only adds the two actions.
+// The page already shows every number; this only adds the two actions. The dialog reads
+// what the action would delete when it opens (../api/task/<action>/preview): the counts,
+// the output roots and the records the deletion guard refuses, which the page itself
+// never reads. "Delete" stays disabled until that answer is shown.
 (function () {
   "use strict";
   // "Open" on the DAG view: show the task instance's tab in the Airflow UI itself. The UI's
@@ -29,7 +32,42 @@
   var title = document.getElementById("confirm-title");
   var okButton = document.getElementById("confirm-button");
   var resultBox = document.getElementById("action-result");
-  var pending = null;
+  var refusedBox = document.getElementById("confirm-refused");
+  var refusedTitle = document.getElementById("confirm-refused-title");
+  var refusedList = document.getElementById("confirm-refused-list");
+  var pending = null;  // {action, epoch}: what the person is asked to confirm
+  var asked = 0;  // the newest preview request: an older answer arriving late is ignored
+
+  function post(path, payload) {
+    return fetch(path, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-Requested-With": "airflow-ckpt" },
+      body: JSON.stringify(payload)
+    }).then(function (response) {
+      return response.json().catch(function () { return {}; }).then(function (body) {
+        return { status: response.status, body: body };
+      });
+    });
+  }
+
+  function detailOf(body) {
+    var detail = body.detail;
+    return typeof detail === "string" ? detail : JSON.stringify(detail);
+  }
+
+  function showRefused(lines, count) {
+    refusedList.textContent = "";
+    refusedBox.hidden = !count;
+    if (!count) { return; }
+    refusedTitle.textContent = count + " record(s) name what no deletion may touch: kept, never acted on" +
+      (count > lines.length ? " (first " + lines.length + " shown; airflow-ckpt check lists all)" : "") + ":";
+    lines.forEach(function (line) {
+      var item = document.createElement("li");
+      item.textContent = line;
+      refusedList.appendChild(item);
+    });
+  }
 
   function show(kind, message) {
     resultBox.hidden = false;
@@ -44,21 +82,13 @@
     });
   }
 
-  function run(action) {
+  function run(action, epoch) {
     setBusy(true);
     show("warn", action === "clear" ? "Clearing…" : "Discarding…");
-    fetch("../api/task/" + action, {
-      method: "POST",
-      credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "X-Requested-With": "airflow-ckpt" },
-      body: JSON.stringify({
-        dag_id: data.dag_id, task_id: data.task_id, run_id: data.run_id, map_index: data.map_index,
-        expected_epoch: data.epoch
-      })
-    }).then(function (response) {
-      return response.json().catch(function () { return {}; }).then(function (body) {
-        return { status: response.status, body: body };
-      });
+    // The epoch the dialog's preview was read at: the server refuses if the store moved on since.
+    post("../api/task/" + action, {
+      dag_id: data.dag_id, task_id: data.task_id, run_id: data.run_id, map_index: data.map_index,
+      expected_epoch: epoch
     }).then(function (answer) {
       if (answer.status === 200) {
         var r = answer.body.result;
@@ -75,9 +105,7 @@
           (kept ? "" : " Reloading…"));
         if (!kept) { window.setTimeout(function () { window.location.reload(); }, 1500); }
       } else {
-        var detail = answer.body.detail;
-        if (typeof detail !== "string") { detail = JSON.stringify(detail); }
-        show("error", "Not done (HTTP " + answer.status + "): " + detail);
+        show("error", "Not done (HTTP " + answer.status + "): " + detailOf(answer.body));
         setBusy(false);
       }
     }).catch(function (err) {
@@ -89,17 +117,40 @@
   document.querySelectorAll("button[data-action]").forEach(function (button) {
     button.addEventListener("click", function () {
       var action = button.getAttribute("data-action");
-      var preview = data.previews[action];
-      pending = action;
+      var request = ++asked;
+      pending = null;
       title.textContent = action === "clear" ? "Clear checkpoints?" : "Discard uncommitted work?";
-      text.textContent = preview.description;
+      text.textContent = "Reading what would be deleted…";
+      showRefused([], 0);
       okButton.textContent = action === "clear" ? "Clear checkpoints" : "Discard uncommitted";
+      okButton.disabled = true;
       dialog.showModal();
+      post("../api/task/" + action + "/preview", {
+        dag_id: data.dag_id, task_id: data.task_id, run_id: data.run_id, map_index: data.map_index
+      }).then(function (answer) {
+        if (request !== asked) { return; }
+        if (answer.status !== 200) {
+          text.textContent = "Cannot tell what would be deleted (HTTP " + answer.status + "): " +
+            detailOf(answer.body) + " Nothing was deleted.";
+          return;
+        }
+        var preview = answer.body.preview;
+        text.textContent = preview.description;
+        showRefused(answer.body.refused_records || [], answer.body.refused_record_count || 0);
+        if (!preview.nothing_to_do) {
+          pending = { action: action, epoch: preview.epoch };
+          okButton.disabled = false;
+        }
+      }).catch(function (err) {
+        if (request !== asked) { return; }
+        text.textContent = "Cannot tell what would be deleted: " + err + ". Nothing was deleted.";
+      });
     });
   });
 
   dialog.addEventListener("close", function () {
-    if (dialog.returnValue === "confirm" && pending) { run(pending); }
+    asked++;  // an answer still on its way is for a dialog that is gone
+    if (dialog.returnValue === "confirm" && pending) { run(pending.action, pending.epoch); }
     pending = null;
   });
 })();
