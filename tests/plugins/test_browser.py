@@ -113,6 +113,9 @@ def test_clear_from_the_task_instance_view(ui_server: ApiServer, browser: WebDri
     browser.switch_to.frame(frame)
     browser.find_element(By.CSS_SELECTOR, "[data-testid=clear-button]").click()
     dialog = wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, "[data-testid=confirm-dialog]")))
+    # The dialog reads what would be deleted when it opens; Delete is enabled once that is shown.
+    wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=confirm-ok]")))
+    assert not browser.find_element(By.CSS_SELECTOR, "[data-testid=confirm-refused]").is_displayed()
     message = text_of(browser, "confirm-text")
     assert "delete all 3 checkpoint(s)" in message and "reprocesses all 150 key(s)" in message
     assert "3 file(s)" in message
@@ -174,6 +177,7 @@ def test_the_dialog_lists_the_records_the_guard_refuses_before_anything_is_delet
         browser.find_element(By.CSS_SELECTOR, "[data-testid=discard-button]").click()
         dialog = wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, "[data-testid=confirm-dialog]")))
         wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, "[data-testid=confirm-refused]")))
+        wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=confirm-ok]")))
         return dialog
 
     dialog = open_dialog()
