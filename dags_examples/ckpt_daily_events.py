@@ -2,10 +2,13 @@
 
 A daily batch keyed by ``event_id``. No configuration is needed: the store lives at
 ``$AIRFLOW_HOME/checkpoints/ckpt_daily_events/process_events/<run_id>``. Trigger a run
-with ``{"fail_partition": 4}`` to make part of the job fail; clear the failed task (or
-let it retry) and the next submit skips every event the first attempt checkpointed.
-The commit then deletes what the failed attempt left half-written, and the retention
-policy (``delete_after_success``) removes the checkpoints.
+with ``{"fail_partition": 6}`` to put a bad record in partition 6: the job's own UDF
+raises on it and the job fails, keeping every partition that finished. Clear the failed
+task (or let it retry) once the record is fixed (``fail_partition`` back to -1): the next
+submit skips every event the first attempt checkpointed. ``{"fail_in": "writer"}`` makes
+the writer of that partition die halfway through its file instead; the commit then
+deletes the half-written file. The retention policy (``delete_after_success``) removes
+the checkpoints after the commit.
 
 Spark connection: ``spark_default`` (for example
 ``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[*]"}'``).
@@ -35,7 +38,8 @@ with DAG(
     catchup=False,
     tags=["checkpointed-spark", "example"],
     params={
-        "fail_partition": Param(-1, type="integer", description="Spark partition that fails (-1: none)"),
+        "fail_partition": Param(-1, type="integer", description="Spark partition with a bad record (-1: none)"),
+        "fail_in": Param("udf", enum=["udf", "writer"], description="what the bad record breaks"),
         "events": Param(200_000, type="integer", minimum=1, description="events in the day"),
         "partitions": Param(8, type="integer", minimum=1, description="Spark partitions (checkpoints)"),
     },
@@ -56,6 +60,8 @@ with DAG(
             "{{ params.partitions }}",
             "--fail-partition",
             "{{ params.fail_partition }}",
+            "--fail-in",
+            "{{ params.fail_in }}",
         ],
         conf={
             "spark.sql.shuffle.partitions": "{{ params.partitions }}",

@@ -1,15 +1,18 @@
 """End-to-end demo of example DAG 1 (``ckpt_daily_events``) on a fresh AIRFLOW_HOME.
 
-1. a DAG run whose Spark job fails halfway (one partition raises);
-2. the same DAG run again (same run id: its task instances are cleared and re-run);
-   the second submit skips every event the first attempt checkpointed;
-3. the commit deletes what the failed attempt left half-written;
+1. a DAG run whose Spark job fails: a bad record in one partition makes the job's own
+   UDF raise (``--fail-in writer``: that partition's writer dies halfway through its
+   file instead, leaving a half-written file);
+2. the same DAG run again, the record fixed (same run id: its task instances are
+   cleared and re-run); the second submit skips every event the first attempt
+   checkpointed;
+3. the commit deletes whatever the failed attempt left behind;
 4. a summary: skipped, processed, cleaned, and a check that every event is in the
    output exactly once.
 
 Each DAG run is a ``dag.test()`` in its own process, against a SQLite metadata DB.
 
-    python scripts/demo.py [--events 200000] [--partitions 8] [--fail-partition 4] [--home DIR]
+    python scripts/demo.py [--events 200000] [--partitions 8] [--fail-partition 6] [--fail-in udf|writer] [--home DIR]
 """
 
 from __future__ import annotations
@@ -93,6 +96,16 @@ def xcom(home: Path, run_id: str, task_id: str, key: str = "return_value") -> An
     return json.loads(row[0]) if row else None
 
 
+def _failure_cause(log: Path) -> str:
+    """The user-facing error of the failed job, from the DAG run's log (the last Python error line)."""
+    causes = [
+        line.strip()
+        for line in log.read_text(errors="replace").splitlines()
+        if line.strip().startswith(("ValueError:", "RuntimeError:", "PythonException:"))
+    ]
+    return causes[-1][:160] if causes else ""
+
+
 def output_files(output: Path) -> list[Path]:
     return sorted(output.rglob("*.parquet")) if output.exists() else []
 
@@ -101,7 +114,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--partitions", type=int, default=8)
-    parser.add_argument("--fail-partition", type=int, default=4)
+    parser.add_argument("--fail-partition", type=int, default=6, help="partition with the bad record")
+    parser.add_argument(
+        "--fail-in", choices=("udf", "writer"), default="udf", help="the job's UDF raises, or the writer dies"
+    )
     parser.add_argument("--home", type=Path, help="AIRFLOW_HOME to create (default: a new temp dir)")
     parser.add_argument("--child", nargs=2, metavar=("CONF", "RESULT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -118,6 +134,10 @@ def main() -> None:
     (home / "dags").mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "dags_examples" / "ckpt_daily_events.py", home / "dags")
     shutil.copytree(ROOT / "dags_examples" / "jobs", home / "dags" / "jobs", dirs_exist_ok=True)
+    # Airflow must not parse the Spark job scripts as DAG files: importing one (pyspark, pandas) can
+    # outlast the DAG import timeout on a loaded machine, and the interrupted import leaves pandas
+    # half-initialized in the dag.test() process, failing the commit task later.
+    shutil.copy(ROOT / "dags_examples" / ".airflowignore", home / "dags")
     env = airflow_env(home)
     print(f"AIRFLOW_HOME={home}")
     started = time.monotonic()
@@ -129,8 +149,9 @@ def main() -> None:
     conf = {"events": args.events, "partitions": args.partitions}
     output = home / "lake" / "daily_events" / f"day={DAY.date().isoformat()}"
 
-    print(f"\n[1] DAG run with partition {args.fail_partition} of {args.partitions} failing ...")
-    first = run_dag(env, home, {**conf, "fail_partition": args.fail_partition}, "run1")
+    what = "the job's UDF raising on it" if args.fail_in == "udf" else "its writer dying mid-file"
+    print(f"\n[1] DAG run with a bad record in partition {args.fail_partition} of {args.partitions}, {what} ...")
+    first = run_dag(env, home, {**conf, "fail_partition": args.fail_partition, "fail_in": args.fail_in}, "run1")
     plan1 = xcom(home, first["run_id"], SPARK_TASK, "checkpoint_plan")
     if first["state"] != "failed" or plan1 is None:
         sys.exit(f"demo: expected the first run to fail in the Spark job, got {first['state']}; see {first['log']}")
@@ -138,6 +159,9 @@ def main() -> None:
     progress = store.progress()
     files_after_failure = output_files(output)
     print(f"    run {first['run_id']}: {first['state']} in {first['seconds']:.0f} s")
+    cause = _failure_cause(Path(first["log"]))
+    if cause:
+        print(f"    cause: {cause}")
     print(f"    store {store.uri}")
     print(
         f"    epoch {plan1['epoch']}: {progress.valid_checkpoints} partitions sealed, "
@@ -145,8 +169,8 @@ def main() -> None:
         f"{len(files_after_failure)} Parquet files on disk"
     )
 
-    print("\n[2] The same DAG run again (cleared: same run id, same store) ...")
-    second = run_dag(env, home, {**conf, "fail_partition": -1}, "run2")
+    print("\n[2] The same DAG run again, the record fixed (cleared: same run id, same store) ...")
+    second = run_dag(env, home, {**conf, "fail_partition": -1, "fail_in": args.fail_in}, "run2")
     if second["state"] != "success":
         sys.exit(f"demo: the resumed run ended {second['state']}; see {second['log']}")
     plan2 = xcom(home, second["run_id"], SPARK_TASK, "checkpoint_plan")

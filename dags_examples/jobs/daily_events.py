@@ -2,12 +2,19 @@
 
 Run by ``CheckpointedSparkSubmitOperator``, which opens the store's epoch and passes it
 in the ``spark.ckpt.*`` confs. Events already checkpointed by an earlier (failed)
-attempt of this DAG run are skipped; the rest are enriched and written as Parquet, each
-Spark task sealing one checkpoint for the keys it wrote.
+attempt of this DAG run are skipped; the rest are enriched — a Python UDF parses each
+event's raw amount — and written as Parquet. ``event_id`` is unique, so there is no
+shuffle: each Spark task reads, enriches and writes its events and seals one
+checkpoint, and a failure anywhere keeps the tasks that finished.
 
-``--fail-partition P`` makes the writer of Spark partition P crash halfway through its
-file (after a short delay, so the partitions running beside it finish first): the job
-fails, and the crashed task leaves a half-written file behind for the commit to delete.
+``--fail-partition P`` puts a bad record in Spark partition P (an amount of ``"N/A"``):
+
+* ``--fail-in udf`` (default): the job's own UDF raises on it, the way a real job meets
+  bad input; the job fails, the finished partitions stay checkpointed, and the task
+  that failed removed what it had written;
+* ``--fail-in writer``: the writer of partition P dies halfway through its file instead
+  (``os._exit``, like a killed executor), leaving a half-written file that only the
+  commit can remove.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import DoubleType
 
 from airflow_ckpt_provider.spark import CheckpointedJob, ParquetSink, WriteContext, WriterFn
 from airflow_ckpt_provider.store import FileMetadata
@@ -27,15 +35,32 @@ from airflow_ckpt_provider.store import FileMetadata
 CATEGORIES = ["click", "view", "purchase", "signup"]
 
 
-def day_of_events(spark: SparkSession, day: str, count: int, partitions: int) -> DataFrame:
-    """A deterministic day of events (the stand-in for reading a day's raw input)."""
+def day_of_events(spark: SparkSession, day: str, count: int, partitions: int, bad_partition: int) -> DataFrame:
+    """A deterministic day of events (the stand-in for reading a day's raw input).
+
+    ``raw_amount`` is text, as raw feeds send it; in Spark partition ``bad_partition``
+    (if >= 0) its last event carries ``"N/A"``.
+    """
     base = int(day.replace("-", "")) * 1_000_000
+    per_partition = -(-count // partitions)
+    bad_id = min(count, (bad_partition + 1) * per_partition) - 1 if bad_partition >= 0 else -1
+    amount = F.format_number((F.col("id") * 7 % 1000) / F.lit(100.0), 2)
     return spark.range(0, count, numPartitions=partitions).select(
         (F.col("id") + F.lit(base)).alias("event_id"),
         F.element_at(F.array(*[F.lit(c) for c in CATEGORIES]), (F.col("id") % 4 + 1).cast("int")).alias("category"),
-        (F.col("id") * 7 % 1000).alias("amount_cents"),
+        F.when(F.col("id") == F.lit(bad_id), F.lit("N/A"))
+        .otherwise(F.regexp_replace(amount, ",", ""))
+        .alias("raw_amount"),
         F.lit(day).alias("day"),
     )
+
+
+def _parse_amount(raw: str) -> float:
+    """The job's own parsing step: ``float("N/A")`` raises ValueError, failing the task (and the job)."""
+    return float(raw)
+
+
+parse_amount = F.udf(_parse_amount, DoubleType())
 
 
 def crashing_in_partition(sink: ParquetSink, partition: int, delay_seconds: float = 3.0) -> WriterFn:
@@ -66,20 +91,23 @@ def main() -> None:
     parser.add_argument("--output", required=True, help="output directory (file:// or s3://)")
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--partitions", type=int, default=8)
-    parser.add_argument("--fail-partition", type=int, default=-1)
+    parser.add_argument("--fail-partition", type=int, default=-1, help="partition with a bad record (-1: none)")
+    parser.add_argument("--fail-in", choices=("udf", "writer"), default="udf", help="what the bad record breaks")
     args = parser.parse_args()
 
     spark = SparkSession.builder.appName(f"daily_events {args.day}").getOrCreate()
     job = CheckpointedJob.from_spark(spark)
 
-    events = day_of_events(spark, args.day, args.events, args.partitions)
-    todo = job.skip_completed(events, key="event_id")
-    enriched = todo.withColumn("category", F.upper("category")).withColumn(
-        "amount", F.col("amount_cents") / F.lit(100.0)
-    )
-    sink = ParquetSink()
-    writer = sink if args.fail_partition < 0 else crashing_in_partition(sink, args.fail_partition)
-    job.write(enriched, writer, output=args.output, num_partitions=args.partitions)
+    bad_partition = args.fail_partition if args.fail_in == "udf" else -1
+    events = day_of_events(spark, args.day, args.events, args.partitions, bad_partition)
+    # event_id identifies one event: no shuffle, every task that finishes is a checkpoint.
+    todo = job.skip_completed(events, key="event_id", unique=True)
+    enriched = todo.withColumn("category", F.upper("category")).withColumn("amount", parse_amount("raw_amount"))
+    enriched = enriched.drop("raw_amount")
+    if args.fail_in == "writer" and args.fail_partition >= 0:
+        job.write(enriched, crashing_in_partition(ParquetSink(), args.fail_partition), output=args.output)
+    else:
+        job.write_parquet(enriched, args.output)
     job.finish()
     spark.stop()
 
