@@ -110,11 +110,6 @@ def test_mapped_tenants_each_resume_from_their_own_store(airflow_harness: Airflo
         assert commits[name]["rows_committed"] == rows, commits[name]
         assert _orders(output / name) == [(i, name) for i in range(rows)]  # exactly once
 
-    # A mapped reprocess (preview only) works on the store of its own map index.
-    previews = _per_tenant(airflow_harness, "ckpt_tenants", second.run_id, "preview_reprocess", "return_value")
-    assert {name: p["checkpoint_uri"] for name, p in previews.items()} == uris
-    assert all(p["preview_only"] and p["result"] is None for p in previews.values())
-
     # An unmapped clear given the mapped task's id works on every instance's store and says so.
     cleared = airflow_harness.xcom("ckpt_tenants", second.run_id, "clear_all")
     assert cleared["map_indexes"] == [0, 1, 2]

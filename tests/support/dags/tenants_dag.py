@@ -3,8 +3,7 @@
 Tenants' ``order_no`` keys overlap; each mapped instance must keep its own store.
 ``TENANTS_OUTPUT`` is the base directory (one sub-directory per tenant),
 ``TENANTS_STORE`` an explicit ``checkpoint_uri`` for every instance (default: none, each
-instance gets its default location). ``preview_reprocess`` is mapped like the submit;
-``clear_all``, not mapped, clears every instance's store.
+instance gets its default location). ``clear_all``, not mapped, clears every instance's store.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from airflow.sdk import DAG
 
 from airflow_ckpt_provider.operators.clear import ClearCheckpointsOperator
 from airflow_ckpt_provider.operators.commit import CheckpointCommitOperator
-from airflow_ckpt_provider.operators.reprocess import ReprocessCheckpointsOperator
 from airflow_ckpt_provider.operators.spark_submit import CheckpointedSparkSubmitOperator
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -41,10 +39,6 @@ with DAG("ckpt_tenants", schedule=None, catchup=False) as dag:
         spark_task_id="tenants",
         checkpoint_uri=os.environ.get("TENANTS_STORE") or None,
     ).expand(output_roots=[[f"{OUTPUT}/{name}"] for name in TENANTS])
-    # Mapped the same way: each instance previews a reprocess of the store of its own map index.
-    preview = ReprocessCheckpointsOperator.partial(
-        task_id="preview_reprocess", spark_task_id="tenants", preview_only=True
-    ).expand(keys=[[0] for _ in TENANTS])
     # Not mapped: works on the store of every mapped instance of "tenants".
     clear_all = ClearCheckpointsOperator(task_id="clear_all", spark_task_id="tenants")
-    tenants >> commit >> preview >> clear_all
+    tenants >> commit >> clear_all
