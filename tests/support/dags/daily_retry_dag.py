@@ -18,7 +18,13 @@ with DAG("ckpt_daily_retry", schedule=None, catchup=False) as dag:
         task_id="process_events",
         application=os.path.join(HERE, "jobs", "daily_events.py"),
         application_args=["--day", "2024-10-01", "--output", OUTPUT, "--events", "20000", "--partitions", "4"],
-        conf={"spark.ui.enabled": "false", "spark.sql.execution.arrow.maxRecordsPerBatch": "1000"},
+        conf={
+            "spark.ui.enabled": "false",
+            "spark.sql.execution.arrow.maxRecordsPerBatch": "1000",
+            # The test's failpoint (spark.task.after_write) is in the Arrow writer's task; the job's
+            # write_parquet would otherwise pick Spark's own writer, where it never fires.
+            "spark.ckpt.writer.engine": "arrow",
+        },
         driver_memory="768m",
         retries=1,
         retry_delay=dt.timedelta(seconds=1),
