@@ -19,7 +19,7 @@ from ckpt_testkit.faults.campaign import Campaign
 from ckpt_testkit.faults.plans import Crash, TrialPlan
 from ckpt_testkit.faults.settings import CampaignSettings
 
-pytestmark = [pytest.mark.faults, pytest.mark.spark]
+pytestmark = [pytest.mark.faults, pytest.mark.spark, pytest.mark.extended]
 
 CASES = [
     ("user.before_exchange", "rows", "arrow"),

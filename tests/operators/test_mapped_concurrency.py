@@ -23,7 +23,7 @@ import pytest
 from airflow_ckpt_provider.store import EpochStatus, open_store
 from tests.support.airflow_harness import AirflowHarness
 
-pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.extended, pytest.mark.timeout(2400)]
 
 DAGS = Path(__file__).resolve().parents[1] / "support" / "dags"
 DAG_ID = "ckpt_tenants"

@@ -21,7 +21,7 @@ from airflow_ckpt_provider.store import EpochStatus, open_store
 from tests.cli.console import airflow_ckpt
 from tests.support.airflow_harness import AirflowHarness
 
-pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.timeout(3000)]
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.extended, pytest.mark.timeout(3000)]
 
 DAGS = Path(__file__).resolve().parents[1] / "support" / "dags"
 TENANTS = {"a": 300, "b": 400, "c": 500}  # as in dags/tenants_dag.py
@@ -163,7 +163,9 @@ def test_mapped_task_group_commits_each_tenant_and_resumes_the_failed_one(
     result_b = airflow_harness.xcom(dag_id, second.run_id, "tenant.submit", map_index=1)
     assert plan_b["keys_skipped"] == len(done_b) and result_b["keys"] == TENANTS["b"] - len(done_b)
     commit_b = airflow_harness.xcom(dag_id, second.run_id, "tenant.commit", map_index=1)
-    assert commit_b["rows_committed"] == TENANTS["b"] and commit_b["orphans_deleted"] >= 1
+    # No orphan count to expect: row keys write through Spark's own writer, whose failed task
+    # removes its files itself (abortTask); exactly-once below is what matters.
+    assert commit_b["rows_committed"] == TENANTS["b"]
     for name, rows in TENANTS.items():
         assert _orders(output / name) == [(i, name) for i in range(rows)]  # exactly once
 
