@@ -16,7 +16,13 @@ from tests.support.airflow_harness import AirflowHarness
 pytestmark = pytest.mark.airflow
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "dags_examples"
-EXAMPLE_DAG_IDS = {"ckpt_daily_events", "ckpt_incremental_ingest", "ckpt_cluster_sensor", "ckpt_rewind_incremental"}
+EXAMPLE_DAG_IDS = {
+    "ckpt_daily_events",
+    "ckpt_incremental_ingest",
+    "ckpt_cluster_sensor",
+    "ckpt_rewind_incremental",
+    "ckpt_tenant_orders",
+}
 
 
 def _json_output(stdout: str) -> Any:

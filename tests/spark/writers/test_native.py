@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 
 from airflow_ckpt_provider.spark import CheckpointedJob, InvalidOptionError, NativeWriterUnavailableError, WriteSummary
 from airflow_ckpt_provider.spark.paths import file_key
-from airflow_ckpt_provider.store import EpochFencedError
+from airflow_ckpt_provider.store import EpochFencedError, InvalidOutputRootError
 from tests.spark.helpers import FakeOperator, Target, assert_exactly_once, done_keys, make_inputs
 from tests.spark.jobs.pipeline import run_pipeline
 
@@ -121,8 +121,11 @@ def test_engine_spark_where_it_cannot_run_is_a_clear_error_and_writes_nothing(
     target = Target("local", f"file://{tmp_path}/store", f"file://{tmp_path}/out")
     inputs = make_inputs(tmp_path / "in", files=2)
     job = _job(spark, target, FakeOperator(target).begin())
-    # An output Spark has no Hadoop filesystem for (here: gs://).
+    # An output Spark has no Hadoop filesystem for: s3:// here (the bundled jars have no s3a).
     with pytest.raises(NativeWriterUnavailableError, match="engine='arrow'"):
+        run_pipeline(spark, job, mode="rows", inputs=inputs, output="s3://bucket/out", engine="spark")
+    # A scheme the store cannot confine deletions to is refused before anything runs.
+    with pytest.raises(InvalidOutputRootError, match="cannot be an output root"):
         run_pipeline(spark, job, mode="rows", inputs=inputs, output="gs://bucket/out", engine="spark")
     # A shuffle before the writer: the plan no longer says which files each task read.
     files_target = Target("local", f"file://{tmp_path}/store2", f"file://{tmp_path}/out")
