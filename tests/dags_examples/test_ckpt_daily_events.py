@@ -35,7 +35,9 @@ def test_cleared_run_processes_only_the_remaining_keys(
     airflow_harness: AirflowHarness, tmp_path: Path, fail_in: str
 ) -> None:
     airflow_harness.install_dag(EXAMPLES / "ckpt_daily_events.py", EXAMPLES / "jobs")
-    env = {"CKPT_EXAMPLE_LAKE": str(tmp_path / "lake")}
+    # A store of its own: the default location ($AIRFLOW_HOME/checkpoints/{dag}/{task}/{run}) is shared
+    # by every case of this session that runs the same DAG on the same day.
+    env = {"CKPT_EXAMPLE_LAKE": str(tmp_path / "lake"), "AIRFLOW__CKPT__BASE_URI": f"file://{tmp_path}/checkpoints"}
     day = dt.datetime(2024, 10, 2, tzinfo=dt.UTC)
     output = tmp_path / "lake" / "daily_events" / "day=2024-10-02"
     conf = {"events": EVENTS, "partitions": 4, "fail_in": fail_in}
