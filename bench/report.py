@@ -434,9 +434,39 @@ STORE_READ_PATHS = ("keys_read", "progress", "begin_epoch")
 
 
 def _store_cell(row: dict[str, Any] | None, op: str) -> str:
-    if row is None or op not in row:
+    if row is None:
         return "—"
+    if op not in row:
+        return "not measured"
     return f"{row[op]['seconds']:.2f} s ({row[op]['requests']:,} req)"
+
+
+def _store_runs(data: dict[str, Any] | None) -> str:
+    """Which runs measured a result: commit, date and load of each (a merged result holds several)."""
+    if not data:
+        return "?"
+    runs = data.get("runs") or [data]
+    parts = []
+    for index, run in enumerate(runs):
+        measured = run.get("measured") or {}
+        parts.append(
+            f"run {index + 1}: commit `{run.get('commit', '?')}`, {measured.get('date', '?')}, "
+            f"load {run.get('load_start', '?')} → {run.get('load_end', '?')}"
+        )
+    return "; ".join(parts)
+
+
+def _fill_cell(row: dict[str, Any]) -> str:
+    fill = row["fill"]
+    text = f"{fill['seconds']:.0f} s"
+    if fill.get("compaction_requests"):
+        text += f" ({fill['compaction_seconds']:.0f} s, {fill['compaction_requests']:,} req)"
+    if fill.get("staged_on_local_disk"):
+        upload = fill["upload"]
+        text += f", staged + {upload['objects']:,} objects copied in {upload['seconds']:.1f} s"
+    if "run" in row:
+        text += f" [run {row['run'] + 1}]"
+    return text
 
 
 def store_section(
@@ -453,37 +483,41 @@ def store_section(
         "with the driver's compaction running beside the sealing tasks (this code). Each operation on a "
         "freshly opened store, in this order: keys read (best of 2), progress, begin_epoch (the next epoch on "
         "the filled store), commit, cleanup (`delete_after_success`). Requests: S3 HTTP requests (by operation "
-        "below); local: filesystem operations of the object layer. *before*: the same script on the code "
-        f"before segments (commit `{(before or {}).get('commit', '?')}`), measured in its own run "
-        f"(load {(before or {}).get('load_start', '?')} → {(before or {}).get('load_end', '?')}); *after*: "
-        f"commit `{data.get('commit', '?')}` (load {data.get('load_start', '?')} → {data.get('load_end', '?')}).",
+        "below); local: filesystem operations of the object layer. *staged* (S3 fill column): the store was "
+        "filled on local disk, its output files on the S3 server, the driver's compaction beside the tasks, "
+        "then its objects copied to the bucket (`--s3-staged`): the same objects a finished job leaves; every "
+        "operation is measured on S3. *before*: the same script on the code before segments, "
+        f"{_store_runs(before)}. *after*: {_store_runs(data)}. *not measured*: not run (one call would take "
+        "tens of minutes at that size with that code); no number is estimated.",
         "",
     ]
-    header = ["backend", "checkpoints", "code", *STORE_OPS, "keys floor", "fill (compaction)"]
+    header = ["backend", "checkpoints", "code", *STORE_OPS, "keys floor", "fill (compaction) [run]"]
     rows = []
-    for r in rows_in:
-        key = (r["backend"], r["checkpoints"])
+    after_by_key = {(r["backend"], r["checkpoints"]): r for r in rows_in}
+    for key in sorted(set(after_by_key) | set(old), key=lambda k: (k[0] != "local", k[1])):
         previous = old.get(key)
         if previous is not None:
             rows.append(
                 [
-                    r["backend"],
-                    f"{r['checkpoints']:,}",
+                    key[0],
+                    f"{key[1]:,}",
                     "before",
                     *(_store_cell(previous, op) for op in STORE_OPS),
                     f"{previous['floor']['seconds']:.3f} s",
-                    f"{previous['fill']['seconds']:.0f} s",
+                    _fill_cell(previous),
                 ]
             )
-        fill = r["fill"]
+        r = after_by_key.get(key)
+        if r is None:
+            continue
         rows.append(
             [
-                r["backend"],
-                f"{r['checkpoints']:,}",
+                key[0],
+                f"{key[1]:,}",
                 "**after**",
                 *(_store_cell(r, op) for op in STORE_OPS),
                 f"{r['floor']['seconds']:.3f} s",
-                f"{fill['seconds']:.0f} s ({fill['compaction_seconds']:.0f} s, {fill['compaction_requests']:,} req)",
+                _fill_cell(r),
             ]
         )
     lines += _table(header, rows)
@@ -493,6 +527,8 @@ def store_section(
         op_rows = []
         for r in s3_rows:
             for phase in STORE_OPS:
+                if phase not in r:
+                    continue
                 by_op = r[phase].get("by_operation") or {}
                 ops = ", ".join(f"{k} {v:,}" for k, v in sorted(by_op.items())) or "(not recorded)"
                 op_rows.append([f"{r['checkpoints']:,}", phase, ops])
@@ -561,15 +597,17 @@ def _plot_store(after: list[dict[str, Any]], before: list[dict[str, Any]], path:
                 continue
             ns = [r["checkpoints"] for r in mine]
             for op, color in colors.items():
-                if any(op not in r for r in mine):
+                measured = [r for r in mine if op in r]  # an operation not measured at a size has no point
+                if not measured:
                     continue
+                xs = [r["checkpoints"] for r in measured]
                 marker = "o" if code == "after" else "x"
                 label = f"{op} ({code})"
                 axes[row_index][0].plot(
-                    ns, [r[op]["seconds"] for r in mine], style, marker=marker, color=color, label=label
+                    xs, [r[op]["seconds"] for r in measured], style, marker=marker, color=color, label=label
                 )
                 axes[row_index][1].plot(
-                    ns, [max(r[op]["requests"], 1) for r in mine], style, marker=marker, color=color, label=label
+                    xs, [max(r[op]["requests"], 1) for r in measured], style, marker=marker, color=color, label=label
                 )
             if code == "after":
                 axes[row_index][0].plot(

@@ -25,6 +25,13 @@ script measures the code of another checkout (``--label before`` from a worktree
 main before a change: it works with the store API of both).
 
     .venv/bin/python bench/store_scale.py [--local 1000,10000,100000] [--s3 1000,10000,100000] [--label after]
+        [--s3-staged] [--skip commit,cleanup]
+    .venv/bin/python bench/store_scale.py --merge run1.json run2.json --out bench/results/store_scale.json
+
+``--s3-staged`` fills each S3 store on local disk (its output files on the S3 server), with the driver's
+compaction beside the sealing tasks as in a real job, then copies the store's objects to the bucket with
+parallel PUTs: the same objects a finished job leaves, without about 11 S3 round trips per checkpoint
+during the fill (100,000 checkpoints would take hours here); the operations are then measured on S3.
 """
 
 from __future__ import annotations
@@ -239,15 +246,54 @@ def _floor(store: CheckpointStore, output: str, total: int) -> dict[str, Any]:
     return {"seconds": min(runs), "bytes": len(sink.getvalue())}
 
 
-def measure(backend: str, uri: str, output: str, options: dict[str, Any], n: int, keys: int) -> dict[str, Any]:
+def upload_tree(local_root: Path, uri: str, options: dict[str, Any], *, workers: int = 32) -> dict[str, Any]:
+    """Copy every object of a store staged on local disk to ``uri`` (parallel plain PUTs, the same keys)."""
+    from airflow_ckpt_provider.store.opener import open_blobs
+
+    blobs = open_blobs(uri, **options)
+    files = sorted(p for p in local_root.rglob("*") if p.is_file())
+    started = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(lambda p: blobs.put(p.relative_to(local_root).as_posix(), p.read_bytes()), files))
+    seconds = time.perf_counter() - started
+    requests = int(blobs.request_count)
+    blobs.close()
+    size = sum(p.stat().st_size for p in files)
+    return {"objects": len(files), "bytes": size, "seconds": seconds, "requests": requests}
+
+
+def measure(
+    backend: str,
+    uri: str,
+    output: str,
+    options: dict[str, Any],
+    n: int,
+    keys: int,
+    *,
+    stage: Path | None = None,
+    skip: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
+    """One size on one backend. ``stage``: fill a store on local disk at that path (its output files on
+    ``output``, the driver's compaction beside the sealing tasks as usual), then copy its objects to ``uri``
+    and measure there: the same objects a job leaves, without one S3 round trip per staged part. ``skip``:
+    ``commit`` (and with it ``cleanup``, which needs the commit) or ``cleanup`` left unmeasured (the old code
+    at sizes where one call takes tens of minutes); the row lists them under ``not_measured``."""
+
     def opener() -> CheckpointStore:
         return open_store(uri, **options)
 
     print(f"[store] {backend} {n:,} checkpoints: filling ... (load {load()})", flush=True)
-    filler, compactor = opener(), opener()
+    if stage is None:
+        filler, compactor = opener(), opener()
+    else:
+        filler, compactor = (open_store(stage.as_uri(), **options) for _ in range(2))
     filled = fill_compacting(filler, compactor, output, n, keys)
     filler.close()
     compactor.close()
+    if stage is not None:
+        filled["staged_on_local_disk"] = True
+        filled["upload"] = upload_tree(stage, uri, options)
+        print(f"[store] {backend} {n:,}: staged store uploaded {filled['upload']}", flush=True)
     row: dict[str, Any] = {"backend": backend, "checkpoints": n, "keys": n * keys, "fill": filled, "load": load()}
     reads = [_measure(opener, lambda s: s.get_checkpointed_keys().num_rows) for _ in range(2)]
     row["keys_read"] = min(reads, key=lambda r: r["seconds"])
@@ -255,16 +301,20 @@ def measure(backend: str, uri: str, output: str, options: dict[str, Any], n: int
     row["progress"] = _measure(opener, lambda s: s.progress().valid_checkpoints)
     row["begin_epoch"] = _measure(opener, lambda s: len(s.begin_epoch(owner="bench-2").base))
     opener().end_epoch(2, status=EpochStatus.SUCCEEDED)
-    row["commit"] = _measure(opener, lambda s: s.commit([output]).summary())
-    row["cleanup"] = _measure(opener, lambda s: len(s.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS)))
+    if "commit" not in skip:
+        row["commit"] = _measure(opener, lambda s: s.commit([output]).summary())
+        assert row["commit"]["value"]["orphans_deleted"] == len(range(0, n, FAILED_EVERY)), row["commit"]["value"]
+        if "cleanup" not in skip:
+            row["cleanup"] = _measure(opener, lambda s: len(s.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS)))
+    row["not_measured"] = [op for op in OPERATIONS if op not in row]
     assert row["keys_read"]["value"] == n * keys, row["keys_read"]
     assert row["progress"]["value"] == n, row["progress"]
     assert row["begin_epoch"]["value"] == n, row["begin_epoch"]
-    assert row["commit"]["value"]["orphans_deleted"] == len(range(0, n, FAILED_EVERY)), row["commit"]["value"]
     print(
-        f"[store] {backend} {n:,}: fill {filled['seconds']:.1f} s (compaction {filled['compaction_seconds']:.1f} s, "
-        f"{filled['compaction_requests']} req) | "
-        + " | ".join(f"{op} {row[op]['seconds']:.2f} s ({row[op]['requests']} req)" for op in OPERATIONS)
+        f"[store] {backend} {n:,}: fill {filled['seconds']:.1f} s "
+        f"(compaction {filled.get('compaction_seconds', 0):.1f} s, "
+        f"{filled.get('compaction_requests', 0)} req) | "
+        + " | ".join(f"{op} {row[op]['seconds']:.2f} s ({row[op]['requests']} req)" for op in OPERATIONS if op in row)
         + f" | floor {row['floor']['seconds']:.2f} s",
         flush=True,
     )
@@ -286,6 +336,9 @@ def run(
     keys: int = 100,
     label: str = "after",
     on_row: Callable[[dict[str, Any]], None] = lambda result: None,
+    *,
+    s3_staged: bool = False,
+    skip: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """Every size on each backend; ``on_row`` gets the result so far after each size (a long run keeps its rows)."""
     result: dict[str, Any] = {
@@ -300,7 +353,9 @@ def run(
     with tempfile.TemporaryDirectory(prefix="ckpt-store-scale-", dir=ROOT / "bench" / "work") as tmp:
         for n in local_sizes:
             base = Path(tmp) / f"local-{n}"
-            result["rows"].append(measure("local", f"file://{base}/store", f"file://{base}/out", {}, n, keys))
+            result["rows"].append(
+                measure("local", f"file://{base}/store", f"file://{base}/out", {}, n, keys, skip=skip)
+            )
             on_row(result)
         if s3_sizes:
             from ckpt_testkit.seaweed import SeaweedServer
@@ -310,9 +365,10 @@ def run(
             try:
                 for n in s3_sizes:
                     bucket = server.create_bucket(f"scale-{n}")
-                    result["rows"].append(
-                        measure("s3", f"s3://{bucket}/store", f"s3://{bucket}/out", server.options(), n, keys)
-                    )
+                    stage = Path(tmp) / f"s3-stage-{n}" / "store" if s3_staged else None
+                    store_uri, output = f"s3://{bucket}/store", f"s3://{bucket}/out"
+                    row = measure("s3", store_uri, output, server.options(), n, keys, stage=stage, skip=skip)
+                    result["rows"].append(row)
                     on_row(result)
             finally:
                 server.close()
@@ -325,6 +381,28 @@ def _sizes(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
+def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One result from several runs of the same code: a later run's row replaces an earlier one of the
+    same backend and size; each row keeps which run measured it (``run``, an index into ``runs``)."""
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    summaries = []
+    for index, result in enumerate(runs):
+        summaries.append({k: result.get(k) for k in ("label", "commit", "measured", "load_start", "load_end")})
+        for row in result["rows"]:
+            rows[(row["backend"], row["checkpoints"])] = {**row, "run": index}
+    first = runs[0]
+    return {
+        "label": first["label"],
+        "commit": "+".join(dict.fromkeys(str(r.get("commit")) for r in runs)),
+        "keys_per_checkpoint": first["keys_per_checkpoint"],
+        "load_start": first.get("load_start"),
+        "load_end": runs[-1].get("load_end"),
+        "measured": runs[-1].get("measured"),
+        "runs": summaries,
+        "rows": sorted(rows.values(), key=lambda r: (r["backend"] != "local", r["checkpoints"])),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--local", default="1000,10000,100000", help="checkpoint counts on local disk")
@@ -332,7 +410,30 @@ def main() -> int:
     parser.add_argument("--keys", type=int, default=100, help="keys per checkpoint")
     parser.add_argument("--label", default="after", help="'after' (this code) or 'before' (a checkout of main)")
     parser.add_argument("--out", type=Path, default=None, help="default: bench/results/store_scale[-LABEL].json")
+    parser.add_argument(
+        "--s3-staged",
+        action="store_true",
+        help="fill each S3 store on local disk (output files on S3), then copy its objects to the bucket",
+    )
+    parser.add_argument("--skip", default="", help="operations left unmeasured: commit (and cleanup), cleanup")
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="measure nothing: merge these result files (later rows replace earlier ones) into --out",
+    )
     args = parser.parse_args()
+    if args.merge:
+        if args.out is None:
+            parser.error("--merge needs --out")
+        merged = merge([json.loads(p.read_text()) for p in args.merge])
+        args.out.write_text(json.dumps(merged, indent=1, default=str))
+        print(f"wrote {args.out}")
+        return 0
+    skip = frozenset(x.strip() for x in args.skip.split(",") if x.strip())
+    if not skip <= {"commit", "cleanup"}:
+        parser.error(f"--skip takes commit and/or cleanup, not {sorted(skip)}")
     out = args.out or RESULTS / ("store_scale.json" if args.label == "after" else f"store_scale-{args.label}.json")
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -341,7 +442,8 @@ def main() -> int:
         result["measured"] = {"date": started, "commit": result["commit"]}
         out.write_text(json.dumps(result, indent=1, default=str))
 
-    write(run(_sizes(args.local), _sizes(args.s3), args.keys, args.label, on_row=write))
+    sizes = _sizes(args.local), _sizes(args.s3)
+    write(run(*sizes, args.keys, args.label, on_row=write, s3_staged=args.s3_staged, skip=skip))
     print(f"wrote {out}")
     return 0
 
