@@ -6,6 +6,7 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
@@ -53,9 +54,28 @@ def ipc_bytes(arrays: Sequence[pa.Array]) -> bytes:
 def duplicate_keys(keys: pa.Table) -> tuple[int, list[Any]] | None:
     """(number of surplus keys, a few examples) if any key appears twice, else None."""
     flat = keys.flatten()
+    if flat.num_columns == 1 and _sorted_has_duplicates(flat.column(0)) is False:
+        return None  # the usual answer, found without counting every key
     counts = flat.group_by(flat.column_names).aggregate([([], "count_all")])
     if counts.num_rows == keys.num_rows:
         return None
     surplus = keys.num_rows - counts.num_rows
     dupes = counts.filter(pc.greater(counts.column("count_all"), 1)).drop_columns(["count_all"])
     return surplus, dupes.slice(0, 5).to_pylist()
+
+
+def _sorted_has_duplicates(column: pa.ChunkedArray) -> bool | None:
+    """Whether ``column`` holds a value twice, found by sorting: several times cheaper than counting
+    every key by hash (a commit checks 10 M keys of 100,000 checkpoints). None: not decided here."""
+    if len(column) < 2:
+        return False
+    if pa.types.is_integer(column.type):
+        values = np.sort(column.to_numpy())
+        return bool((values[1:] == values[:-1]).any())
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        return None
+    try:
+        ordered = pc.take(column, pc.sort_indices(column)).combine_chunks()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # e.g. more than 2 GB of strings in one array
+        return None
+    return bool(pc.any(pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1))).as_py())

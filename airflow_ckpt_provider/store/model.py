@@ -38,7 +38,8 @@ class FileMetadata:
     format: str = "parquet"
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # Not dataclasses.asdict (a deep copy per field): a commit writes one per output file.
+        return {"path": self.path, "size_bytes": self.size_bytes, "num_rows": self.num_rows, "format": self.format}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> FileMetadata:

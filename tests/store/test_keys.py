@@ -1,0 +1,42 @@
+"""duplicate_keys: the commit's overlap check, by sorting for one column of integers or strings, by counting
+otherwise; both must give the same answer."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from airflow_ckpt_provider.store.keys import duplicate_keys
+
+
+def _table(*chunks: list[object], type: pa.DataType | None = None) -> pa.Table:
+    return pa.table({"key": pa.chunked_array([pa.array(c, type) for c in chunks], type)})
+
+
+@pytest.mark.parametrize(
+    ("table", "expected"),
+    [
+        (_table([1, 2], [3, 4], type=pa.int64()), None),
+        (_table([1, 2], [3, 1], type=pa.int64()), (1, [{"key": 1}])),
+        (_table([7, 7, 7], type=pa.int32()), (2, [{"key": 7}])),
+        (_table(["b", "a"], ["c", "d"]), None),
+        (_table(["b", "a"], ["c", "a"]), (1, [{"key": "a"}])),
+        (_table(["x"], ["x"], type=pa.large_string()), (1, [{"key": "x"}])),
+        (_table([1.5, 2.5, 1.5]), (1, [{"key": 1.5}])),
+        (_table([], type=pa.int64()), None),
+        (_table([5], type=pa.int64()), None),
+    ],
+)
+def test_duplicates_are_found_in_every_key_type(table: pa.Table, expected: tuple[int, list[object]] | None) -> None:
+    assert duplicate_keys(table) == expected
+
+
+def test_struct_keys_compare_every_field() -> None:
+    keys = pa.table({"key": pa.array([{"a": 1, "b": "x"}, {"a": 1, "b": "y"}, {"a": 1, "b": "x"}])})
+    assert duplicate_keys(keys) == (1, [{"key.a": 1, "key.b": "x"}])
+    assert duplicate_keys(keys.slice(0, 2)) is None
+
+
+def test_many_keys_with_one_duplicate_at_the_ends() -> None:
+    keys = pa.table({"key": pa.chunked_array([pa.array(range(500_000)), pa.array([499_999, -1])])})
+    assert duplicate_keys(keys) == (1, [{"key": 499_999}])
