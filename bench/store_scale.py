@@ -43,6 +43,7 @@ import inspect
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -338,6 +339,7 @@ def run(
     on_row: Callable[[dict[str, Any]], None] = lambda result: None,
     *,
     s3_staged: bool = False,
+    stage_dir: Path | None = None,
     skip: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """Every size on each backend; ``on_row`` gets the result so far after each size (a long run keeps its rows)."""
@@ -365,10 +367,13 @@ def run(
             try:
                 for n in s3_sizes:
                     bucket = server.create_bucket(f"scale-{n}")
-                    stage = Path(tmp) / f"s3-stage-{n}" / "store" if s3_staged else None
+                    stage_root = Path(stage_dir or tmp) / f"ckpt-store-scale-{uuid.uuid4().hex[:8]}-s3-{n}"
+                    stage = stage_root / "store" if s3_staged else None
                     store_uri, output = f"s3://{bucket}/store", f"s3://{bucket}/out"
                     row = measure("s3", store_uri, output, server.options(), n, keys, stage=stage, skip=skip)
                     result["rows"].append(row)
+                    if stage is not None:
+                        shutil.rmtree(stage_root, ignore_errors=True)
                     on_row(result)
             finally:
                 server.close()
@@ -415,6 +420,12 @@ def main() -> int:
         action="store_true",
         help="fill each S3 store on local disk (output files on S3), then copy its objects to the bucket",
     )
+    parser.add_argument(
+        "--stage-dir",
+        type=Path,
+        default=None,
+        help="where --s3-staged stages (default: the run's temp dir; /dev/shm spares the local disk's fsyncs)",
+    )
     parser.add_argument("--skip", default="", help="operations left unmeasured: commit (and cleanup), cleanup")
     parser.add_argument(
         "--merge",
@@ -443,7 +454,10 @@ def main() -> int:
         out.write_text(json.dumps(result, indent=1, default=str))
 
     sizes = _sizes(args.local), _sizes(args.s3)
-    write(run(*sizes, args.keys, args.label, on_row=write, s3_staged=args.s3_staged, skip=skip))
+    result = run(
+        *sizes, args.keys, args.label, on_row=write, s3_staged=args.s3_staged, stage_dir=args.stage_dir, skip=skip
+    )
+    write(result)
     print(f"wrote {out}")
     return 0
 
