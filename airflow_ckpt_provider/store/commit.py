@@ -68,6 +68,7 @@ class Committer:
             return commit_result_from_json(self._context.parse_json(done_key, done[0]), already=True)
 
         existing = self._blobs.get_if_exists(record_key)
+        written: tuple[FileMetadata, ...] | None = None  # the record's files, when this call wrote it
         if existing is not None:
             record = self._context.parse_json(record_key, existing[0])
         else:
@@ -100,13 +101,18 @@ class Committer:
             }
             try:
                 self._blobs.put(record_key, dumps(record), if_absent=True)
+                written = tuple(files)
             except PreconditionFailedError:  # a concurrent commit won; use its record
                 record = self._context.read_json(record_key)
         # Writing the record marked every checkpoint it names committed, in one atomic write:
         # readers take the newest commit record as the authority (manifests are not rewritten).
         failpoint("store.commit.between_phases")
         result = self._delete_orphans(
-            state, record, output_roots, degraded=bool(record.get("degraded")) or degraded or epoch.degraded
+            state,
+            record,
+            output_roots,
+            degraded=bool(record.get("degraded")) or degraded or epoch.degraded,
+            committed_files=written,
         )
         self._blobs.put(done_key, dumps(result.to_json()))
         self._epochs.write_end(epoch.number, EpochStatus.COMMITTED, result.summary())
@@ -119,9 +125,12 @@ class Committer:
         output_roots: Sequence[str] | None,
         *,
         degraded: bool,
+        committed_files: tuple[FileMetadata, ...] | None = None,
     ) -> CommitResult:
+        """``committed_files``: the record's files as this call wrote them (else parsed from ``record``)."""
         epoch_number = int(record["epoch"])
-        committed_files = tuple(FileMetadata.from_json(f) for f in record["files"])
+        if committed_files is None:
+            committed_files = tuple(FileMetadata.from_json(f) for f in record["files"])
         authoritative = {canonical_uri(f.path) for f in committed_files}
         valid_ids = set(state.valid_ids) | set(record["checkpoint_ids"])
         recorded = self._deleter.intents(skip=valid_ids, extra=segment_intents(state, skip=valid_ids))
