@@ -1,13 +1,18 @@
 """Crashes in the user's own code, with the progress oracle: finished tasks stay sealed, the rest resumes.
 
 The random trials of ``test_failpoint_trials`` deal these failpoints too; here each
-one runs on purpose, for each job shape where it matters, so CI always covers them:
+one runs on purpose, once per distinct failure kind, so CI always covers them:
 
 * ``user.before_exchange`` with row keys of several rows per key: the user's parsing
   step fails on the map side of ``skip_completed``'s exchange (nothing is written yet);
-* ``user.after_exchange`` with such keys (Arrow writer) and with unique keys (no
-  exchange; Spark's writer): the user's transformation fails in the write stage, where
-  the tasks that finished must stay sealed (Spark's event log says which finished).
+* ``user.after_exchange`` with such keys (Arrow writer): the user's transformation fails
+  in the write stage, where the tasks that finished must stay sealed (Spark's event log
+  says which finished).
+
+The same write-stage failure with unique keys (no exchange) is checked by
+tests/spark/test_row_keys_progress.py (``test_user_udf_failure_keeps_finished_tasks_local``,
+cases ``unique`` and ``unique-composite``: the writer ``auto`` picks, Spark's own for an
+output on local disk) with the same event-log progress oracle, so it is not repeated here.
 """
 
 from __future__ import annotations
@@ -19,12 +24,11 @@ from ckpt_testkit.faults.campaign import Campaign
 from ckpt_testkit.faults.plans import Crash, TrialPlan
 from ckpt_testkit.faults.settings import CampaignSettings
 
-pytestmark = [pytest.mark.faults, pytest.mark.spark, pytest.mark.extended]
+pytestmark = [pytest.mark.faults, pytest.mark.spark]
 
 CASES = [
     ("user.before_exchange", "rows", "arrow"),
     ("user.after_exchange", "rows", "arrow"),
-    ("user.after_exchange", "rows-unique", "spark"),
 ]
 
 

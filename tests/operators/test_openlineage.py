@@ -95,7 +95,6 @@ assert CheckpointCommitOperator(task_id="c", checkpoint_uri="/x").get_openlineag
 """
 
 
-@pytest.mark.extended
 def test_without_the_openlineage_provider_the_operators_import_and_run(
     airflow_harness: AirflowHarness, tmp_path: Path
 ) -> None:
@@ -154,7 +153,6 @@ def collector() -> Iterator[tuple[str, list[dict[str, Any]]]]:
 
 
 @pytest.mark.spark
-@pytest.mark.extended
 def test_the_submit_operator_keeps_the_spark_providers_openlineage_injection(
     airflow_harness: AirflowHarness, tmp_path: Path, collector: tuple[str, list[dict[str, Any]]]
 ) -> None:

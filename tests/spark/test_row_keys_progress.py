@@ -232,7 +232,6 @@ def _rerun_and_commit(
 
 
 @pytest.mark.cluster
-@pytest.mark.extended
 @pytest.mark.parametrize(
     # Several rows per key (the exchange at the source) on an S3 store; unique keys on the cluster are
     # covered by the executor-lost test below.
@@ -262,7 +261,6 @@ def test_user_udf_failure_keeps_finished_tasks_on_the_cluster(
 
 
 @pytest.mark.cluster
-@pytest.mark.extended
 def test_executor_lost_mid_stage_keeps_finished_tasks(
     spark: SparkSession, spark_cluster: SparkStandaloneCluster, local_target: Target, tmp_path: Path
 ) -> None:
