@@ -10,11 +10,7 @@ mkdir -p test-output
 set +e
 # Integration tests drive Spark, SeaweedFS, Airflow and Chromium on a 2-core machine: a failed
 # test is run once more and reported as rerun (a deterministic failure still fails the suite).
-# The extended tier (marker `extended`: long mapped-DAG and cluster runs, ~30 min more on 2 cores)
-# runs with CKPT_TEST_EXTENDED=1; without it the suite stays inside CI's time budget.
-tier=(-m "not extended")
-if [ "${CKPT_TEST_EXTENDED:-0}" = "1" ]; then tier=(); fi
-.venv/bin/python -m pytest -p no:cacheprovider -ra --durations=15 --reruns 1 --reruns-delay 2 "${tier[@]}" "$@"
+.venv/bin/python -m pytest -p no:cacheprovider -ra --durations=15 --reruns 1 --reruns-delay 2 "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then

@@ -23,18 +23,23 @@ import pytest
 from airflow_ckpt_provider.store import EpochStatus, open_store
 from tests.support.airflow_harness import AirflowHarness
 
-pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.extended, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.timeout(2400)]
 
 DAGS = Path(__file__).resolve().parents[1] / "support" / "dags"
 DAG_ID = "ckpt_tenants"
 ROWS = {0: 300, 1: 400}  # tenants a and b of dags/tenants_dag.py
 
 
-def _prepare(harness: AirflowHarness, run_id: str) -> None:
-    harness.install_dag(DAGS / "tenants_dag.py", DAGS / "tenant_job.py")
-    for args in (("dags", "reserialize"), ("dags", "trigger", DAG_ID, "-r", run_id)):
-        done = harness.airflow(*args, timeout=600)
+@pytest.fixture(scope="module")
+def run_ids(airflow_harness: AirflowHarness) -> tuple[str, str]:
+    """Two DAG runs of the tenants DAG, triggered once for the module (each Airflow CLI call costs a process)."""
+    airflow_harness.install_dag(DAGS / "tenants_dag.py", DAGS / "tenant_job.py")
+    ids = ("concurrent_default", "concurrent_shared")
+    commands = [("dags", "reserialize"), *(("dags", "trigger", DAG_ID, "-r", run_id) for run_id in ids)]
+    for args in commands:
+        done = airflow_harness.airflow(*args, timeout=600)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return ids
 
 
 def _start(
@@ -76,10 +81,9 @@ def _valid_keys(uri: str) -> list[int]:
 
 
 def test_two_instances_at_once_on_their_default_stores_both_succeed(
-    airflow_harness: AirflowHarness, tmp_path: Path
+    airflow_harness: AirflowHarness, run_ids: tuple[str, str], tmp_path: Path
 ) -> None:
-    run_id = "concurrent_default"
-    _prepare(airflow_harness, run_id)
+    run_id = run_ids[0]
     env = {"TENANTS_OUTPUT": str(tmp_path / "out"), "TENANTS_ROW_DELAY_MS": "20"}
     procs = {i: _start(airflow_harness, run_id, i, env, tmp_path / f"instance-{i}.log") for i in ROWS}
     codes = {i: proc.wait(timeout=1800) for i, proc in procs.items()}
@@ -100,14 +104,14 @@ def test_two_instances_at_once_on_their_default_stores_both_succeed(
 
 
 def test_a_shared_checkpoint_uri_fences_the_other_instance_and_only_the_owner_takes_over(
-    airflow_harness: AirflowHarness, tmp_path: Path
+    airflow_harness: AirflowHarness, run_ids: tuple[str, str], tmp_path: Path
 ) -> None:
-    run_id = "concurrent_shared"
-    _prepare(airflow_harness, run_id)
+    run_id = run_ids[1]
     shared = str(tmp_path / "shared-store")
-    # 0.5 s per row (about 40 s per partition): map index 0 is still running while map index 1's
-    # `airflow tasks test` starts up and fails, even on a loaded machine; it is killed before the end.
-    env = {"TENANTS_OUTPUT": str(tmp_path / "out"), "TENANTS_STORE": shared, "TENANTS_ROW_DELAY_MS": "500"}
+    # TENANTS_HOLD: map index 0 seals its first write task, then waits in its second until it is
+    # killed, so it is surely still running while map index 1's `airflow tasks test` starts up and
+    # fails, however loaded the machine (a fixed per-row delay ran out under load 25).
+    env = {"TENANTS_OUTPUT": str(tmp_path / "out"), "TENANTS_STORE": shared, "TENANTS_HOLD": "1"}
     store = open_store(shared)
 
     first = _start(airflow_harness, run_id, 0, env, tmp_path / "first.log")
@@ -139,19 +143,17 @@ def test_a_shared_checkpoint_uri_fences_the_other_instance_and_only_the_owner_ta
     assert [(e.number, e.status) for e in store.list_epochs()] == [(1, EpochStatus.OPEN)]
     assert _valid_keys(shared) == sealed  # nothing lost
 
-    # Map index 0's retry is the same owner: it takes over its epoch and finishes the rest.
-    retry = _start(airflow_harness, run_id, 0, {**env, "TENANTS_ROW_DELAY_MS": "0"}, tmp_path / "retry.log")
-    assert retry.wait(timeout=1800) == 0
+    # Map index 0's retry is the same owner: it takes over its epoch and finishes the rest. At the
+    # same time, the remedy the error names: `{{ ti.map_index }}` in the templated checkpoint_uri
+    # gives map index 1 a store of its own, rendered per instance, while map index 0 runs.
+    retry = _start(airflow_harness, run_id, 0, {**env, "TENANTS_HOLD": "0"}, tmp_path / "retry.log")
+    templated = {**env, "TENANTS_STORE": shared + "-{{ ti.map_index }}", "TENANTS_HOLD": "0"}
+    own = _start(airflow_harness, run_id, 1, templated, tmp_path / "own.log")
+    codes = {"retry": retry.wait(timeout=1800), "own": own.wait(timeout=1800)}
     log = (tmp_path / "retry.log").read_text()
+    assert codes == {"retry": 0, "own": 0}, log[-3000:] + (tmp_path / "own.log").read_text()[-3000:]
     assert f"skipping {len(sealed)} keys already done" in log, log[-3000:]
     epochs = store.list_epochs()
     assert [(e.number, e.status) for e in epochs] == [(1, EpochStatus.FAILED), (2, EpochStatus.SUCCEEDED)]
-    assert _valid_keys(shared) == list(range(ROWS[0]))  # each of map index 0's keys exactly once
-
-    # The remedy the error names: `{{ ti.map_index }}` in the templated checkpoint_uri gives map
-    # index 1 a store of its own, rendered per instance.
-    templated = {**env, "TENANTS_STORE": shared + "-{{ ti.map_index }}", "TENANTS_ROW_DELAY_MS": "0"}
-    own = _start(airflow_harness, run_id, 1, templated, tmp_path / "own.log")
-    assert own.wait(timeout=1800) == 0, (tmp_path / "own.log").read_text()[-3000:]
+    assert _valid_keys(shared) == list(range(ROWS[0]))  # each of map index 0's keys exactly once, none of 1's
     assert _valid_keys(shared + "-1") == list(range(ROWS[1]))
-    assert _valid_keys(shared) == list(range(ROWS[0]))  # map index 0's store is untouched

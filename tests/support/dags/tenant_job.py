@@ -6,7 +6,10 @@ same numbers. The user's transformation is a Python function over Arrow batches
 (``mapInArrow``) that raises on a bad record (``TENANTS_BAD_KEY=tenant:order_no`` in the
 environment of the spark-submit), as a real job fails in its own code; it runs in the
 writer's tasks (after ``co_partition``), so the tasks before the bad record seal.
-``--row-delay-ms`` slows every row so that two instances overlap in time.
+``--row-delay-ms`` slows every row so that two instances overlap in time;
+``TENANTS_HOLD=1`` in the environment holds the job in its second write task (the first
+task seals, the job then waits until the test kills it), so a test can act while an
+instance is surely still running, however loaded the machine.
 
 (A ``F.udf`` column here would hide the key partitioning from the writer, which then
 shuffles again after it: the UDF's failure would come before any task sealed.)
@@ -20,6 +23,7 @@ import time
 from collections.abc import Iterator
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
@@ -39,9 +43,13 @@ def main() -> None:
     bad_tenant, _, bad_key = os.environ.get("TENANTS_BAD_KEY", "").partition(":")
     bad = int(bad_key) if bad_tenant == args.tenant and bad_key else None
     delay = args.row_delay_ms / 1000.0
+    hold = os.environ.get("TENANTS_HOLD") == "1"
     weight = sum(map(ord, args.tenant))
 
     def with_amount(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        context = TaskContext.get()
+        while hold and context is not None and context.partitionId() > 0:
+            time.sleep(1)  # held until the test kills the job
         for batch in batches:
             orders = batch.column("order_no").to_pylist()
             amounts = []
