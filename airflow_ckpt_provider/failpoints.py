@@ -10,6 +10,10 @@ executors inherit it) or with :func:`enable` in-process::
 Each entry is ``name=kind[@hit]``: ``kind`` is ``raise`` (an :class:`InjectedFault`),
 ``exit`` (``os._exit(17)``, a killed process: no cleanup, no ``finally``) or
 ``sleep:SECONDS``; ``hit`` is which hit fires (default 1; ``*`` for every hit).
+
+In-process tests of races also have ``enable(name, kind="block", seconds=S)``: the hit waits
+until the test calls :func:`release` (or ``S`` seconds pass), so "A passed this point, then B
+happened, then A went on" holds however slow the machine is, which a sleep cannot promise.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class _Rule:
 
 _rules: dict[str, _Rule] = {}
 _lock = threading.Lock()
+_released: dict[str, threading.Event] = {}
 
 
 def _parse(spec: str) -> dict[str, _Rule]:
@@ -61,13 +66,26 @@ def reload_from_env() -> None:
 
 
 def enable(name: str, kind: str = "raise", hit: int | None = 1, seconds: float = 0.0) -> None:
+    if kind not in ("raise", "exit", "sleep", "block"):
+        raise ValueError(f"failpoint {name!r}: unknown kind {kind!r} (raise, exit, sleep, block)")
     with _lock:
         _rules[name] = _Rule(kind=kind, hit=hit, seconds=seconds)
+        _released[name] = threading.Event()
+
+
+def release(name: str) -> None:
+    """Let a hit of the ``block`` failpoint ``name`` go on (now, or as soon as it arrives)."""
+    with _lock:
+        event = _released.setdefault(name, threading.Event())
+    event.set()
 
 
 def disable_all() -> None:
     with _lock:
         _rules.clear()
+        for event in _released.values():
+            event.set()  # nothing stays blocked after a test
+        _released.clear()
 
 
 def hits(name: str) -> int:
@@ -89,6 +107,10 @@ def failpoint(name: str) -> None:
         return
     if rule.kind == "sleep":
         time.sleep(rule.seconds)
+    elif rule.kind == "block":
+        with _lock:
+            event = _released.setdefault(name, threading.Event())
+        event.wait(rule.seconds)
     elif rule.kind == "exit":
         os._exit(EXIT_CODE)
     else:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
+from airflow_ckpt_provider import failpoints
 from airflow_ckpt_provider.store import Checkpoint, CheckpointStore, Epoch, FileMetadata, new_checkpoint_id
 from tests.store.conftest import Backend
 
@@ -48,3 +50,11 @@ def done_keys(store: CheckpointStore) -> list[object]:
 
 def names(paths: Sequence[str]) -> set[str]:
     return {p.rsplit("/", 1)[-1] for p in paths}
+
+
+def wait_for_hit(name: str, timeout: float = 60.0) -> None:
+    """Wait until a thread of this process has reached the failpoint ``name``."""
+    deadline = time.monotonic() + timeout
+    while failpoints.hits(name) < 1:
+        assert time.monotonic() < deadline, f"failpoint {name} never reached"
+        time.sleep(0.02)

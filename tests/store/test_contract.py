@@ -8,7 +8,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 
 import pyarrow as pa
 import pytest
@@ -34,7 +33,7 @@ from airflow_ckpt_provider.store import (
 )
 from airflow_ckpt_provider.store.store import INLINE_MAX_KEYS
 from tests.store.conftest import Backend
-from tests.store.helpers import begin, done_keys, names, write_task
+from tests.store.helpers import begin, done_keys, names, wait_for_hit, write_task
 
 
 @pytest.fixture(autouse=True)
@@ -203,14 +202,17 @@ def test_zombie_sealed_in_old_epoch_is_never_valid(backend: Backend) -> None:
     zombie_store = backend.store()
     zombie_id = new_checkpoint_id()
     zombie_store.stage_keys(zombie_id, ["zombie"])
-    failpoints.enable("store.checkpoint.before_manifest", kind="sleep", seconds=1.5)
+    # The zombie passes the fence check and is held before its manifest until the new epoch has begun
+    # (a sleep lost that race on a loaded machine: the zombie sealed before the new epoch, legitimately).
+    failpoints.enable("store.checkpoint.before_manifest", kind="block", seconds=120)
     sealed: list[object] = []
     thread = threading.Thread(
         target=lambda: sealed.append(zombie_store.checkpoint(zombie_id, epoch=old.number, partition=1))
     )
     thread.start()
-    time.sleep(0.5)
+    wait_for_hit("store.checkpoint.before_manifest")
     new = begin(backend.store(), backend, owner="t")
+    failpoints.release("store.checkpoint.before_manifest")
     thread.join()
     failpoints.disable_all()
     assert sealed and sealed[0] is not None  # the zombie did seal...

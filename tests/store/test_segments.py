@@ -34,7 +34,7 @@ from airflow_ckpt_provider.store import (
 )
 from airflow_ckpt_provider.store.compaction import MERGE_FANIN
 from tests.store.conftest import Backend
-from tests.store.helpers import done_keys, names, write_task
+from tests.store.helpers import done_keys, names, wait_for_hit, write_task
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYOUT_V1 = Path(__file__).resolve().parent / "data" / "layout_v1"
@@ -49,13 +49,6 @@ COMPACTION_FAILPOINTS = (
 def _no_failpoints() -> Any:
     yield
     failpoints.disable_all()
-
-
-def _wait_for_hit(name: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while failpoints.hits(name) < 1:
-        assert time.monotonic() < deadline, f"failpoint {name} never reached"
-        time.sleep(0.02)
 
 
 def loose_dirs(backend: Backend) -> set[str]:
@@ -157,12 +150,13 @@ def test_zombie_sealing_into_an_old_epoch_after_compaction_never_counts(backend:
     store.compact()
     zombie_store = backend.store()
     zombie_id, zombie_paths, _ = write_task(zombie_store, backend, epoch=old, partition=1, keys=["zombie"], seal=False)
-    failpoints.enable("store.checkpoint.before_manifest", kind="sleep", seconds=2.0)
+    failpoints.enable("store.checkpoint.before_manifest", kind="block", seconds=120)
     sealed: list[object] = []
     thread = threading.Thread(target=lambda: sealed.append(zombie_store.checkpoint(zombie_id, epoch=old, partition=1)))
     thread.start()
-    _wait_for_hit("store.checkpoint.before_manifest")  # the zombie passed its fencing check and waits
+    wait_for_hit("store.checkpoint.before_manifest")  # the zombie passed its fencing check and waits
     new = backend.store().begin_epoch(owner="t")  # compacts, then opens epoch 2 with the base it read
+    failpoints.release("store.checkpoint.before_manifest")
     thread.join()
     failpoints.disable_all()
     assert sealed and sealed[0] is not None  # the zombie sealed after the new epoch began...
@@ -254,12 +248,13 @@ def test_of_two_compactions_one_wins_and_the_loser_leaves_no_segment(backend: Ba
     store = backend.store()
     epoch = store.begin_epoch(owner="t").number
     written = [write_task(store, backend, epoch=epoch, partition=p, keys=[p])[0] for p in range(4)]
-    failpoints.enable("store.compact.after_segment", kind="sleep", seconds=2.0)
+    failpoints.enable("store.compact.after_segment", kind="block", seconds=120)
     slow: list[Any] = []
     thread = threading.Thread(target=lambda: slow.append(backend.store().compact()))
     thread.start()
-    _wait_for_hit("store.compact.after_segment")  # its segment is written; it has not replaced the state yet
-    fast = backend.store().compact()  # writes its segment and the state object while the other sleeps
+    wait_for_hit("store.compact.after_segment")  # its segment is written; it has not replaced the state yet
+    fast = backend.store().compact()  # writes its segment and the state object while the other is held
+    failpoints.release("store.compact.after_segment")
     thread.join()
     assert fast.segment is not None and fast.checkpoints == 4
     assert slow[0].lost_race and slow[0].segment is None
