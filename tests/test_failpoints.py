@@ -21,7 +21,12 @@ def _clean() -> Iterator[None]:
 def test_a_blocked_hit_waits_for_release_and_no_longer() -> None:
     failpoints.enable("t.point", kind="block", seconds=30)
     passed = threading.Event()
-    thread = threading.Thread(target=lambda: (failpoints.failpoint("t.point"), passed.set()))
+
+    def hit() -> None:
+        failpoints.failpoint("t.point")
+        passed.set()
+
+    thread = threading.Thread(target=hit)
     thread.start()
     while failpoints.hits("t.point") < 1:
         time.sleep(0.01)
