@@ -69,6 +69,8 @@ def _sorted_has_duplicates(column: pa.ChunkedArray) -> bool | None:
     every key by hash (a commit checks 10 M keys of 100,000 checkpoints). None: not decided here."""
     if len(column) < 2:
         return False
+    if column.null_count:  # nulls sort and compare unlike the counting path (never written, but records are input)
+        return None
     if pa.types.is_integer(column.type):
         values = np.sort(column.to_numpy())
         return bool((values[1:] == values[:-1]).any())
