@@ -42,6 +42,8 @@ class _Rule:
 _rules: dict[str, _Rule] = {}
 _lock = threading.Lock()
 _released: dict[str, threading.Event] = {}
+#: ``block`` is in-process only (:func:`enable`): the environment cannot release it.
+_ENV_KINDS = ("raise", "exit", "sleep")
 
 
 def _parse(spec: str) -> dict[str, _Rule]:
@@ -53,7 +55,7 @@ def _parse(spec: str) -> dict[str, _Rule]:
         seconds = 0.0
         if kind.startswith("sleep:"):
             kind, seconds = "sleep", float(kind.split(":", 1)[1])
-        if kind not in ("raise", "exit", "sleep"):
+        if kind not in _ENV_KINDS:
             raise ValueError(f"failpoint {name!r}: unknown kind {kind!r} (raise, exit, sleep:SECONDS)")
         rules[name.strip()] = _Rule(kind=kind, hit=None if hit == "*" else int(hit or 1), seconds=seconds)
     return rules
@@ -66,18 +68,21 @@ def reload_from_env() -> None:
 
 
 def enable(name: str, kind: str = "raise", hit: int | None = 1, seconds: float = 0.0) -> None:
-    if kind not in ("raise", "exit", "sleep", "block"):
+    if kind not in (*_ENV_KINDS, "block"):
         raise ValueError(f"failpoint {name!r}: unknown kind {kind!r} (raise, exit, sleep, block)")
     with _lock:
         _rules[name] = _Rule(kind=kind, hit=hit, seconds=seconds)
         _released[name] = threading.Event()
 
 
+def _release_event(name: str) -> threading.Event:
+    with _lock:
+        return _released.setdefault(name, threading.Event())
+
+
 def release(name: str) -> None:
     """Let a hit of the ``block`` failpoint ``name`` go on (now, or as soon as it arrives)."""
-    with _lock:
-        event = _released.setdefault(name, threading.Event())
-    event.set()
+    _release_event(name).set()
 
 
 def disable_all() -> None:
@@ -108,9 +113,7 @@ def failpoint(name: str) -> None:
     if rule.kind == "sleep":
         time.sleep(rule.seconds)
     elif rule.kind == "block":
-        with _lock:
-            event = _released.setdefault(name, threading.Event())
-        event.wait(rule.seconds)
+        _release_event(name).wait(rule.seconds)
     elif rule.kind == "exit":
         os._exit(EXIT_CODE)
     else:

@@ -48,9 +48,9 @@ def _events(directory: Path) -> Iterator[dict[str, Any]]:
     Only one application's: Job and Stage IDs restart at 0 in every application, so a directory
     holding the logs of a restarted Spark host would otherwise mix another run's tasks into "the
     last write job" (a restarted fault-campaign host did: a spurious progress violation)."""
-    logs = [p for p in directory.iterdir() if p.is_file()]
-    for path in sorted(logs, key=lambda p: p.stat().st_mtime)[-1:]:
-        with path.open(encoding="utf-8", errors="replace") as lines:
+    newest = max((p for p in directory.iterdir() if p.is_file()), key=lambda p: p.stat().st_mtime, default=None)
+    if newest is not None:
+        with newest.open(encoding="utf-8", errors="replace") as lines:
             for line in lines:
                 line = line.strip()
                 if not line:
