@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import boto3
+import botocore.session
 from botocore.config import Config
 from botocore.exceptions import (
     ClientError,
@@ -104,6 +105,20 @@ _NETWORK_ERRORS = (
 # session cost ~3 ms. Sessions are not thread-safe, clients are: create clients under a lock.
 _shared_session: boto3.session.Session | None = None
 _session_lock = threading.Lock()
+
+
+def _keep_timestamp_text(value: str) -> str:
+    return value
+
+
+def _new_session() -> boto3.session.Session:
+    """The shared session, whose responses keep timestamps as the text S3 sent. Nothing here reads
+    them, and dateutil parsing every ``LastModified`` was 60 % of listing a page of 1,000 objects
+    (0.25 of 0.4 s): the listings under ``checkpoints/`` are on every state read. A caller's own
+    ``boto3_session`` is left as it is."""
+    core = botocore.session.get_session()
+    core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=_keep_timestamp_text)
+    return boto3.session.Session(botocore_session=core)
 
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:
@@ -233,7 +248,7 @@ class S3BlobStore(BlobStore):
             global _shared_session
             with _session_lock:
                 if _shared_session is None:
-                    _shared_session = boto3.session.Session()
+                    _shared_session = _new_session()
                 self._client = _shared_session.client("s3", **client_kwargs)
         self.request_count = 0
         #: Requests per S3 operation (``{"ListObjectsV2": 3, …}``), retries included.
