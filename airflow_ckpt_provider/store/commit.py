@@ -85,7 +85,7 @@ class Committer:
                     "resumes), then commit. Nothing was deleted"
                 )
             check_disjoint(self._reader, state)
-            files_by_id = {c.checkpoint_id: self._reader.files_of([c]) for c in state.valid}
+            files_by_id = self._reader.files_by_checkpoint(state.valid)
             files = [f for c in state.valid for f in files_by_id[c.checkpoint_id]]
             guard = self._deleter.guard(output_roots)
             # Which checkpoint wrote which file, kept after compaction deletes the manifests (docs/reprocess.md).

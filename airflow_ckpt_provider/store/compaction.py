@@ -48,6 +48,7 @@ from airflow_ckpt_provider.store.segments import (
     SegmentState,
     attributed_keys,
     keys_key,
+    keys_parquet_bytes,
     keys_table,
     manifest_row,
     manifests_key,
@@ -221,7 +222,7 @@ class Compactor:
         return self._put_segment(name, level, manifests, keys)
 
     def _put_segment(self, name: str, level: int, manifests: pa.Table, keys: pa.Table) -> SegmentRef:
-        key_bytes = parquet_bytes(keys)
+        key_bytes = keys_parquet_bytes(keys)
         manifest_bytes = parquet_bytes(manifests)
         self._blobs.put(keys_key(name), key_bytes, if_absent=True)
         self._blobs.put(manifests_key(name), manifest_bytes, if_absent=True)
@@ -331,8 +332,8 @@ def _covered(segments: Sequence[LoadedSegment]) -> dict[str, bool]:
     """Checkpoint id -> whether a segment holds it as committed."""
     covered: dict[str, bool] = {}
     for segment in segments:
-        ids = segment.manifests.column("checkpoint_id").to_pylist()
-        statuses = segment.manifests.column("status").to_pylist()
+        ids = segment.summary.column("checkpoint_id").to_pylist()
+        statuses = segment.summary.column("status").to_pylist()
         for checkpoint_id, status in zip(ids, statuses, strict=True):
             covered[checkpoint_id] = covered.get(checkpoint_id, False) or status == "committed"
     return covered
@@ -342,7 +343,7 @@ def _one_key_type(loose: list[_Loose], segments: Sequence[LoadedSegment]) -> lis
     """``loose``, or nothing when its keys and the segments' are not all of one type: a key type that changed
     between runs is an error readers report (:class:`KeyTypeMismatchError`), and compaction leaves such a
     store as it is, so that nothing moves because of it."""
-    types = {t for s in segments for t in s.manifests.column("key_type").unique().to_pylist() if t}
+    types = {t for s in segments for t in s.summary.column("key_type").unique().to_pylist() if t}
     types |= {str(r.keys.schema.field(KEY_COLUMN).type) for r in loose if r.keys is not None and r.keys.num_rows}
     if len(types) > 1:
         log.warning("not compacting: the checkpoints hold keys of types %s", sorted(types))

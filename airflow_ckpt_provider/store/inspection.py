@@ -199,7 +199,7 @@ class Inspector:
                 problems.append(f"corrupt segment: {segment.name}: {exc}")
                 continue
             counts = dict(zip(owners["checkpoint_id"], owners["count"], strict=True))
-            manifests = segment.manifests.select(["checkpoint_id", "num_keys"]).to_pylist()
+            manifests = segment.summary.select(["checkpoint_id", "num_keys"]).to_pylist()
             for row in manifests:
                 held = counts.pop(row["checkpoint_id"], 0)
                 if held != row["num_keys"]:

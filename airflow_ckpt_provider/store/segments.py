@@ -194,6 +194,17 @@ def parquet_bytes(table: pa.Table) -> bytes:
     return sink.getvalue()
 
 
+def keys_parquet_bytes(table: pa.Table) -> bytes:
+    """A keys table as zstd Parquet, without Parquet dictionaries. Its ``checkpoint_id`` column is an Arrow
+    dictionary of every checkpoint of the segment, which Parquet would write again in every row group (at
+    100,000 checkpoints: 16 of the object's 28 MB, fetched whole by every key reader); written plain, zstd
+    folds each checkpoint's run of equal ids. Readers still get the dictionary column back (the Arrow
+    schema is stored in the file), so segments written either way read and merge alike."""
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd", use_dictionary=False)
+    return sink.getvalue()
+
+
 def keys_table(tables: Sequence[pa.Table], key_type: pa.DataType | None) -> pa.Table:
     """Concatenated keys tables (``key``, ``checkpoint_id``, ``epoch``), or an empty one."""
     if tables:
@@ -274,7 +285,7 @@ def checkpoints_of(table: pa.Table) -> list[Checkpoint]:
             num_files=int(num_files[i]),
             num_bytes=int(num_bytes[i]),
             num_rows=int(num_rows[i]),
-            metadata=json.loads(metadata[i]) if metadata[i] else {},
+            metadata=json.loads(metadata[i]) if metadata[i] and metadata[i] != "{}" else {},
             inline_keys=None,
             inline_files=files[i],
         )

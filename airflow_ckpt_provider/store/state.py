@@ -9,10 +9,11 @@ from the loose manifests not compacted yet (docs/store-api.md, "Segments").
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -37,6 +38,7 @@ from airflow_ckpt_provider.store.reprocess.records import retracted_paths
 from airflow_ckpt_provider.store.segments import (
     EMPTY_STATE,
     STATE_KEY,
+    SUMMARY_COLUMNS,
     SegmentState,
     checkpoints_of,
     intent_records,
@@ -203,19 +205,26 @@ class StateReader:
         requests for key readers. ``keep_inline`` keeps the manifests' inline key copies
         (the commit needs every key; other callers drop them to save memory).
         """
-        # The epoch records, the snapshot and the commit record are read beside the checkpoints (fewer round trips).
-        with ThreadPoolExecutor(max_workers=2) as side:
+        # The epoch records, the snapshot and the commit record are read beside the checkpoints (fewer round
+        # trips). The segments the state object names now are fetched beside the listing too: that read only
+        # fills the segment cache, the state object is read again once the listing is done (the order that
+        # makes the read consistent, see above), and its segments then come from the cache unless a
+        # compaction replaced them meanwhile.
+        with ThreadPoolExecutor(max_workers=3) as side:
+            warm = side.submit(self._warm_segments)
             epochs_read = side.submit(self._latest_epoch, with_status)
             commit_read = side.submit(self.newest_commit_record) if with_commits else None
             loose, etags, no_manifest, corrupt, ids = self._loose_manifests(tolerate_corrupt, keep_inline)
+            warm.result()
             segment_state, segments, corrupt_segments = self.segments(tolerate_corrupt=tolerate_corrupt)
             files, latest, snapshot = epochs_read.result()
             commit_record = commit_read.result() if commit_read is not None else None
         epochs: dict[int, Epoch] = {} if latest is None else {latest.number: latest}
         catalog = Catalog(segments, loose)
-        covered = catalog.id_set() - set(loose)
+        listed = [*no_manifest, *loose]
+        covered = {i for i, held in zip(listed, catalog.held_by_segments(listed), strict=True) if held}
         unsealed = [i for i in no_manifest if i not in covered]
-        covered_dirs = sorted({i for i in no_manifest if i in covered} | {i for i in loose if i in covered})
+        covered_dirs = sorted(covered)
         if commit_record is not None:
             # The newest commit record is the authority on what is committed (one atomic write).
             catalog.with_committed(commit_record["checkpoint_ids"], str(commit_record.get("created_at")))
@@ -284,6 +293,11 @@ class StateReader:
 
     # ------------------------------------------------------------------ segments
 
+    def _warm_segments(self) -> None:
+        """Load the segments the state object names into the cache; errors are left to the real read."""
+        with contextlib.suppress(Exception):
+            self.segments()
+
     def segment_state(self) -> SegmentState:
         """The state object (with its etag), or an empty state when the store has none (an older layout)."""
         found = self._blobs.get_if_exists(STATE_KEY)
@@ -311,7 +325,10 @@ class StateReader:
 
             def load(name: str) -> LoadedSegment | str:
                 try:
-                    return self.load_segment(name)
+                    loaded = self.load_segment(name)
+                    if tolerate_corrupt:  # who reports damage (check, cleanup) decodes every column
+                        loaded.manifests  # noqa: B018
+                    return loaded
                 except CorruptCheckpointError as exc:
                     if not tolerate_corrupt:
                         raise
@@ -339,7 +356,8 @@ class StateReader:
             return cached
         key = manifests_key(name)
         data, _ = self._blobs.get(key)
-        loaded = LoadedSegment(name, read_manifests(data, self._blobs.child_uri(key)))
+        uri = self._blobs.child_uri(key)
+        loaded = LoadedSegment(name, read_manifests(data, uri, SUMMARY_COLUMNS), data, uri)
         with self._cache_lock:
             self._segment_cache[name] = loaded
             while len(self._segment_cache) > _SEGMENT_CACHE_SIZE:
@@ -394,9 +412,53 @@ class StateReader:
             raise CorruptCheckpointError(f"{self._blobs.child_uri(source.key)} has no '{KEY_COLUMN}' column")
         return table.select([KEY_COLUMN])
 
-    def read_keys(self, sources: Sequence[KeySource]) -> pa.Table:
-        """Every key of ``sources`` in one table; :class:`KeyTypeMismatchError` if their types differ."""
-        tables = self._context.map(self.read_key_source, sources)
+    def done_keys(self) -> pa.Table:
+        """Every done key (column ``key``). The keys objects of the segments the state object names are
+        fetched and decoded while the state is read (the listing of loose manifests is the longest
+        part of that read); a segment is immutable under its name, so what was fetched early is what
+        a later read would get, and only the segments the state read names are used."""
+        with ThreadPoolExecutor(max_workers=1) as side:
+            warm = side.submit(self._warm_segment_keys)
+            # The manifests carry small checkpoints' keys: keep them rather than fetch them twice.
+            state = self.read(with_status=False, with_commits=False, keep_inline=True)
+            warmed = warm.result()
+        return self.read_keys(key_sources(state), warmed)
+
+    def _warm_segment_keys(self) -> dict[str, tuple[bytes, pa.Table]]:
+        """The keys objects of the segments the state object names now, with their ``key`` column decoded
+        (keyed by object key). Best effort: a segment that cannot be read is left to the real read."""
+
+        def load(name: str) -> tuple[str, tuple[bytes, pa.Table]] | None:
+            key = segment_keys_key(name)
+            try:
+                data = self._blobs.get(key)[0]
+                return key, (data, read_segment_keys(data, self._blobs.child_uri(key)))
+            except Exception:  # the real read raises what it must
+                return None
+
+        try:
+            names = list(self.segment_state().names)
+        except Exception:  # the real read raises what it must
+            return {}
+        return dict(found for found in self._context.map(load, names) if found is not None)
+
+    def read_keys(
+        self, sources: Sequence[KeySource], warmed: Mapping[str, tuple[bytes, pa.Table]] | None = None
+    ) -> pa.Table:
+        """Every key of ``sources`` in one table; :class:`KeyTypeMismatchError` if their types differ.
+        ``warmed``: segment keys objects already fetched (object key -> bytes, ``key`` column)."""
+        early = warmed or {}
+
+        def read(source: KeySource) -> pa.Table:
+            found = early.get(source.key) if source.format == "segment" else None
+            if found is None:
+                return self.read_key_source(source)
+            data, table = found
+            if not source.exclude:
+                return table
+            return read_segment_keys(data, self._blobs.child_uri(source.key), source.exclude)
+
+        tables = self._context.map(read, sources)
         types = {str(t.schema.field(KEY_COLUMN).type) for t in tables}
         if len(types) > 1:
             raise KeyTypeMismatchError(
@@ -440,10 +502,19 @@ class StateReader:
 
     def files_of(self, checkpoints: Sequence[Checkpoint]) -> list[FileMetadata]:
         """The output files of ``checkpoints`` (inline in the manifest, else from its file parts)."""
+        return [f for files in self._files_per_checkpoint(checkpoints) for f in files]
+
+    def files_by_checkpoint(self, checkpoints: Sequence[Checkpoint]) -> dict[str, list[FileMetadata]]:
+        """The output files of each of ``checkpoints``, by id (one pass for all of them)."""
+        ordered = list(checkpoints)
+        return {c.checkpoint_id: files for c, files in zip(ordered, self._files_per_checkpoint(ordered), strict=True)}
+
+    def _files_per_checkpoint(self, checkpoints: Sequence[Checkpoint]) -> list[list[FileMetadata]]:
+        """Each checkpoint's files, in order. Inline lists are copied here; only the checkpoints whose files
+        are in parts are read, on the context's threads (a commit of 100,000 compacted checkpoints spent 2 s
+        starting a thread pass per checkpoint for files it already held)."""
 
         def load(checkpoint: Checkpoint) -> list[FileMetadata]:
-            if checkpoint.inline_files is not None:
-                return list(checkpoint.inline_files)
             files: list[FileMetadata] = []
             for part in checkpoint.file_parts:
                 key = f"checkpoints/{checkpoint.checkpoint_id}/{part}"
@@ -460,7 +531,12 @@ class StateReader:
                     raise CorruptCheckpointError(f"{self._blobs.child_uri(key)} is corrupt ({exc!r})") from exc
             return files
 
-        return [f for files in self._context.map(load, list(checkpoints)) for f in files]
+        ordered = list(checkpoints)
+        out: list[list[FileMetadata]] = [list(c.inline_files or ()) for c in ordered]
+        in_parts = [i for i, c in enumerate(ordered) if c.inline_files is None]
+        for index, files in zip(in_parts, self._context.map(load, [ordered[i] for i in in_parts]), strict=True):
+            out[index] = files
+        return out
 
 
 def key_sources(state: StoreState, only: Sequence[str] | None = None) -> list[KeySource]:
@@ -479,18 +555,20 @@ def key_sources(state: StoreState, only: Sequence[str] | None = None) -> list[Ke
     catalog = state.catalog
     mask = state.valid_mask if only is None else state.valid_mask & catalog.mask_of(only)
     num_keys = catalog.table.column("num_keys").to_numpy()
+    ids = catalog.table.column("checkpoint_id")
     for index, segment in enumerate(catalog.segments):
         rows, _ = catalog.segment_rows(index, mask)
         if not len(rows) or not num_keys[rows].sum():
             continue
-        wanted = set(catalog.table.column("checkpoint_id").take(pa.array(rows)).to_pylist())
-        held = segment.manifests.column("checkpoint_id").to_pylist()
-        exclude = tuple(sorted(i for i in held if i not in wanted))
+        # On columns: a segment of 100,000 checkpoints usually excludes none of them.
+        held = segment.summary.column("checkpoint_id")
+        left_out = pc.filter(held, pc.invert(pc.is_in(held, value_set=ids.take(pa.array(rows)))))
+        exclude = tuple(sorted(left_out.to_pylist()))
         sources.append(KeySource(key=segment_keys_key(segment.name), format="segment", exclude=exclude))
     loose_rows, _ = catalog.segment_rows(LOOSE, mask)
-    ids = catalog.ids
-    for row in sorted(loose_rows, key=lambda r: ids[r]):
-        checkpoint = catalog.loose[ids[row]]
+    loose_ids: list[str] = ids.take(pa.array(loose_rows)).to_pylist() if len(loose_rows) else []
+    for checkpoint_id in sorted(loose_ids):
+        checkpoint = catalog.loose[checkpoint_id]
         prefix = f"checkpoints/{checkpoint.checkpoint_id}/"
         if checkpoint.inline_keys is not None:
             sources.append(

@@ -327,9 +327,7 @@ class CheckpointStore:
         committed). Reads are parallel. Raises :class:`KeyTypeMismatchError`,
         :class:`CorruptCheckpointError`.
         """
-        # The manifests carry small checkpoints' keys: keep them rather than fetch them twice.
-        state = self.state_reader.read(with_status=False, with_commits=False, keep_inline=True)
-        return self.state_reader.read_keys(key_sources(state))
+        return self.state_reader.done_keys()
 
     def key_type(self) -> str | None:
         """The Arrow type (as a string) of the store's done keys, or None if there are none."""

@@ -10,14 +10,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -33,6 +36,7 @@ from airflow_ckpt_provider.store import (
     new_checkpoint_id,
 )
 from airflow_ckpt_provider.store.compaction import MERGE_FANIN
+from airflow_ckpt_provider.store.segments import keys_parquet_bytes, parquet_bytes
 from tests.store.conftest import Backend
 from tests.store.helpers import done_keys, names, wait_for_hit, write_task
 
@@ -285,6 +289,27 @@ def test_a_crash_at_each_compaction_failpoint_leaves_a_consistent_store(backend:
     assert backend.output_names() == {f.path.rsplit("/", 1)[-1] for f in result.committed_files}
 
 
+def test_check_compares_a_loose_manifest_left_by_a_crashed_compaction_with_its_segment_row(
+    backend: Backend,
+) -> None:
+    """A compaction that crashed after its state object leaves the loose manifests it folded: ``check()``
+    compares each with its segment row, so a manifest that does not say what the segment says is found."""
+    _, ids = busy_store(backend)
+    failpoints.enable("store.compact.after_state", kind="raise")
+    with pytest.raises(InjectedFault):
+        backend.store().compact()
+    failpoints.disable_all()
+    assert backend.store().check().ok  # the same rows in both places
+    tampered = ids["big"][0]  # sealed in epoch 2: loose until this compaction
+    raw = backend.store_blobs()
+    key = f"checkpoints/{tampered}/manifest.json"
+    manifest = json.loads(raw.get(key)[0])
+    manifest["num_rows"] = int(manifest["num_rows"]) + 1
+    raw.put(key, json.dumps(manifest).encode())
+    problems = backend.store().check().problems
+    assert f"segment row of checkpoint {tampered} differs from its manifest" in problems, problems
+
+
 @pytest.mark.parametrize("point", COMPACTION_FAILPOINTS)
 def test_a_killed_compaction_leaves_a_consistent_store(backend: Backend, point: str) -> None:
     """The process dies at the failpoint (``os._exit``: no cleanup runs), as a killed driver does.
@@ -344,6 +369,39 @@ def test_a_corrupt_segment_is_a_typed_error_reported_by_check_and_nothing_is_del
     assert backend.store_keys() >= before_store
     assert backend.output_names() == before_output
     assert any(p.startswith("corrupt segment") for p in backend.store().check().problems)
+
+
+def test_a_segment_corrupt_only_where_readers_of_keys_do_not_look_is_still_caught(backend: Backend) -> None:
+    """Readers of keys and progress decode only a segment's summary columns; the file lists and intent
+    records are decoded when a commit, a discard or ``check()`` needs them, and damage there is a typed
+    error at that point, reported by ``check()``, with nothing deleted."""
+    store, _ = busy_store(backend)
+    name = store.compact().segment
+    assert name is not None
+    store.end_epoch(2, status=EpochStatus.SUCCEEDED)
+    expected_keys, expected_progress = done_keys(backend.store()), backend.store().progress().keys_done
+    raw = backend.store_blobs()
+    key = f"segments/{name}/manifests.parquet"
+    data = bytearray(raw.get(key)[0])
+    metadata = pq.ParquetFile(pa.BufferReader(bytes(data))).metadata
+    intents = next(
+        metadata.row_group(0).column(c)
+        for c in range(metadata.num_columns)
+        if metadata.row_group(0).column(c).path_in_schema == "intents"
+    )
+    start = intents.dictionary_page_offset or intents.data_page_offset
+    data[start : start + intents.total_compressed_size] = b"\xff" * intents.total_compressed_size
+    raw.put(key, bytes(data))
+    before_store, before_output = backend.store_keys(), backend.output_names()
+    assert done_keys(backend.store()) == expected_keys  # the summary and the keys are intact
+    assert backend.store().progress().keys_done == expected_progress
+    report = backend.store().check()
+    assert any(p.startswith("corrupt segment") and name in p for p in report.problems), report.problems
+    for action in (lambda s: s.commit([backend.output_uri]), lambda s: s.discard_uncommitted()):
+        with pytest.raises(CorruptCheckpointError):
+            action(backend.store())
+    assert backend.store_keys() >= before_store
+    assert backend.output_names() == before_output
 
 
 def test_a_segment_that_disagrees_with_its_keys_is_reported(backend: Backend) -> None:
@@ -510,3 +568,29 @@ def test_contents_of_a_compacted_store_counts_every_checkpoint(backend: Backend)
         before.epoch,
         before.epoch_open,
     )
+
+
+def test_a_segment_keys_object_is_not_bloated_by_its_checkpoint_ids() -> None:
+    """Every key reader fetches a segment's keys object whole: it must cost about its keys plus each
+    checkpoint id once, not the id dictionary again in every row group (16 of 28 MB at 100,000
+    checkpoints before). Sizes, not times: deterministic for the same input."""
+    checkpoints, per_checkpoint = 30_000, 100
+    rng = random.Random(7)  # ids as random as new_checkpoint_id's (sequential ones would compress away)
+    ids = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(checkpoints)]
+    owners = pa.DictionaryArray.from_arrays(
+        pa.array(np.repeat(np.arange(checkpoints, dtype=np.int32), per_checkpoint)), pa.array(ids)
+    )
+    keys = pa.table(
+        {
+            "key": pa.array(np.arange(checkpoints * per_checkpoint, dtype=np.int64)),
+            "checkpoint_id": owners,
+            "epoch": pa.array(np.ones(checkpoints * per_checkpoint, dtype=np.int64)),
+        }
+    )
+    assert keys.num_rows > 2 * 1024 * 1024  # several Parquet row groups
+    written = keys_parquet_bytes(keys)
+    floor = len(parquet_bytes(keys.select(["key"]))) + len(parquet_bytes(pa.table({"id": ids})))
+    assert len(written) <= 1.15 * floor, (len(written), floor)
+    back = pq.read_table(pa.BufferReader(written))
+    assert back.column("key").equals(keys.column("key"))
+    assert back.column("checkpoint_id").to_pylist()[:: per_checkpoint * 997] == ids[::997]

@@ -179,9 +179,7 @@ class StoreView:
         """Units for the ids a selection picked. ``epochs``: sealing epochs known for ids not valid."""
         ids = sorted(set(checkpoint_ids))
         valid = [self.valid[i] for i in ids if i in self.valid]
-        files_by_id: dict[str, list[FileMetadata]] = {c.checkpoint_id: [] for c in valid}
-        for checkpoint in valid:
-            files_by_id[checkpoint.checkpoint_id] = self.store.state_reader.files_of([checkpoint])
+        files_by_id = self.store.state_reader.files_by_checkpoint(valid)
         units = [self.unit_of_valid(c, tuple(files_by_id[c.checkpoint_id])) for c in valid]
         others = [i for i in ids if i not in self.valid]
         commits = {self.committed_in(epochs[i]) for i in others if i in epochs}
