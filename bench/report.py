@@ -49,8 +49,56 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     return lines
 
 
-def _met(flag: bool) -> str:
+def _met(flag: bool | None) -> str:
+    if flag is None:
+        return "**not measured**"
     return "**met**" if flag else "**NOT met**"
+
+
+# ---------------------------------------------------------------------------------------- runs
+
+
+def _run_of(entry: dict[str, Any]) -> str | None:
+    """Which run of ``resume.json`` measured a variant (None: the file holds one run)."""
+    run = entry.get("run")
+    return str(run) if run is not None else None
+
+
+def _same_run(data: dict[str, Any], name: str, other: str) -> dict[str, Any] | None:
+    """Variant ``other`` as measured in the run that measured ``name`` (None: that run did not measure it).
+
+    A merged ``resume.json`` (bench/merge_resume.py) keeps each run's own baselines, so a
+    comparison never mixes runs made under different machine loads.
+    """
+    variants = data["variants"]
+    run = _run_of(variants[name])
+    if run is None:
+        return variants.get(other)
+    baseline = data.get("baselines", {}).get(run, {}).get(other)
+    if baseline is not None:
+        return dict(baseline)
+    candidate = variants.get(other)
+    return candidate if candidate is not None and _run_of(candidate) == run else None
+
+
+def _all_entries(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Every measured variant: the ones in ``variants``, then the other runs' baselines."""
+    entries = list(data["variants"].items())
+    for run, baselines in sorted(data.get("baselines", {}).items()):
+        entries += [(name, {**entry, "run": run}) for name, entry in baselines.items()]
+    return entries
+
+
+def _startup(data: dict[str, Any], entry: dict[str, Any]) -> float:
+    run = _run_of(entry)
+    if run is not None and run in data.get("runs", {}):
+        return float(data["runs"][run].get("startup_seconds") or 0.0)
+    return float(data.get("startup_seconds") or 0.0)
+
+
+def _run_label(entry: dict[str, Any]) -> str:
+    run = _run_of(entry)
+    return f"run {run}" if run is not None else ""
 
 
 def _view_text(view: dict[str, int]) -> str:
@@ -67,7 +115,41 @@ def _exactly_once(view: dict[str, int]) -> bool:
 # ---------------------------------------------------------------------------------------- resume
 
 
-def resume_section(data: dict[str, Any], results: Path) -> tuple[list[str], list[tuple[str, str, bool]]]:
+def _startup_text(data: dict[str, Any]) -> str:
+    runs = data.get("runs") or {}
+    if not runs:
+        return f"{float(data['startup_seconds']):.1f} s"
+    return ", ".join(f"{float(r['startup_seconds']):.1f} s in run {k}" for k, r in sorted(runs.items()))
+
+
+def _runs_lines(data: dict[str, Any]) -> list[str]:
+    """Which run measured which rows (a merged resume.json), with each run's load."""
+    runs = data.get("runs") or {}
+    if len(runs) < 2:
+        return []
+    lines = [
+        "The rows below come from more than one run of `bench/resume_vs_alternatives.py` on the same data "
+        "(merged by `bench/merge_resume.py`); every comparison (rerun faster than, clean-run ratio) is between "
+        "variants of the same run, each run with its own plain baseline:",
+        "",
+    ]
+    rows = []
+    for number, run in sorted(runs.items()):
+        measured = run.get("measured") or {}
+        rows.append(
+            [
+                f"run {number}",
+                ", ".join(SHORT.get(v, v) for v in run["variants"]),
+                f"{measured.get('date', '?')}, commit `{measured.get('commit', '?')}`",
+                run.get("load_start", "—"),
+                run.get("load_end", "—"),
+            ]
+        )
+    lines += _table(["run", "variants", "measured", "load at start", "load at end"], rows)
+    return [*lines, ""]
+
+
+def resume_section(data: dict[str, Any], results: Path) -> tuple[list[str], list[tuple[str, str, bool | None]]]:
     variants = data["variants"]
     lines = [
         "## 1. Resume after a failure",
@@ -77,7 +159,7 @@ def resume_section(data: dict[str, Any], results: Path) -> tuple[list[str], list
         "them per session, parses the referrer and joins a broadcast user dimension "
         "(`bench/jobs/sessions_job.py`). `spark-submit --master local[2]`; commit units: "
         f"{data['scale_params']['units']} checkpoints / micro-batches. A fixed `spark-submit` start+stop costs "
-        f"{data['startup_seconds']:.1f} s on this machine and is in every wall time below.",
+        f"{_startup_text(data)} on this machine and is in every wall time below.",
         "",
         "The harness SIGKILLs the whole `spark-submit` process group (driver, executors, Python workers) once "
         "the kill point's share of commit units is durable (sealed checkpoints; committed micro-batches; "
@@ -91,9 +173,12 @@ def resume_section(data: dict[str, Any], results: Path) -> tuple[list[str], list
         "the event log, every query and micro-batch summed). Output checked as a plain Parquet reader sees the "
         "directory (`pyarrow.dataset`, which skips `_`/`.` names), after the commit for (c) and (d).",
         "",
+        *_runs_lines(data),
     ]
+    merged = bool(data.get("runs"))
     header = [
         "variant",
+        *(["run"] if merged else []),
         "kill at",
         "progress",
         "skipped",
@@ -106,7 +191,7 @@ def resume_section(data: dict[str, Any], results: Path) -> tuple[list[str], list
         "exactly-once",
     ]
     rows = []
-    for name, entry in variants.items():
+    for name, entry in _all_entries(data):
         clean = entry["clean"]
         for kill in entry["kills"]:
             view = kill["views"]["plain_reader"]
@@ -117,6 +202,7 @@ def resume_section(data: dict[str, Any], results: Path) -> tuple[list[str], list
             rows.append(
                 [
                     SHORT[name],
+                    *([_run_label(entry)] if merged else []),
                     f"{kill['kill_at']:.0%}",
                     f"{kill.get('progress_at_kill', kill['kill_at']):.1%}",
                     f"{kill['done_fraction']:.1%}",
@@ -145,9 +231,9 @@ def resume_section(data: dict[str, Any], results: Path) -> tuple[list[str], list
             ]
     lines += ["", "![resume](resume.png)", ""]
     _plot_resume(variants, results / "resume.png")
-    lines += _fixed_cost_lines(variants, float(data.get("startup_seconds") or 0.0))
+    lines += _fixed_cost_lines(data)
 
-    targets: list[tuple[str, str, bool]] = []
+    targets: list[tuple[str, str, bool | None]] = []
     for name in OURS:
         if name not in variants:
             continue
@@ -163,13 +249,25 @@ def resume_section(data: dict[str, Any], results: Path) -> tuple[list[str], list
         for other in ("plain", "streaming"):
             if other not in variants:
                 continue
+            baseline = _same_run(data, name, other)
+            if baseline is None:
+                targets.append(
+                    (
+                        f"{SHORT[name]}: rerun faster than {SHORT[other]}",
+                        f"not in the same run ({SHORT[name]}: {_run_label(entry)}; {SHORT[other]}: "
+                        f"{_run_label(variants[other])})",
+                        None,
+                    )
+                )
+                continue
             parts, ok = [], True
-            for kill, alt in zip(entry["kills"], variants[other]["kills"], strict=False):
+            for kill, alt in zip(entry["kills"], baseline["kills"], strict=False):
                 ok = ok and kill["rerun_wall_seconds"] < alt["rerun_wall_seconds"]
                 parts.append(
                     f"{kill['kill_at']:.0%}: {kill['rerun_wall_seconds']:.1f} s vs {alt['rerun_wall_seconds']:.1f} s"
                 )
-            targets.append((f"{SHORT[name]}: rerun faster than {SHORT[other]}", "; ".join(parts), ok))
+            where = f" ({_run_label(entry)})" if _run_of(entry) else ""
+            targets.append((f"{SHORT[name]}: rerun faster than {SHORT[other]}", "; ".join(parts) + where, ok))
     views = [(name, k["views"]["plain_reader"]) for name in OURS if name in variants for k in variants[name]["kills"]]
     views += [(name, variants[name]["clean"]["views"]["plain_reader"]) for name in OURS if name in variants]
     bad = [name for name, v in views if not _exactly_once(v)]
@@ -194,10 +292,11 @@ def _fit(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
     return mean_y - slope * mean_x, slope
 
 
-def _fixed_cost_lines(variants: dict[str, Any], startup: float) -> list[str]:
+def _fixed_cost_lines(data: dict[str, Any]) -> list[str]:
     """Split each variant's run time into a part that does not shrink with the work left and one that does."""
     rows = []
-    for name, entry in variants.items():
+    startups = set()
+    for name, entry in data["variants"].items():
         if name == "plain":
             continue  # its rerun redoes everything: no line to fit
         points = [(1.0, float(entry["clean"]["wall_seconds"]))]
@@ -206,6 +305,8 @@ def _fixed_cost_lines(variants: dict[str, Any], startup: float) -> list[str]:
             continue
         fixed, per_share = _fit(points)
         worst = max(abs(y - (fixed + per_share * x)) for x, y in points)
+        startup = _startup(data, entry)
+        startups.add(startup)
         rows.append(
             [
                 SHORT[name],
@@ -221,7 +322,8 @@ def _fixed_cost_lines(variants: dict[str, Any], startup: float) -> list[str]:
     return [
         "Where a rerun's time goes: a least-squares line `wall = fixed + per_share x (1 - done)` through each "
         "variant's clean run and its three reruns. The fixed part does not shrink with the work left: "
-        f"`spark-submit` start and stop ({startup:.1f} s, measured with an empty application in this run), "
+        f"`spark-submit` start and stop ({', '.join(f'{x:.1f} s' for x in sorted(startups))}, measured with an "
+        "empty application in each run), "
         "the Spark session, schema and store reads, the first tasks' JVM and Python warm-up. A rerun can be "
         "at most `(1 - done) + 0.05` of a clean run only where the fixed share is below 0.05, i.e. for jobs "
         "about 20x longer than the fixed part; at this scale no variant can meet that bound at 90%.",
@@ -282,12 +384,19 @@ def _plot_resume(variants: dict[str, Any], path: Path) -> None:
 
 def clean_section(
     resume: dict[str, Any] | None, spark: dict[str, Any] | None, results: Path
-) -> tuple[list[str], list[tuple[str, str, bool]]]:
+) -> tuple[list[str], list[tuple[str, str, bool | None]]]:
     lines = ["## 2. Overhead on a clean run", ""]
-    targets: list[tuple[str, str, bool]] = []
+    targets: list[tuple[str, str, bool | None]] = []
     if resume:
         variants = resume["variants"]
-        base = variants.get("plain", {}).get("clean")
+        merged = bool(resume.get("runs"))
+
+        def base_of(name: str, entry: dict[str, Any]) -> dict[str, Any] | None:
+            if name == "plain" or not merged:
+                return entry["clean"] if name == "plain" else variants.get("plain", {}).get("clean")
+            plain = _same_run(resume, name, "plain")
+            return plain["clean"] if plain else None
+
         lines += [
             "Same data and job as section 1, one full `spark-submit` each (fastest of "
             f"{resume['scale_params']['repeats']}; every wall time of the run is listed). Commit: "
@@ -296,6 +405,7 @@ def clean_section(
         ]
         header = [
             "variant",
+            *(["run"] if merged else []),
             "wall",
             "CPU",
             "job (session ready → end)",
@@ -305,11 +415,13 @@ def clean_section(
             "all walls",
         ]
         rows = []
-        for name, entry in variants.items():
+        for name, entry in _all_entries(resume):
             clean = entry["clean"]
+            base = base_of(name, entry)
             rows.append(
                 [
                     LABELS[name],
+                    *([_run_label(entry)] if merged else []),
                     f"{clean['wall_seconds']:.1f} s",
                     f"{clean['cpu_seconds']:.1f} s",
                     f"{clean['job_seconds']:.1f} s",
@@ -322,19 +434,20 @@ def clean_section(
         lines += _table(header, rows)
         lines += ["", "![clean runs](clean.png)", ""]
         _plot_clean(variants, results / "clean.png")
-        if base:
-            for name in OURS:
-                if name in variants:
-                    clean = variants[name]["clean"]
-                    ratio = clean["wall_seconds"] / base["wall_seconds"]
-                    cpu = clean["cpu_seconds"] / base["cpu_seconds"]
-                    targets.append(
-                        (
-                            f"{SHORT[name]}: clean run ≤ 1.05x of df.write.parquet",
-                            f"{ratio:.2f}x wall, {cpu:.2f}x CPU (spark-submit, same data)",
-                            ratio <= 1.05,
-                        )
+        for name in OURS:
+            base = base_of(name, variants[name]) if name in variants else None
+            if base and name in variants:
+                clean = variants[name]["clean"]
+                ratio = clean["wall_seconds"] / base["wall_seconds"]
+                cpu = clean["cpu_seconds"] / base["cpu_seconds"]
+                targets.append(
+                    (
+                        f"{SHORT[name]}: clean run ≤ 1.05x of df.write.parquet",
+                        f"{ratio:.2f}x wall, {cpu:.2f}x CPU (spark-submit, same data"
+                        + (f", {_run_label(variants[name])})" if merged else ")"),
+                        ratio <= 1.05,
                     )
+                )
     decomposition = (resume or {}).get("decomposition")
     if decomposition:
         base_step = decomposition.get("df.write.parquet")
@@ -704,7 +817,7 @@ def build(results: Path, meta: dict[str, Any] | None = None) -> str:
     spark = _read(results, "spark_overhead.json")
     dags_test = _read(results, "dags_test.json")
     body: list[str] = []
-    targets: list[tuple[str, str, bool]] = []
+    targets: list[tuple[str, str, bool | None]] = []
     if resume:
         lines, found = resume_section(resume, results)
         body += lines
@@ -727,6 +840,7 @@ def build(results: Path, meta: dict[str, Any] | None = None) -> str:
         "its start and end, below:",
         "",
     ]
+    runs = [(f"resume run {k}", r) for k, r in sorted(((resume or {}).get("runs") or {}).items())]
     loads = [
         [
             name,
@@ -735,7 +849,7 @@ def build(results: Path, meta: dict[str, Any] | None = None) -> str:
             d.get("load_end", "—"),
         ]
         for name, d in (
-            ("resume", resume),
+            *(runs or [("resume", resume)]),
             ("spark_overhead.py", spark),
             ("store scale", store),
             ("airflow", airflow),

@@ -652,6 +652,7 @@ class KillRun:
     finish_seconds: float
     bytes_read: int | None
     views: dict[str, dict[str, int]]
+    load_at_rerun: list[float] = field(default_factory=list)
 
 
 def clean_run(variant: Variant, repeats: int) -> CleanRun:
@@ -681,6 +682,15 @@ def clean_run(variant: Variant, repeats: int) -> CleanRun:
     return best
 
 
+def _fastest(best: CleanRun | None, run: CleanRun) -> CleanRun:
+    """The faster of two clean runs of one variant, listing every run's wall and CPU seconds."""
+    if best is None:
+        return run
+    walls, cpus = [*best.all_walls, *run.all_walls], [*best.all_cpus, *run.all_cpus]
+    faster = run if run.wall_seconds < best.wall_seconds else best
+    return dataclasses.replace(faster, all_walls=walls, all_cpus=cpus)
+
+
 def _units_of_clean_run(variant: Variant) -> int:
     if isinstance(variant, Plain):
         return variant.total_units()
@@ -698,6 +708,7 @@ def kill_run(variant: Variant, fraction: float, units: int) -> KillRun:
     killed = variant.submit(kill_after=threshold)
     progress = variant.units_done() / units
     done = variant.done_fraction()
+    load_at_rerun = load()
     rerun = variant.submit()
     finish = variant.finish()
     return KillRun(
@@ -713,6 +724,7 @@ def kill_run(variant: Variant, fraction: float, units: int) -> KillRun:
         finish_seconds=finish,
         bytes_read=variant.bytes_read(rerun),
         views=variant.views(),
+        load_at_rerun=load_at_rerun,
     )
 
 
@@ -745,7 +757,9 @@ def decomposition(data: DataSet, scale: Scale, work: Path, repeats: int = 2) -> 
     return summary
 
 
-def run(scale_name: str, variants: list[str], kills: list[float], work: Path = WORK) -> dict[str, Any]:
+def run(
+    scale_name: str, variants: list[str], kills: list[float], work: Path = WORK, *, decompose: bool = True
+) -> dict[str, Any]:
     scale = SCALES[scale_name]
     result: dict[str, Any] = {"scale": scale_name, "scale_params": dataclasses.asdict(scale), "load_start": load()}
     print(f"[resume] load average at start: {result['load_start']}", flush=True)
@@ -753,20 +767,28 @@ def run(scale_name: str, variants: list[str], kills: list[float], work: Path = W
     result["data"] = {"files": data.files, "sessions": data.sessions, "bytes": data.bytes}
     result["startup_seconds"] = startup_seconds(work / "runs" / "noop")
     print(f"[resume] spark-submit start+stop: {result['startup_seconds']:.1f} s", flush=True)
-    result["decomposition"] = decomposition(data, scale, work)
+    if decompose:
+        result["decomposition"] = decomposition(data, scale, work)
     result["variants"] = {}
-    for name in variants:
-        variant = VARIANT_CLASSES[name](data, scale, work / "runs" / name)
-        print(f"[resume] {name}: clean run x{scale.repeats} ...", flush=True)
-        clean = clean_run(variant, scale.repeats)
+    objects = {name: VARIANT_CLASSES[name](data, scale, work / "runs" / name) for name in variants}
+    # The variants take turns at every step (each clean repeat, then each kill point): on a shared
+    # machine the load drifts over a run of many minutes, and runs made minutes apart compare unfairly.
+    cleans: dict[str, CleanRun] = {}
+    for repeat in range(scale.repeats):
+        for name, variant in objects.items():
+            print(f"[resume] {name}: clean run {repeat + 1} of {scale.repeats} ...", flush=True)
+            cleans[name] = _fastest(cleans.get(name), clean_run(variant, 1))
+    for name, clean in cleans.items():
         print(
             f"[resume] {name}: clean {clean.wall_seconds:.1f} s, cpu {clean.cpu_seconds:.1f} s "
             f"(job {clean.job_seconds:.1f} s, finish {clean.finish_seconds:.2f} s), {clean.units} units, "
             f"bytes {clean.bytes_read}, views {clean.views}",
             flush=True,
         )
-        entry: dict[str, Any] = {"clean": dataclasses.asdict(clean), "kills": []}
-        for fraction in kills:
+        result["variants"][name] = {"clean": dataclasses.asdict(clean), "kills": []}
+    for fraction in kills:
+        for name, variant in objects.items():
+            clean = cleans[name]
             kill = kill_run(variant, fraction, clean.units)
             print(
                 f"[resume] {name}: kill at {fraction:.0%} (after {kill.kill_after_units} units, killed={kill.killed}, "
@@ -776,8 +798,7 @@ def run(scale_name: str, variants: list[str], kills: list[float], work: Path = W
                 f"bytes {kill.bytes_read}, views {kill.views}",
                 flush=True,
             )
-            entry["kills"].append(dataclasses.asdict(kill))
-        result["variants"][name] = entry
+            result["variants"][name]["kills"].append(dataclasses.asdict(kill))
     result["load_end"] = load()
     print(f"[resume] load average at end: {result['load_end']}", flush=True)
     return result
@@ -789,8 +810,12 @@ def main() -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--kills", default="0.25,0.5,0.9")
     parser.add_argument("--out", type=Path, default=RESULTS / "resume.json")
+    parser.add_argument(
+        "--no-decomposition", action="store_true", help="skip the in-session breakdown of a clean run (section 2)"
+    )
     args = parser.parse_args()
-    result = run(args.scale, args.variants.split(","), [float(k) for k in args.kills.split(",")])
+    kills = [float(k) for k in args.kills.split(",")]
+    result = run(args.scale, args.variants.split(","), kills, decompose=not args.no_decomposition)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     print(f"wrote {args.out}")
