@@ -13,7 +13,9 @@ to run it with ``spark-submit --master local[2]``:
 For each: a clean run, then for each kill point (25%, 50%, 90% of the run's commit
 units — checkpoints sealed, micro-batches committed, or write tasks committed) a
 fresh run that the harness SIGKILLs (driver and all it spawned) as soon as that
-many units are durable, then a rerun to completion. The done fraction is measured
+many units are durable, then a rerun to completion. The variants take turns at every
+step (each clean repeat, then each kill point), so that runs compared with each other
+are made minutes apart on a shared machine. The done fraction is measured
 after the kill from what the rerun will reuse (keys in valid checkpoints; files of
 committed micro-batches). The harness plays the Airflow operator for the
 checkpointed variants: it opens an epoch before each submit, ends it after, and
@@ -26,6 +28,10 @@ session ids, and files it cannot read. For the streaming sink the view through i
 ``_spark_metadata`` log (what Spark itself reads) is reported as well.
 
     .venv/bin/python bench/resume_vs_alternatives.py [--scale small|full] [--variants ...] [--kills 0.25,0.5,0.9]
+        [--out FILE] [--no-decomposition]
+
+A run of some variants only goes to its own ``--out`` file and is merged into the
+results with ``bench/merge_resume.py`` (which keeps each run's own plain baseline).
 """
 
 from __future__ import annotations
