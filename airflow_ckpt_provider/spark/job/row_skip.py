@@ -1,0 +1,102 @@
+"""Row keys at the source: drop the done rows and lay the rest out so each task is a checkpoint.
+
+What a rerun may skip without reading keys (files read whole, buckets seen with the same
+input listing) comes from :mod:`airflow_ckpt_provider.spark.row_source`; the anti-join
+against done keys from :mod:`airflow_ckpt_provider.spark.skip` (docs/row-keys.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from airflow_ckpt_provider.spark.errors import KeyColumnNotFoundError, KeyDefinitionConflictError
+from airflow_ckpt_provider.spark.job.context import JobContext
+from airflow_ckpt_provider.spark.keys import SOURCE_FILE_COLUMN, SOURCE_KEY_COLUMN, key_columns
+from airflow_ckpt_provider.spark.plan import clustered_on, source_listing
+from airflow_ckpt_provider.spark.row_source import (
+    DoneInput,
+    RowSource,
+    resolve_done_input,
+    without_buckets,
+    without_files,
+)
+from airflow_ckpt_provider.spark.skip import anti_join, done_keys_frame
+
+log = logging.getLogger(__name__)
+
+
+def skip_completed(
+    job: JobContext,
+    df: DataFrame,
+    key: str | Sequence[str],
+    *,
+    unique: bool,
+    num_partitions: int | None,
+) -> tuple[DataFrame, DoneInput]:
+    """``df`` without its done rows, with the hidden source-key column; and what was skipped.
+
+    See :meth:`CheckpointedJob.skip_completed` for the contract.
+    """
+    columns = key_columns(key)
+    if SOURCE_FILE_COLUMN in df.columns:
+        raise KeyDefinitionConflictError(
+            "this DataFrame comes from read_parquet (file keys); skip_completed adds row keys. "
+            "Use one kind of key per store"
+        )
+    source_df = df.drop(SOURCE_KEY_COLUMN)
+    missing = [c for c in columns if c not in source_df.columns]
+    if missing:
+        raise KeyColumnNotFoundError(
+            f"key column(s) {missing} are not in the DataFrame (columns: {source_df.columns}); name the "
+            "column(s) that identify an input record"
+        )
+    grouped = not unique and clustered_on(source_df, columns)
+    buckets = None
+    if not unique and not grouped:
+        buckets = job.partitions(num_partitions)
+    source = RowSource(
+        columns,
+        unique,
+        buckets,
+        grouped=grouped,
+        listing=source_listing(source_df),
+        min_tasks=num_partitions if unique else None,
+    )
+    job.keys.claim("row", columns)
+    progress = job.store.progress()
+    done = DoneInput()
+    if progress.keys_done or progress.valid_checkpoints:
+        valid = job.store.valid_checkpoints()
+        snapshot_keys = max(0, progress.keys_done - sum(c.num_keys for c in valid))
+        done = resolve_done_input(valid, snapshot_keys=snapshot_keys, source=source)
+    if unique and done.needs_keys and progress.keys_done > job.broadcast_threshold:
+        # A sort-merge anti-join shuffles anyway; a fixed repartition after it keeps keys in place.
+        buckets = job.partitions(num_partitions)
+        source = dataclasses.replace(source, buckets=buckets)
+    pruned = without_files(source_df, done.prune)
+    if pruned is None:
+        pruned, done = source_df, dataclasses.replace(done, prune=frozenset(), needs_keys=True)
+    with_key = job.keys.add_source_key(pruned, columns, source.source_id)
+    job.keys.row_sources[source.source_id] = source
+    if buckets is not None:
+        with_key = without_buckets(with_key, buckets, done.buckets)
+    log.info("skip_completed(%s): %s", list(columns), done.describe())
+    if done.needs_keys:
+        frame = done_keys_frame(
+            job.spark,
+            job.store,
+            with_key.schema[SOURCE_KEY_COLUMN].dataType,
+            broadcast_threshold=job.broadcast_threshold,
+            num_keys=progress.keys_done,
+        )
+        with_key = anti_join(with_key, frame)
+    if buckets is not None:
+        # After the anti-join: its own shuffle (when the keys are many) may be split by adaptive
+        # execution; a repartition to a fixed number is never split or coalesced.
+        with_key = with_key.repartition(buckets, F.col(SOURCE_KEY_COLUMN))
+    return with_key, done
