@@ -72,7 +72,8 @@ from airflow_ckpt_provider.store.blobs.base import BlobStore  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 FAILED_EVERY = 100
-#: The driver's compaction while the job runs (spark/job.py uses the same values).
+#: The driver's compaction while the job runs: store.background_compaction()'s min_loose (spark/job/write_pipeline.py
+#: runs it around each write), every 2 s rather than its 10 s, so that a fill of minutes compacts as a long job does.
 COMPACT_EVERY_SECONDS = 2.0
 COMPACT_MIN_LOOSE = 500
 OPERATIONS = ("keys_read", "progress", "begin_epoch", "commit", "cleanup")
