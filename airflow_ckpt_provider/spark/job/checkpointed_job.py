@@ -283,11 +283,12 @@ class CheckpointedJob:
         * ``"spark"``: Spark's own Parquet writer, about as fast as ``df.write.parquet``
           (the rows never leave the JVM; the driver seals each task's checkpoint as
           Spark reports it done). Needs file keys read whole per task with no shuffle
-          before the writer (``read_parquet`` + narrow transformations) and an output
-          Spark can write (local disk, or ``s3a://`` where the cluster has it); see
-          :mod:`airflow_ckpt_provider.spark.writers.native`;
+          before the writer (``read_parquet`` + narrow transformations), or row keys
+          (``skip_completed``: the JVM records each task's keys as it writes them), and
+          an output Spark can write (local disk, or ``s3a://`` where the cluster has
+          it); see :mod:`airflow_ckpt_provider.spark.writers.native`;
         * ``"arrow"``: every task converts its rows to Arrow and writes with pyarrow
-          (row keys, any pipeline, ``s3://`` without a Hadoop S3 connector);
+          (any pipeline, ``s3://`` without a Hadoop S3 connector);
         * ``"auto"``: ``"spark"`` when it can, else ``"arrow"`` (the log says why).
 
         ``key``: needed only when the source was not read with ``skip_completed`` or
