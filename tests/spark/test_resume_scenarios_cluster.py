@@ -148,14 +148,19 @@ def test_speculative_duplicates_seal_and_only_one_counts(
     Partition 1's first attempt seals, then lingers (a failpoint after the seal), so
     the scheduler launches a speculative copy on the other worker once the attempt has
     run 8 s, which writes and seals again. The first seal is the valid one; the copy's
-    files are orphans.
+    files are orphans. The copy pauses 8 s before its seal: when the first attempt's
+    writes are slow (S3 on a loaded machine), the copy starts before that attempt sealed,
+    and without the pause it could finish first and get the first attempt killed before
+    its seal (seen in 3 of 7 runs): then only one attempt seals and nothing is tested.
     """
     inputs = make_inputs(tmp_path / "in")
     operator = FakeOperator(target)
     spec = job_spec("rows", inputs, target.output_uri, 8, engine="arrow")  # the failpoint is in the Arrow writer
     epoch = operator.begin()
     speculation = SPECULATION | {
-        "spark.executorEnv.CKPT_FAILPOINTS": f"spark.task.after_seal.e{epoch}.p1.a0=sleep:30",
+        "spark.executorEnv.CKPT_FAILPOINTS": (
+            f"spark.task.after_seal.e{epoch}.p1.a0=sleep:40,spark.task.before_seal.e{epoch}.p1.a1=sleep:8"
+        ),
     }
     submitted = _submit(spark_cluster, operator, epoch, spec, conf=speculation)
     assert submitted.returncode == 0, submitted.tail()
