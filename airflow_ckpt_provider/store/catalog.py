@@ -55,13 +55,6 @@ class LoadedSegment:
     data: bytes = field(default=b"", repr=False)
     uri: str = ""
 
-    @classmethod
-    def of_table(cls, name: str, manifests: pa.Table) -> LoadedSegment:
-        """A segment whose whole manifests table is at hand (just written or merged)."""
-        loaded = cls(name, manifests.select(list(SUMMARY_COLUMNS)))
-        loaded.__dict__["manifests"] = manifests
-        return loaded
-
     @cached_property
     def manifests(self) -> pa.Table:
         return read_manifests(self.data, self.uri)
