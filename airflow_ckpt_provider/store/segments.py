@@ -188,9 +188,9 @@ def manifests_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(list(rows), schema=MANIFEST_SCHEMA)
 
 
-def parquet_bytes(table: pa.Table) -> bytes:
+def parquet_bytes(table: pa.Table, *, use_dictionary: bool = True) -> bytes:
     sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd")
+    pq.write_table(table, sink, compression="zstd", use_dictionary=use_dictionary)
     return sink.getvalue()
 
 
@@ -200,9 +200,7 @@ def keys_parquet_bytes(table: pa.Table) -> bytes:
     100,000 checkpoints: 16 of the object's 28 MB, fetched whole by every key reader); written plain, zstd
     folds each checkpoint's run of equal ids. Readers still get the dictionary column back (the Arrow
     schema is stored in the file), so segments written either way read and merge alike."""
-    sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd", use_dictionary=False)
-    return sink.getvalue()
+    return parquet_bytes(table, use_dictionary=False)
 
 
 def keys_table(tables: Sequence[pa.Table], key_type: pa.DataType | None) -> pa.Table:

@@ -454,9 +454,7 @@ class StateReader:
             if found is None:
                 return self.read_key_source(source)
             data, table = found
-            if not source.exclude:
-                return table
-            return read_segment_keys(data, self._blobs.child_uri(source.key), source.exclude)
+            return self.read_key_source(dataclasses.replace(source, data=data)) if source.exclude else table
 
         tables = self._context.map(read, sources)
         types = {str(t.schema.field(KEY_COLUMN).type) for t in tables}
