@@ -190,6 +190,7 @@ class Committer:
         kept_ids = {intents[p][0] for p in kept if p in intents} | set(kept_by_name.values())
         stale_ids = sorted(((state.sealed_ids() - valid_ids) | set(state.unsealed)) - kept_ids)
         # Directories only: a segment's rows of stale checkpoints stay (never valid again) until cleanup.
+        state.require_attempts()
         self._deleter.delete_checkpoint_dirs(sorted(set(stale_ids) & set(state.listed_dirs)))
         return CommitResult(
             epoch=epoch_number,

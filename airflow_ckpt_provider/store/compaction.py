@@ -4,13 +4,13 @@ Whoever is in a position to compacts: the Spark driver while the job runs, the
 commit, ``begin_epoch``. One compaction (docs/store-api.md, "Segments"):
 
 1. reads the state object (and its etag) and the segments it names;
-2. lists ``checkpoints/`` once; the sealed directories no segment holds are loose;
+2. lists ``attempts/`` and ``checkpoints/`` once; the sealed checkpoints no segment holds are loose;
 3. reads their manifests, keys, files and intent records, writes a new segment
    (keys, then manifests; create-if-absent under a fresh name);
 4. replaces the state object with one naming the new segment, conditionally on the
    etag it read: of two compactions racing, one wins; the loser deletes its segment
    and nothing is lost (its checkpoints stay loose for the next one);
-5. only then deletes the loose directories the state now covers.
+5. only then deletes the loose manifests and attempt directories the state now covers.
 
 A crash after 3 leaves a segment no state names (ignored; ``check`` notes it); a
 crash after 4 leaves loose directories a segment covers (readers take the segment's
@@ -40,6 +40,8 @@ from airflow_ckpt_provider.store.context import StoreContext
 from airflow_ckpt_provider.store.deletion import StoreDeleter
 from airflow_ckpt_provider.store.errors import CorruptCheckpointError, PreconditionFailedError
 from airflow_ckpt_provider.store.keys import KEY_COLUMN
+from airflow_ckpt_provider.store.layout import manifest_key, parts_prefix
+from airflow_ckpt_provider.store.listing import checkpoint_records
 from airflow_ckpt_provider.store.model import Checkpoint, CheckpointStatus, FileMetadata
 from airflow_ckpt_provider.store.records import dumps, now
 from airflow_ckpt_provider.store.segments import (
@@ -105,7 +107,7 @@ class Compactor:
         segments = self._context.map(self._reader.load_segment, list(state.names))
         covered = _covered(segments)
         listing = self._listing()
-        sealed = sorted(i for i, keys in listing.items() if f"checkpoints/{i}/manifest.json" in keys)
+        sealed = sorted(i for i, keys in listing.items() if manifest_key(i) in keys)
         loose_ids = [i for i in sealed if i not in covered]
         # A manifest mark_committed rewrote after its checkpoint was compacted: fold that status in again.
         loose_ids += self._committed_since(sorted(i for i in sealed if covered.get(i) is False))
@@ -129,13 +131,8 @@ class Compactor:
     # ------------------------------------------------------------------ loose manifests -> a segment
 
     def _listing(self) -> dict[str, list[str]]:
-        """Every object under ``checkpoints/`` by checkpoint id (one recursive listing)."""
-        by_id: dict[str, list[str]] = defaultdict(list)
-        for info in self._blobs.list("checkpoints/"):
-            parts = info.key.split("/")
-            if len(parts) >= 3:
-                by_id[parts[1]].append(info.key)
-        return by_id
+        """Every record under ``attempts/`` and ``checkpoints/`` by checkpoint id (store/listing.py)."""
+        return checkpoint_records(self._blobs)
 
     def _committed_since(self, ids: Sequence[str]) -> list[str]:
         def committed(checkpoint_id: str) -> str | None:
@@ -197,7 +194,8 @@ class Compactor:
         if checkpoint.inline_keys:
             datas = [checkpoint.inline_keys]
         else:
-            datas = [self._blobs.get(f"checkpoints/{checkpoint.checkpoint_id}/{p}")[0] for p in checkpoint.key_parts]
+            prefix = parts_prefix(checkpoint.checkpoint_id, checkpoint.format_version)
+            datas = [self._blobs.get(prefix + p)[0] for p in checkpoint.key_parts]
         if not datas:
             return None
         tables = []

@@ -26,7 +26,8 @@ from airflow_ckpt_provider.store.deletion_guard import (
     parse_location,
 )
 from airflow_ckpt_provider.store.errors import CorruptCheckpointError
-from airflow_ckpt_provider.store.layout import hidden, manifest_key
+from airflow_ckpt_provider.store.layout import checkpoint_prefixes, hidden, manifest_key
+from airflow_ckpt_provider.store.listing import checkpoint_records
 from airflow_ckpt_provider.store.records import Intents, NamePattern
 
 if TYPE_CHECKING:
@@ -88,9 +89,11 @@ class StoreDeleter:
         """
         skipped = set(skip)
         keys = [
-            i.key
-            for i in self._blobs.list("checkpoints/")
-            if "/intents/" in i.key and i.key.split("/")[1] not in skipped
+            key
+            for checkpoint_id, records in checkpoint_records(self._blobs).items()
+            if checkpoint_id not in skipped
+            for key in records
+            if "/intents/" in key
         ]
 
         def load(key: str) -> dict[str, Any]:
@@ -218,18 +221,19 @@ class StoreDeleter:
     # ------------------------------------------------------------------ store records
 
     def delete_checkpoint_dirs(self, checkpoint_ids: Iterable[str]) -> None:
-        """Delete checkpoint directories: every manifest first (so a half-deleted checkpoint is
-        never visible), then the rest, in batches of 1000 whatever the number of checkpoints."""
+        """Delete checkpoints' records (``checkpoints/{id}/`` and ``attempts/{id}/``): every manifest
+        first (so a half-deleted checkpoint is never visible), then the rest, in batches of 1000
+        whatever the number of checkpoints."""
         ids = sorted(set(checkpoint_ids))
         if not ids:
             return
         for start in range(0, len(ids), DELETE_BATCH):
             self.delete_records([manifest_key(i) for i in ids[start : start + DELETE_BATCH]])
         if len(ids) > 20:  # one listing of everything beats a listing per checkpoint
-            wanted = set(ids)
-            keys = [i.key for i in self._blobs.list("checkpoints/") if i.key.split("/")[1] in wanted]
+            records = checkpoint_records(self._blobs)
+            keys = [key for i in ids for key in records.get(i, ())]
         else:
-            keys = [info.key for i in ids for info in self._blobs.list(f"checkpoints/{i}/")]
+            keys = [info.key for i in ids for prefix in checkpoint_prefixes(i) for info in self._blobs.list(prefix)]
         self.delete_records(keys)
 
     def delete_snapshot(self, number: int) -> None:

@@ -19,7 +19,8 @@ from airflow_ckpt_provider.store.errors import (
     CorruptCheckpointError,
     KeyTypeMismatchError,
 )
-from airflow_ckpt_provider.store.layout import epoch_key
+from airflow_ckpt_provider.store.layout import epoch_key, parts_prefix
+from airflow_ckpt_provider.store.listing import checkpoint_records
 from airflow_ckpt_provider.store.model import Checkpoint, ConsistencyReport, EpochStatus, Progress, StoreContents
 from airflow_ckpt_provider.store.records import commit_result_from_json
 from airflow_ckpt_provider.store.reprocess.maintenance import maintenance_problems, quarantine_notes
@@ -40,7 +41,7 @@ class Inspector:
     def progress(self) -> Progress:
         # No counter depends on which checkpoints are committed: the commit record (megabytes for a big
         # job) is not read; whether the epoch is committed is one listing of commits/.
-        return self._progress_of(self._reader.read(with_commits=False))
+        return self._progress_of(self._reader.read(with_commits=False, with_attempts=False))
 
     def _progress_of(self, state: StoreState) -> Progress:
         epoch = state.latest
@@ -113,11 +114,12 @@ class Inspector:
             notes.append(f"dangling (unsealed) checkpoint directory: {checkpoint_id}")
         for name, error in sorted(state.corrupt_segments.items()):
             problems.append(f"corrupt segment: {name}: {error}")
-        existing = {i.key for i in self._blobs.list("checkpoints/")}
+        existing = {key for keys in checkpoint_records(self._blobs).values() for key in keys}
         for checkpoint in state.catalog.loose.values():
+            prefix = parts_prefix(checkpoint.checkpoint_id, checkpoint.format_version)
             for part in (*checkpoint.key_parts, *checkpoint.file_parts):
-                if f"checkpoints/{checkpoint.checkpoint_id}/{part}" not in existing:
-                    problems.append(f"missing part: {checkpoint.checkpoint_id}/{part}")
+                if prefix + part not in existing:
+                    problems.append(f"missing part: {prefix}{part}")
         for (epoch, partition), ids in _duplicate_attempts(state):
             notes.append(f"duplicate attempts of partition {partition} in epoch {epoch}: {sorted(ids)}")
         records, record_notes = self._record_findings(state)

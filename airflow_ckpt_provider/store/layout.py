@@ -9,7 +9,8 @@ epochs/{n:08d}.expected.json        expected partition count
 epochs/{n:08d}.degraded-{hex}.json  degraded markers
 epochs/{n:08d}.output-{hash}.json   an output root the Spark driver declared before a write
 checkpoints/{id}/manifest.json      written last: the checkpoint is visible iff it exists
-checkpoints/{id}/keys/, files/, intents/
+attempts/{id}/intents/, keys/, files/   what the task attempt wrote before it (manifest format 2)
+checkpoints/{id}/intents/, keys/, files/  the same, in stores written before format 2
 commits/{n:08d}.json, commits/{n:08d}.done.json
 snapshots/{n:08d}/manifest.json, keys.parquet
 ```
@@ -33,6 +34,15 @@ DEGRADED_RE = re.compile(r"^(\d{8})\.degraded-[0-9a-f]+\.json$")
 OUTPUT_DECLARATION_RE = re.compile(r"^(\d{8})\.output-[0-9a-f]{16}\.json$")
 COMMIT_RE = re.compile(r"^commits/\d{8}\.json$")
 _HIDDEN_PREFIXES = ("_", ".")
+#: Sealing manifests (and, before manifest format 2, every record of an attempt).
+CHECKPOINTS = "checkpoints/"
+#: A task attempt's intents, key parts and file parts (manifest format 2). Kept apart from the
+#: manifests so that readers of the state list only sealed checkpoints: a big job's failed
+#: attempts leave a directory each here, which only the commit and cleanup need to see
+#: (docs/store-api.md, "Layout").
+ATTEMPTS = "attempts/"
+#: The manifest format this version writes: 2 = the attempt's parts under ``attempts/{id}/``.
+MANIFEST_FORMAT = 2
 
 
 def new_checkpoint_id() -> str:
@@ -61,7 +71,30 @@ def output_declaration_key(epoch: int, root: str) -> str:
 
 
 def manifest_key(checkpoint_id: str) -> str:
-    return f"checkpoints/{checkpoint_id}/manifest.json"
+    return f"{CHECKPOINTS}{checkpoint_id}/manifest.json"
+
+
+def attempt_prefix(checkpoint_id: str) -> str:
+    """Where an attempt of this version writes its intents, key parts and file parts."""
+    return f"{ATTEMPTS}{checkpoint_id}/"
+
+
+def parts_prefix(checkpoint_id: str, format_version: int) -> str:
+    """Where the parts a manifest of ``format_version`` names live (format 1: beside the manifest)."""
+    return attempt_prefix(checkpoint_id) if format_version >= 2 else f"{CHECKPOINTS}{checkpoint_id}/"
+
+
+def checkpoint_prefixes(checkpoint_id: str) -> tuple[str, str]:
+    """Every prefix a checkpoint's records may be under (this version's and earlier stores')."""
+    return attempt_prefix(checkpoint_id), f"{CHECKPOINTS}{checkpoint_id}/"
+
+
+def checkpoint_id_of(key: str) -> str | None:
+    """The checkpoint id of a record under ``checkpoints/`` or ``attempts/`` (None for anything else)."""
+    parts = key.split("/")
+    if len(parts) >= 3 and parts[0] + "/" in (CHECKPOINTS, ATTEMPTS) and parts[1]:
+        return parts[1]
+    return None
 
 
 def commit_key(epoch: int) -> str:

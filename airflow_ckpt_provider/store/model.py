@@ -74,6 +74,9 @@ class Checkpoint:
     #: reader needs one request per checkpoint instead of one per part. The parts stay the source.
     inline_keys: bytes | None = field(default=None, repr=False, compare=False)
     inline_files: tuple[FileMetadata, ...] | None = field(default=None, repr=False, compare=False)
+    #: 2: the parts live under ``attempts/{id}/``; 1 (stores of earlier versions, and rows of a
+    #: segment, whose parts are gone): beside the manifest (store/layout.py, ``parts_prefix``).
+    format_version: int = field(default=1, compare=False)
 
     def to_json(self, *, manifest: bool = False) -> dict[str, Any]:
         """The record as JSON. ``manifest=True``: the stored form, with the inline copies."""
@@ -82,9 +85,11 @@ class Checkpoint:
         data["key_parts"] = list(self.key_parts)
         data["file_parts"] = list(self.file_parts)
         data["metadata"] = dict(self.metadata)
-        data["format_version"] = 1
         data.pop("inline_keys")
         data.pop("inline_files")
+        # Where the parts live is the stored form's business (a segment row has none): readers of the
+        # record see format 1 whether it was read from a manifest or from a segment.
+        data["format_version"] = self.format_version if manifest else 1
         if manifest:
             if self.inline_keys is not None:
                 data["inline_keys"] = base64.b64encode(self.inline_keys).decode()
@@ -94,6 +99,12 @@ class Checkpoint:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Checkpoint:
+        format_version = int(data.get("format_version", 1))
+        if format_version not in (1, 2):
+            raise ValueError(
+                f"manifest format {format_version} is not one this version reads (1, 2): it was written by a "
+                "newer airflow-ckpt-provider; upgrade every process that reads this store"
+            )
         return cls(
             checkpoint_id=str(data["checkpoint_id"]),
             status=CheckpointStatus(data["status"]),
@@ -116,6 +127,7 @@ class Checkpoint:
                 if data.get("inline_files") is None
                 else tuple(FileMetadata.from_json(f) for f in data["inline_files"])
             ),
+            format_version=format_version,
         )
 
 

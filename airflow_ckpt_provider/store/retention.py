@@ -20,7 +20,7 @@ from airflow_ckpt_provider.store.deletion_guard import canonical_uri
 from airflow_ckpt_provider.store.epochs import EpochLog
 from airflow_ckpt_provider.store.errors import CheckpointError, CommitRefusedError, CorruptCheckpointError
 from airflow_ckpt_provider.store.keys import KEY_COLUMN
-from airflow_ckpt_provider.store.layout import commit_done_key, snapshot_prefix
+from airflow_ckpt_provider.store.layout import checkpoint_prefixes, commit_done_key, snapshot_prefix
 from airflow_ckpt_provider.store.model import (
     CheckpointStatus,
     ClearResult,
@@ -131,7 +131,12 @@ class Retention:
         # Directories only: a segment's rows of invalid checkpoints go with its next rewrite or cleanup.
         loose_invalid = (set(state.catalog.loose) | set(state.covered_dirs)) - valid_ids
         for checkpoint_id in sorted(loose_invalid | set(state.unsealed)):
-            records = [i.key for i in self._blobs.list(f"checkpoints/{checkpoint_id}/") if i.key.endswith(".json")]
+            records = [
+                info.key
+                for prefix in checkpoint_prefixes(checkpoint_id)
+                for info in self._blobs.list(prefix)
+                if info.key.endswith(".json")
+            ]
             times = [record_time(self._blobs.get(key)[0]) for key in records]
             if any(t is None or t >= cutoff for t in times):
                 continue

@@ -32,7 +32,8 @@ from airflow_ckpt_provider.store.deletion_guard import canonical_uri
 from airflow_ckpt_provider.store.epochs import EpochFiles, EpochLog
 from airflow_ckpt_provider.store.errors import CorruptCheckpointError, KeyTypeMismatchError
 from airflow_ckpt_provider.store.keys import KEY_COLUMN
-from airflow_ckpt_provider.store.layout import COMMIT_RE, manifest_key, snapshot_prefix
+from airflow_ckpt_provider.store.layout import COMMIT_RE, manifest_key, parts_prefix, snapshot_prefix
+from airflow_ckpt_provider.store.listing import checkpoint_records
 from airflow_ckpt_provider.store.model import Checkpoint, CheckpointStatus, Epoch, FileMetadata, KeySource
 from airflow_ckpt_provider.store.reprocess.records import retracted_paths
 from airflow_ckpt_provider.store.segments import (
@@ -80,6 +81,14 @@ class StoreState:
     listed_dirs: list[str] = field(default_factory=list)
     #: Segments the state object names that cannot be read (only with ``tolerate_corrupt``): name -> error.
     corrupt_segments: dict[str, str] = field(default_factory=dict)
+    #: Whether ``attempts/`` was listed: else ``unsealed`` and ``listed_dirs`` miss the attempts of this
+    #: version that never sealed. Whoever deletes directories requires it (``require_attempts``).
+    attempts_listed: bool = True
+
+    def require_attempts(self) -> None:
+        """Raise if this read did not list the attempts (a caller about to delete or audit directories)."""
+        if not self.attempts_listed:
+            raise RuntimeError("this state was read with_attempts=False: read it again with the attempts listed")
 
     @property
     def folded(self) -> set[str]:
@@ -193,6 +202,7 @@ class StateReader:
         with_status: bool = True,
         with_commits: bool = True,
         keep_inline: bool = False,
+        with_attempts: bool = True,
     ) -> StoreState:
         """Read the store's metadata once: epochs, loose manifests, then the state object and its segments.
 
@@ -204,6 +214,10 @@ class StateReader:
         ``with_commits=False`` the commit record (validity depends on neither): fewer
         requests for key readers. ``keep_inline`` keeps the manifests' inline key copies
         (the commit needs every key; other callers drop them to save memory).
+        ``with_attempts=False`` does not list ``attempts/``: ``unsealed`` and ``listed_dirs``
+        then hold only directories of stores written before manifest format 2. Validity,
+        keys and counts do not depend on it; what deletes or audits must list them
+        (``StoreState.attempts_listed``).
         """
         # The epoch records, the snapshot and the commit record are read beside the checkpoints (fewer round
         # trips). The segments the state object names now are fetched beside the listing too: that read only
@@ -214,7 +228,8 @@ class StateReader:
             warm = side.submit(self._warm_segments)
             epochs_read = side.submit(self._latest_epoch, with_status)
             commit_read = side.submit(self.newest_commit_record) if with_commits else None
-            loose, etags, no_manifest, corrupt, ids = self._loose_manifests(tolerate_corrupt, keep_inline)
+            found = self._loose_manifests(tolerate_corrupt, keep_inline, with_attempts)
+            loose, etags, no_manifest, corrupt, ids = found
             warm.result()
             segment_state, segments, corrupt_segments = self.segments(tolerate_corrupt=tolerate_corrupt)
             files, latest, snapshot = epochs_read.result()
@@ -242,6 +257,7 @@ class StateReader:
             covered_dirs=covered_dirs,
             listed_dirs=list(ids),
             corrupt_segments=corrupt_segments,
+            attempts_listed=with_attempts,
         )
 
     def _latest_epoch(self, with_status: bool) -> tuple[EpochFiles, Epoch | None, dict[str, Any] | None]:
@@ -252,19 +268,17 @@ class StateReader:
         return files, latest, self.snapshot(latest)
 
     def _loose_manifests(
-        self, tolerate_corrupt: bool, keep_inline: bool
+        self, tolerate_corrupt: bool, keep_inline: bool, with_attempts: bool
     ) -> tuple[dict[str, Checkpoint], dict[str, str], list[str], dict[str, str], list[str]]:
         """The sealed manifests under ``checkpoints/`` (with etags), the directories without one, the corrupt
         ones, and every directory listed.
 
-        One recursive listing says which directories hold a manifest: only those are read (a job's failed
-        attempts leave directories without one, a thousand in a job of 100,000 tasks).
+        One recursive listing of ``checkpoints/`` says which checkpoints have a manifest: only those are
+        read. A job's failed attempts (a thousand in a job of 100,000 tasks) leave their directories under
+        ``attempts/``, listed only ``with_attempts`` (store/listing.py).
         """
-        sealed: dict[str, bool] = {}
-        for info in self._blobs.list("checkpoints/"):
-            parts = info.key.split("/")
-            if len(parts) >= 3:
-                sealed[parts[1]] = sealed.get(parts[1], False) or info.key.endswith("/manifest.json")
+        records = checkpoint_records(self._blobs, attempts=with_attempts)
+        sealed = {i: manifest_key(i) in keys for i, keys in records.items()}
         ids = sorted(sealed)
         corrupt: dict[str, str] = {}
 
@@ -420,7 +434,7 @@ class StateReader:
         with ThreadPoolExecutor(max_workers=1) as side:
             warm = side.submit(self._warm_segment_keys)
             # The manifests carry small checkpoints' keys: keep them rather than fetch them twice.
-            state = self.read(with_status=False, with_commits=False, keep_inline=True)
+            state = self.read(with_status=False, with_commits=False, keep_inline=True, with_attempts=False)
             warmed = warm.result()
         return self.read_keys(key_sources(state), warmed)
 
@@ -515,7 +529,7 @@ class StateReader:
         def load(checkpoint: Checkpoint) -> list[FileMetadata]:
             files: list[FileMetadata] = []
             for part in checkpoint.file_parts:
-                key = f"checkpoints/{checkpoint.checkpoint_id}/{part}"
+                key = parts_prefix(checkpoint.checkpoint_id, checkpoint.format_version) + part
                 try:
                     data, _ = self._blobs.get(key)
                 except BlobNotFoundError:
@@ -567,12 +581,12 @@ def key_sources(state: StoreState, only: Sequence[str] | None = None) -> list[Ke
     loose_ids: list[str] = ids.take(pa.array(loose_rows)).to_pylist() if len(loose_rows) else []
     for checkpoint_id in sorted(loose_ids):
         checkpoint = catalog.loose[checkpoint_id]
-        prefix = f"checkpoints/{checkpoint.checkpoint_id}/"
         if checkpoint.inline_keys is not None:
             sources.append(
-                KeySource(key=prefix + "manifest.json", format="manifest", data=checkpoint.inline_keys or None)
+                KeySource(key=manifest_key(checkpoint_id), format="manifest", data=checkpoint.inline_keys or None)
             )
         else:
+            prefix = parts_prefix(checkpoint_id, checkpoint.format_version)
             sources.extend(KeySource(key=prefix + part, format="arrow") for part in checkpoint.key_parts)
     return sources
 

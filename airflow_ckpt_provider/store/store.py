@@ -247,7 +247,7 @@ class CheckpointStore:
         """
         self.compactor.compact(min_loose=1)
         return self.epoch_log.begin(
-            self.state_reader.read(),
+            self.state_reader.read(with_attempts=False),
             owner=owner,
             expected_partitions=expected_partitions,
             metadata=metadata,
@@ -305,16 +305,16 @@ class CheckpointStore:
 
     def list_checkpoints(self) -> list[Checkpoint]:
         """Every sealed checkpoint in the store (valid or not), by seal time."""
-        manifests = self.state_reader.read(with_status=False).manifests.values()
+        manifests = self.state_reader.read(with_status=False, with_attempts=False).manifests.values()
         return sorted(manifests, key=lambda c: (c.sealed_at, c.checkpoint_id))
 
     def valid_checkpoints(self) -> list[Checkpoint]:
         """The checkpoints whose keys count as done: base of the latest epoch + sealed in it, one per partition."""
-        return self.state_reader.read(with_status=False).valid
+        return self.state_reader.read(with_status=False, with_attempts=False).valid
 
     def key_sources(self) -> list[KeySource]:
         """Parts holding every done key (snapshot and valid checkpoints); picklable, for parallel reads."""
-        return key_sources(self.state_reader.read(with_status=False, with_commits=False))
+        return key_sources(self.state_reader.read(with_status=False, with_commits=False, with_attempts=False))
 
     def read_key_source(self, source: KeySource) -> pa.Table:
         """Read one part (on any machine that can open this store). Raises :class:`CorruptCheckpointError`."""
@@ -331,11 +331,13 @@ class CheckpointStore:
 
     def key_type(self) -> str | None:
         """The Arrow type (as a string) of the store's done keys, or None if there are none."""
-        return self.state_reader.key_type(self.state_reader.read(with_status=False, with_commits=False))
+        return self.state_reader.key_type(
+            self.state_reader.read(with_status=False, with_commits=False, with_attempts=False)
+        )
 
     def get_checkpointed_files(self) -> list[FileMetadata]:
         """Output files of valid checkpoints that are sealed but not yet committed."""
-        state = self.state_reader.read(with_status=False)
+        state = self.state_reader.read(with_status=False, with_attempts=False)
         return self.state_reader.files_of([c for c in state.valid if c.status is CheckpointStatus.CHECKPOINTED])
 
     # ------------------------------------------------------------------ compaction (store/compaction.py)

@@ -1,7 +1,9 @@
 """Writers: intents, staged keys and files, and the manifest that seals a checkpoint.
 
 A checkpoint is visible iff ``checkpoints/{id}/manifest.json`` exists; the manifest
-is written (create-if-absent) only after every part it names is durable. Each
+is written (create-if-absent) only after every part it names is durable. The parts and
+intents go under ``attempts/{id}/`` (store/layout.py), so a reader of the state lists
+manifests only. Each
 writer call goes through the circuit breaker: a store failure skips checkpointing
 (the run is degraded) instead of failing the user's job.
 """
@@ -32,7 +34,7 @@ from airflow_ckpt_provider.store.errors import (
     UnknownCheckpointError,
 )
 from airflow_ckpt_provider.store.keys import INLINE_MAX_FILES, INLINE_MAX_KEYS, as_key_array, ipc_bytes
-from airflow_ckpt_provider.store.layout import manifest_key, validate_checkpoint_id
+from airflow_ckpt_provider.store.layout import MANIFEST_FORMAT, attempt_prefix, manifest_key, validate_checkpoint_id
 from airflow_ckpt_provider.store.model import Checkpoint, CheckpointStatus, FileMetadata, sequence_of_files
 from airflow_ckpt_provider.store.records import PendingCheckpoint, dumps, now
 from airflow_ckpt_provider.store.state import StateReader
@@ -94,7 +96,7 @@ class CheckpointWriters:
                 part = pending.intent_parts
                 pending.intent_parts += 1
             record = {"checkpoint_id": checkpoint_id, "epoch": epoch, "paths": paths, "created_at": now()}
-            self._blobs.put(f"checkpoints/{checkpoint_id}/intents/{part:04d}.json", dumps(record))
+            self._blobs.put(f"{attempt_prefix(checkpoint_id)}intents/{part:04d}.json", dumps(record))
 
         return self._guarded(checkpoint_id, "record_intent", write)
 
@@ -114,7 +116,7 @@ class CheckpointWriters:
             "name_marker": marker,
             "created_at": now(),
         }
-        self._blobs.put(f"checkpoints/{write_id}/intents/0000.json", dumps(record), if_absent=True)
+        self._blobs.put(f"{attempt_prefix(write_id)}intents/0000.json", dumps(record), if_absent=True)
 
     def stage_keys(self, checkpoint_id: str, keys: pa.Array | pa.ChunkedArray | Sequence[Any]) -> bool:
         validate_checkpoint_id(checkpoint_id)
@@ -138,7 +140,7 @@ class CheckpointWriters:
                 name = f"keys/{part:04d}.arrow"
                 pending.key_parts.append(name)
             try:
-                self._blobs.put(f"checkpoints/{checkpoint_id}/{name}", payload)
+                self._blobs.put(attempt_prefix(checkpoint_id) + name, payload)
             except BaseException:
                 with self._lock:
                     pending.key_parts.remove(name)
@@ -168,7 +170,7 @@ class CheckpointWriters:
                 name = f"files/{part:04d}.json"
                 pending.file_parts.append(name)
             try:
-                self._blobs.put(f"checkpoints/{checkpoint_id}/{name}", dumps([m.to_json() for m in metas]))
+                self._blobs.put(attempt_prefix(checkpoint_id) + name, dumps([m.to_json() for m in metas]))
             except BaseException:
                 with self._lock:
                     pending.file_parts.remove(name)
@@ -205,7 +207,7 @@ class CheckpointWriters:
                 if existing is not None:
                     result.append(existing)
                     return
-                foreign = self._blobs.list(f"checkpoints/{checkpoint_id}/")
+                foreign = self._blobs.list(attempt_prefix(checkpoint_id))
                 if any("/keys/" in b.key or "/files/" in b.key for b in foreign):
                     raise CheckpointAlreadySealedError(
                         f"checkpoint {checkpoint_id} has parts staged by another process; "
@@ -235,6 +237,7 @@ class CheckpointWriters:
                 metadata=dict(metadata or {}),
                 inline_keys=ipc_bytes(pending.inline_keys) if pending.inline_keys else None,
                 inline_files=None if pending.inline_files is None else tuple(pending.inline_files),
+                format_version=MANIFEST_FORMAT,
             )
             try:
                 self._blobs.put(manifest_key(checkpoint_id), dumps(manifest.to_json(manifest=True)), if_absent=True)

@@ -322,13 +322,14 @@ class Campaign:
         return outcome
 
     def _kill_condition(self, crash: Crash, store: CheckpointStore) -> Callable[[], bool]:
-        """When to SIGKILL: a moment after the first new checkpoint directory appears, or at a blind time."""
+        """When to SIGKILL: a moment after the first new attempt directory appears (a task started writing), or at
+        a blind time."""
         started = time.monotonic()
         if crash.kill_after_first_checkpoint is None:
             typical = statistics.median(self._submit_seconds) if self._submit_seconds else 30.0
             deadline = crash.kill_fraction * typical
             return lambda: time.monotonic() - started >= deadline
-        before = set(store.blobs.list_dirs("checkpoints/"))
+        before = set(store.blobs.list_dirs("attempts/"))
         seen_at: list[float] = []
         last_poll = [0.0]
 
@@ -336,7 +337,7 @@ class Campaign:
             now = time.monotonic()
             if not seen_at and now - last_poll[0] >= 0.2:
                 last_poll[0] = now
-                if set(store.blobs.list_dirs("checkpoints/")) - before:
+                if set(store.blobs.list_dirs("attempts/")) - before:
                     seen_at.append(now)
             assert crash.kill_after_first_checkpoint is not None
             return bool(seen_at) and now - seen_at[0] >= crash.kill_after_first_checkpoint

@@ -137,9 +137,9 @@ def _retention_violations(
                 f"done keys differ from the input keys: {len(lost)} missing {lost[:3]}, extra {extra[:3]}"
             )
     if policy is RetentionPolicy.DELETE_AFTER_SUCCESS:
-        left = store.blobs.list_dirs("checkpoints/")
+        left = store.blobs.list_dirs("checkpoints/") + store.blobs.list_dirs("attempts/")
         if left:
-            violations.append(f"delete_after_success left {len(left)} checkpoint directories")
+            violations.append(f"delete_after_success left {len(left)} checkpoint or attempt directories")
         segments = store.blobs.list_dirs("segments/")
         if segments or store.blobs.exists("state.json"):
             violations.append(f"delete_after_success left {len(segments)} segments or the state object")

@@ -150,7 +150,7 @@ def test_a_poisoned_intent_record_deletes_nothing_on_the_servers_host(ui_server:
         strict=True,
     ):
         store.blobs.put(
-            f"checkpoints/{checkpoint_id}/intents/0000.json",
+            f"attempts/{checkpoint_id}/intents/0000.json",
             json.dumps({"checkpoint_id": checkpoint_id, "epoch": 1, **record}).encode(),
         )
     where = params(TEAM_A, run_id)

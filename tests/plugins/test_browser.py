@@ -163,7 +163,7 @@ def test_the_dialog_lists_the_records_the_guard_refuses_before_anything_is_delet
     victim.write_text("do not delete")
     poisoned = str(uuid.uuid4())
     record = {"checkpoint_id": poisoned, "epoch": 1, "paths": [victim.as_uri()]}
-    store.blobs.put(f"checkpoints/{poisoned}/intents/0000.json", json.dumps(record).encode())
+    store.blobs.put(f"attempts/{poisoned}/intents/0000.json", json.dumps(record).encode())
     wait = WebDriverWait(browser, 60)
 
     log_in(browser, ui_server, "admin")

@@ -94,7 +94,7 @@ def test_failed_write_task_deletes_its_own_files(spark: SparkSession, local_targ
 
     with pytest.raises(Exception, match="writer failed after creating its files"):
         job.write(job.read_parquet(inputs, min_partitions=1), failing_writer, output=local_target.output_uri)
-    intents = [b.key for b in operator.store.blobs.list("checkpoints/") if "/intents/" in b.key]
+    intents = [b.key for b in operator.store.blobs.list("attempts/") if "/intents/" in b.key]
     assert intents, "the task recorded its intent before writing"
     assert local_target.output_files() == [], "the failed attempt's files must be deleted by the task itself"
     assert operator.store.list_checkpoints() == [], "a failed attempt seals nothing"

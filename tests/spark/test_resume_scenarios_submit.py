@@ -149,7 +149,7 @@ def test_zombie_attempt_sealing_after_the_rerun_began_is_ignored(
         stuck: set[str] = set()
 
         def a_zombie_is_waiting() -> bool:
-            staged = {b.key.split("/")[1] for b in store.blobs.list("checkpoints/") if "/keys/" in b.key}
+            staged = {b.key.split("/")[1] for b in store.blobs.list("attempts/") if "/keys/" in b.key}
             sealed = {c.checkpoint_id for c in store.list_checkpoints()}
             stuck.update(staged - sealed)
             return bool(stuck) and _sealed(operator, epoch1) >= 2

@@ -445,7 +445,7 @@ def test_key_type_changed_between_checkpoints(backend: Backend) -> None:
     assert backend.store_keys() >= before
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "not-a-manifest"])
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "not-a-manifest", "newer-format"])
 def test_corrupt_manifest_is_a_typed_error_and_nothing_is_deleted(backend: Backend, damage: str) -> None:
     from airflow_ckpt_provider.store import CorruptCheckpointError
 
@@ -455,12 +455,20 @@ def test_corrupt_manifest_is_a_typed_error_and_nothing_is_deleted(backend: Backe
     blobs = backend.store_blobs()
     key = f"checkpoints/{checkpoint_id}/manifest.json"
     data, _ = blobs.get(key)
-    broken = {"garbage": b"\x00\xffnot json", "truncated": data[: len(data) // 2], "not-a-manifest": b'{"a": 1}'}
+    newer = json.dumps(json.loads(data) | {"format_version": 3}).encode()  # written by a future version
+    broken = {
+        "garbage": b"\x00\xffnot json",
+        "truncated": data[: len(data) // 2],
+        "not-a-manifest": b'{"a": 1}',
+        "newer-format": newer,
+    }
     blobs.put(key, broken[damage])
     store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
     store_before, output_before = backend.store_keys(), backend.output_names()
-    with pytest.raises(CorruptCheckpointError, match="airflow-ckpt check"):
+    with pytest.raises(CorruptCheckpointError, match="airflow-ckpt check") as raised:
         store.get_checkpointed_keys()
+    if damage == "newer-format":
+        assert "upgrade every process that reads this store" in str(raised.value)
     with pytest.raises(CorruptCheckpointError):
         store.commit([backend.output_uri])
     report = store.check()
@@ -478,7 +486,7 @@ def test_truncated_key_file_is_a_typed_error(backend: Backend) -> None:
     checkpoint_id, _, sealed = write_task(store, backend, epoch=epoch.number, partition=0, keys=many)
     assert sealed is not None
     blobs = backend.store_blobs()
-    key = f"checkpoints/{checkpoint_id}/{sealed.key_parts[0]}"
+    key = f"attempts/{checkpoint_id}/{sealed.key_parts[0]}"
     data, _ = blobs.get(key)
     blobs.put(key, data[: len(data) // 3])
     with pytest.raises(CorruptCheckpointError, match="truncated"):
@@ -500,7 +508,7 @@ def test_small_checkpoints_are_read_from_the_manifest_alone(backend: Backend) ->
     assert formats == sorted([("manifest", small), ("arrow", big)])
     assert len(done_keys(store)) == 5002
     # The inline copy is exact: deleting the part does not change what a reader sees...
-    backend.store_blobs().delete_many([f"checkpoints/{small}/keys/0000.arrow"])
+    backend.store_blobs().delete_many([f"attempts/{small}/keys/0000.arrow"])
     assert len(done_keys(store)) == 5002
     # ...but the consistency check reports the missing part.
     assert any("missing part" in p for p in store.check().problems)

@@ -2,7 +2,8 @@
 
 Records read back from a store are input too: anyone who can write the store's prefix (every
 Spark executor that uses it) can write an intent record. These tests write poisoned records the
-way such a writer could (raw objects under ``checkpoints/{id}/intents/``), then run every
+way such a writer could (raw objects under ``attempts/{id}/intents/`` and, as stores of earlier
+versions hold them, ``checkpoints/{id}/intents/``), then run every
 operation that deletes (clear, discard, commit with and without explicit roots, retention) on
 both backends: every victim file must survive, and ``check()`` must report the records.
 The victims live on the local disk of the process running the operation (the API server's or
@@ -59,12 +60,12 @@ class Victims:
 
 
 def _raw_intent(store: CheckpointStore, record: dict[str, Any]) -> str:
-    """Write an intent record as any writer of the store's prefix can (no API validation)."""
+    """Write an intent record as any writer of the store's prefix can (no API validation): where this
+    version's attempts write them, and where stores of earlier versions hold them (both are read)."""
     checkpoint_id = new_checkpoint_id()
-    store.blobs.put(
-        f"checkpoints/{checkpoint_id}/intents/0000.json",
-        json.dumps({"checkpoint_id": checkpoint_id, **record}).encode(),
-    )
+    data = json.dumps({"checkpoint_id": checkpoint_id, **record}).encode()
+    store.blobs.put(f"attempts/{checkpoint_id}/intents/0000.json", data)
+    store.blobs.put(f"checkpoints/{checkpoint_id}/intents/0001.json", data)
     return checkpoint_id
 
 

@@ -17,6 +17,7 @@ import textwrap
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +36,11 @@ from airflow_ckpt_provider.store import (
     RetentionPolicy,
     new_checkpoint_id,
 )
+from airflow_ckpt_provider.store.blobs.base import BlobInfo
 from airflow_ckpt_provider.store.compaction import MERGE_FANIN
 from airflow_ckpt_provider.store.segments import keys_parquet_bytes, parquet_bytes
 from tests.store.conftest import Backend
-from tests.store.helpers import done_keys, names, wait_for_hit, write_task
+from tests.store.helpers import begin, done_keys, names, wait_for_hit, write_task
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYOUT_V1 = Path(__file__).resolve().parent / "data" / "layout_v1"
@@ -56,7 +58,8 @@ def _no_failpoints() -> Any:
 
 
 def loose_dirs(backend: Backend) -> set[str]:
-    return {k.split("/")[1] for k in backend.store_keys() if k.startswith("checkpoints/")}
+    """Checkpoints with records left outside segments: a manifest, or an attempt's parts."""
+    return {k.split("/")[1] for k in backend.store_keys() if k.startswith(("checkpoints/", "attempts/"))}
 
 
 def segment_names(backend: Backend) -> set[str]:
@@ -502,7 +505,7 @@ def test_cleanup_after_compaction(backend: Backend, policy: RetentionPolicy) -> 
     removed = backend.store().cleanup(policy)
     assert len(removed) == 5
     left = backend.store_keys()
-    assert not [k for k in left if k.startswith(("segments/", "checkpoints/")) or k == "state.json"]
+    assert not [k for k in left if k.startswith(("segments/", "checkpoints/", "attempts/")) or k == "state.json"]
     if policy is RetentionPolicy.RETAIN:
         assert done_keys(backend.store()) == [f"k{p}" for p in range(5)]
         nxt = backend.store().begin_epoch(owner="t")
@@ -552,6 +555,67 @@ def test_reads_stay_bounded_as_the_store_grows(backend: Backend) -> None:
     large = requests_for(100)
     assert large[0] <= small[0] + 1 and large[1] <= small[1] + 1, (small, large)
     assert large[0] < 20  # not one request per checkpoint
+
+
+def recording_listings(store: CheckpointStore) -> list[str]:
+    """Record every key ``store``'s listings return (the store's own blobs, instrumented in place)."""
+    listed: list[str] = []
+    original = store.blobs.list
+
+    def recording(prefix: str = "") -> Iterator[BlobInfo]:
+        found = list(original(prefix))
+        listed.extend(info.key for info in found)
+        return iter(found)
+
+    store.blobs.list = recording  # type: ignore[method-assign]
+    return listed
+
+
+def test_readers_of_keys_and_progress_list_manifests_only_not_the_failed_attempts(backend: Backend) -> None:
+    """A big job's failed attempts leave their intents and parts behind (a thousand directories in a job of
+    100,000 tasks) until the commit. Readers of keys and progress list the sealed checkpoints' manifests
+    and nothing of those attempts; the commit still finds them and deletes what they wrote."""
+    store = backend.store()
+    epoch = begin(store, backend, owner="t").number
+    for p in range(3):
+        write_task(store, backend, epoch=epoch, partition=p, keys=[f"k{p}"])
+    failed = [write_task(store, backend, epoch=epoch, partition=p, keys=[f"lost{p}"], seal=False) for p in range(3, 8)]
+    reader = backend.store()
+    listed = recording_listings(reader)
+    assert done_keys(reader) == ["k0", "k1", "k2"]
+    progress = reader.progress()
+    assert (progress.valid_checkpoints, progress.keys_done) == (3, 3)
+    assert len(reader.valid_checkpoints()) == 3 and len(reader.key_sources()) == 3
+    records = [k for k in listed if k.startswith(("checkpoints/", "attempts/"))]
+    assert records and all(k.endswith("/manifest.json") for k in records), records
+    # Still there for the commit, which deletes the failed attempts' files and records.
+    store.end_epoch(epoch, status=EpochStatus.SUCCEEDED)
+    result = backend.store().commit([backend.output_uri])
+    assert names(result.deleted_files) == names([path for _, paths, _ in failed for path in paths])
+    assert not {checkpoint_id for checkpoint_id, _, _ in failed} & loose_dirs(backend)
+    assert backend.store().check().ok
+
+
+def test_an_attempt_sealing_while_the_state_is_read_is_never_taken_for_a_leftover(backend: Backend) -> None:
+    """The commit and cleanup delete the directories of attempts that did not seal. They list the attempts
+    before the manifests, so an attempt that seals between the two listings is seen sealed, never as a
+    leftover whose files may go."""
+    store = backend.store()
+    epoch = begin(store, backend, owner="t").number
+    late, _, _ = write_task(store, backend, epoch=epoch, partition=0, keys=["late"], seal=False)
+    reader = backend.store()
+    original = reader.blobs.list
+
+    def seal_after_the_attempts_listing(prefix: str = "") -> Iterator[BlobInfo]:
+        found = list(original(prefix))
+        if prefix == "attempts/" and store.get_checkpoint(late) is None:
+            assert store.checkpoint(late, epoch=epoch, partition=0) is not None
+        return iter(found)
+
+    reader.blobs.list = seal_after_the_attempts_listing  # type: ignore[method-assign]
+    state = reader.state_reader.read()
+    assert state.is_sealed(late) and late not in state.unsealed
+    assert state.valid_ids == [late]
 
 
 def test_contents_of_a_compacted_store_counts_every_checkpoint(backend: Backend) -> None:
