@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_ckpt_provider.store.errors import CorruptCheckpointError
+
 
 class CheckpointStatus(enum.StrEnum):
     CHECKPOINTED = "checkpointed"
@@ -101,9 +103,11 @@ class Checkpoint:
     def from_json(cls, data: Mapping[str, Any]) -> Checkpoint:
         format_version = int(data.get("format_version", 1))
         if format_version not in (1, 2):
-            raise ValueError(
-                f"manifest format {format_version} is not one this version reads (1, 2): it was written by a "
-                "newer airflow-ckpt-provider; upgrade every process that reads this store"
+            raise CorruptCheckpointError(
+                f"the manifest of checkpoint {data.get('checkpoint_id')!r} has format {format_version}, which this "
+                "version does not read (1, 2): a newer airflow-ckpt-provider wrote it. Nothing was changed; "
+                "upgrade every process that reads this store (Airflow workers, the API server, the Spark job's "
+                "environment), then run `airflow-ckpt check`"
             )
         return cls(
             checkpoint_id=str(data["checkpoint_id"]),

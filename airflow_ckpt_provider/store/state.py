@@ -87,7 +87,7 @@ class StoreState:
 
     def require_attempts(self) -> None:
         """Raise if this read did not list the attempts (a caller about to delete or audit directories)."""
-        if not self.attempts_listed:
+        if not self.attempts_listed:  # pragma: no cover - a caller's bug, not a user's input
             raise RuntimeError("this state was read with_attempts=False: read it again with the attempts listed")
 
     @property

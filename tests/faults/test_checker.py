@@ -40,7 +40,7 @@ def test_a_manifest_that_does_not_parse(tmp_path: Path, fault_inputs: list[str])
 
 def test_a_part_named_by_its_manifest_is_missing(tmp_path: Path, fault_inputs: list[str]) -> None:
     store, _ = _store(tmp_path, fault_inputs)
-    (_checkpoint_dir(tmp_path, store) / "keys" / "0000.arrow").unlink()
+    (tmp_path / "store" / "attempts" / store.valid_checkpoints()[0].checkpoint_id / "keys" / "0000.arrow").unlink()
     report = store.check()
     assert any(p.startswith("missing part") for p in report.problems), report
 
