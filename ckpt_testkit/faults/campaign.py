@@ -24,7 +24,14 @@ from typing import Any
 
 from airflow_ckpt_provider.store import CheckpointStore, open_store
 from ckpt_testkit.faults.oracle import audit_after_commit, check_store, progress_violations
-from ckpt_testkit.faults.plans import EXECUTOR_FAILPOINTS, SIGKILL, USER_FAILPOINTS, Crash, TrialPlan
+from ckpt_testkit.faults.plans import (
+    EXECUTOR_FAILPOINTS,
+    ONE_SEAL_POINTS,
+    SIGKILL,
+    USER_FAILPOINTS,
+    Crash,
+    TrialPlan,
+)
 from ckpt_testkit.faults.processes import RunOutcome, SparkHost, run_commit, run_submit
 from ckpt_testkit.faults.workload import OutputLocation, inputs_of_round
 
@@ -271,18 +278,31 @@ class Campaign:
             if not fired:
                 result.violations.append(f"run {number} failed, but not at {what}: {outcome.short_error(600)}")
             result.violations += [f"after the crash at {what}: {p}" for p in check_store(store)]
-            self._check_progress(spec, outcome, store, result, what)
+            self._check_progress(spec, outcome, store, result, what, armed)
         return False
 
     def _check_progress(
-        self, spec: Mapping[str, Any], outcome: RunOutcome, store: CheckpointStore, result: TrialResult, what: str
+        self,
+        spec: Mapping[str, Any],
+        outcome: RunOutcome,
+        store: CheckpointStore,
+        result: TrialResult,
+        what: str,
+        armed: Crash,
     ) -> None:
-        """Progress oracle: after a failed run whose driver lived, every finished write task's keys are sealed."""
+        """Progress oracle: after a failed run whose driver lived, every finished write task's keys are sealed
+        (but the one whose seal the failpoint failed)."""
         key_log = outcome.extra.get("key_log")
         if outcome.where != "host" or outcome.extra.get("host_lost") or not key_log:
             return  # a dead driver logs no end of its job, and seals nothing after its death
         check = progress_violations(
-            store, self.host.event_dir, str(spec["output"]), Path(key_log), spec["inputs"], spec["mode"]
+            store,
+            self.host.event_dir,
+            str(spec["output"]),
+            Path(key_log),
+            spec["inputs"],
+            spec["mode"],
+            unsealable=1 if armed.point in ONE_SEAL_POINTS and armed.kind == "raise" else 0,
         )
         result.progress_checks += 1
         result.finished_tasks += check.finished

@@ -43,6 +43,14 @@ COMPACTION_FAILPOINTS = (
 #: Failpoints of the native (Spark) writer: in the driver, around the seal of one committed task.
 #: Only file-key jobs with local output use that writer, so only the local backend deals them.
 NATIVE_FAILPOINTS = ("spark.native.before_seal", "spark.native.after_seal")
+#: Failpoints inside one task's seal: raised in the driver (Spark's writer seals there), they leave that one
+#: task committed but unsealed. The progress oracle allows that task, and only it.
+ONE_SEAL_POINTS = (
+    "spark.native.before_seal",
+    "store.after_stage_files",
+    "store.after_stage_keys",
+    "store.checkpoint.before_manifest",
+)
 #: Failpoints of the commit task (commit, then retention cleanup).
 COMMIT_FAILPOINTS = (
     "store.commit.between_phases",

@@ -76,14 +76,13 @@ def expected_keys(inputs: Sequence[str], mode: str) -> set[Any]:
     return {k for path in inputs for k in pq.read_table(path, columns=[column]).column(0).to_pylist()}
 
 
-def keys_of_rows(inputs: Sequence[str], mode: str, row_ids: set[int]) -> set[Any]:
-    """The input keys that rows ``row_ids`` belong to (their file, their key, or themselves)."""
-    keys: set[Any] = set()
+def key_of_row(inputs: Sequence[str], mode: str) -> dict[int, Any]:
+    """Each input row's key (its file, its key, or itself), by row id."""
+    keys: dict[int, Any] = {}
     for path in inputs:
         table = pq.read_table(path, columns=["row_id", "key"])
         for row_id, key in zip(table.column(0).to_pylist(), table.column(1).to_pylist(), strict=True):
-            if row_id in row_ids:
-                keys.add(file_key(path) if mode == "files" else row_id if mode == "rows-unique" else key)
+            keys[row_id] = file_key(path) if mode == "files" else row_id if mode == "rows-unique" else key
     return keys
 
 

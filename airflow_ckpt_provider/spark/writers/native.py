@@ -167,6 +167,8 @@ class _Sealer:
         self.reports: dict[int, WriteTaskReport] = {}
         self.fenced: EpochFencedError | None = None
         self.error: BaseException | None = None
+        #: Nothing more may be sealed (the plan changed under the write, or the driver was interrupted).
+        self._halted = False
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="ckpt-native-sealer", daemon=True)
@@ -185,9 +187,16 @@ class _Sealer:
         self.seal_pending()
 
     def seal_pending(self, lines: str | None = None) -> None:
-        """Seal the tasks committed since the last call (or those in ``lines``)."""
+        """Seal the tasks committed since the last call (or those in ``lines``).
+
+        A seal that fails for one task (a store error the breaker does not absorb, a bad message)
+        fails the write, but not the progress of the other tasks Spark committed: each seal is a
+        checkpoint of its own, so they are still sealed, now and at :meth:`finish`, and the first
+        error is raised when the write ends. Nothing more is sealed once the epoch is fenced (a
+        newer submit owns the store) or the write's plan proved different from the one its keys
+        came from."""
         with self._lock:
-            if self.fenced is not None or self.error is not None:
+            if self.fenced is not None or self._halted:
                 return
             if lines is None:
                 try:
@@ -204,8 +213,16 @@ class _Sealer:
                     self.fenced = exc
                     self._on_fenced()
                     return
-                except BaseException as exc:
-                    self.error = exc
+                except Exception as exc:
+                    log.warning("native writer: a committed task could not be sealed (%s); sealing the others", exc)
+                    self._halted = isinstance(exc, WritePlanMismatchError)
+                    if self.error is None:
+                        self.error = exc
+                        self._on_fenced()
+                    if self._halted:
+                        return
+                except BaseException as exc:  # an interrupt or exit: nothing more is sealed
+                    self.error, self._halted = exc, True
                     self._on_fenced()
                     return
 
