@@ -295,12 +295,21 @@ def _metadata_extractors(spark_jvm: Any) -> Any:
     return getattr(formats, "FileFormat$").__getattr__("MODULE$").BASE_METADATA_EXTRACTORS()
 
 
-def scan_files(scan: Any, spark_jvm: Any) -> tuple[tuple[FilePiece, ...], ...]:
+#: The package jar's class that describes a scan's file pieces in one call (jvm/src/.../ScanPieces.java).
+_SCAN_PIECES_CLASS = "io.airflowckpt.spark.ScanPieces"
+
+
+def scan_files(scan: Any, spark_jvm: Any, gateway: Any | None = None) -> tuple[tuple[FilePiece, ...], ...]:
     """Per task of a Spark file scan: the file pieces it reads.
 
     Values come from Spark's own ``_metadata`` extractors, so a filter on ``_metadata``
-    compares exactly what the scan will see.
+    compares exactly what the scan will see. With ``gateway`` (the session's Py4J gateway)
+    and the package's jar loaded, the JVM describes the scan in one call; otherwise each
+    piece is read through Py4J (five round trips a piece: 1.5 s for 320 files).
     """
+    described = _scan_files_in_jvm(scan, spark_jvm, gateway) if gateway is not None else None
+    if described is not None:
+        return described
     extract = _metadata_extractors(spark_jvm)
     path_of, size_of, mtime_of = (extract.apply(n) for n in ("file_path", "file_size", "file_modification_time"))
     tasks: list[tuple[FilePiece, ...]] = []
@@ -311,6 +320,27 @@ def scan_files(scan: Any, spark_jvm: Any) -> tuple[tuple[FilePiece, ...], ...]:
             pieces.append(FilePiece(file, int(piece.start()), int(piece.length())))
         tasks.append(tuple(pieces))
     return tuple(tasks)
+
+
+def _scan_files_in_jvm(scan: Any, spark_jvm: Any, gateway: Any) -> tuple[tuple[FilePiece, ...], ...] | None:
+    """``scan_files`` by one call to the package jar's ``ScanPieces.describe``; None when the jar is not
+    loaded in this session (the caller walks the pieces itself)."""
+    try:
+        loader = spark_jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        cls = spark_jvm.java.lang.Class.forName(_SCAN_PIECES_CLASS, True, loader)
+    except Exception:
+        return None
+    classes = gateway.new_array(spark_jvm.java.lang.Class, 1)
+    classes[0] = spark_jvm.java.lang.Class.forName("java.lang.Object")
+    args = gateway.new_array(spark_jvm.java.lang.Object, 1)
+    args[0] = scan
+    text = str(cls.getMethod("describe", classes).invoke(None, args))
+    *records, footer = text.split("\u0000")
+    tasks: list[list[FilePiece]] = [[] for _ in range(int(footer.removeprefix("tasks=")))]
+    for record in records:
+        task, path, size, mtime, start, length = record.split("\u0001")
+        tasks[int(task)].append(FilePiece(InputFile(path, int(size), int(mtime)), int(start), int(length)))
+    return tuple(tuple(pieces) for pieces in tasks)
 
 
 #: Physical nodes that neither drop, add nor move rows of a file scan (column selection, codegen glue).
@@ -331,8 +361,9 @@ def source_listing(df: DataFrame) -> tuple[InputFile, ...] | None:
         scan = _plain_scan(plan)
         if scan is None:
             return None
-        jvm = df.sparkSession.sparkContext._jvm
-        files = {piece.file.path: piece.file for task in scan_files(scan, jvm) for piece in task}
+        context = df.sparkSession.sparkContext
+        pieces = scan_files(scan, context._jvm, context._gateway)
+        files = {piece.file.path: piece.file for task in pieces for piece in task}
     except Exception as exc:  # an internal API that moved must cost the input records, not the job
         log.info("could not list the input files of the row-key source (%s); resuming by keys only", exc)
         return None

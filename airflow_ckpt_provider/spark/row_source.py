@@ -212,14 +212,22 @@ def identity_column() -> Column:
     )
 
 
+#: Joins done-file identities into one literal; a file path never holds it.
+_SEPARATOR = "\u0000"
+
+
 def without_files(df: DataFrame, identities: Iterable[str]) -> DataFrame | None:
     """``df`` without the rows of these files; Spark prunes the files when it plans the scan. None if
     ``df`` does not expose Spark's ``_metadata`` (not a plain file read)."""
     wanted = sorted(identities)
     if not wanted:
         return df
+    if any(_SEPARATOR in identity for identity in wanted):  # pragma: no cover - paths hold no NUL
+        return None
+    # One literal string split in the JVM, not one Py4J literal per file (0.8 s for 288 files with isin).
+    done = F.split(F.lit(_SEPARATOR.join(wanted)), _SEPARATOR)
     try:
-        return df.where(~identity_column().isin(wanted))
+        return df.where(~F.array_contains(done, identity_column()))
     except Exception as exc:  # AnalysisException: _metadata does not resolve on this plan
         log.info("cannot skip done files of this source (%s); its done keys are anti-joined instead", exc)
         return None

@@ -82,7 +82,8 @@ def row_key_partitioning(job: JobContext, df: DataFrame) -> Partitioned | None:
     task_files = None
     if lineage.scan is not None and not lineage.coalesced:
         try:
-            task_files = scan_files(lineage.scan, job.spark.sparkContext._jvm)
+            context = job.spark.sparkContext
+            task_files = scan_files(lineage.scan, context._jvm, context._gateway)
         except Exception as exc:  # an internal API that moved costs the input records, not the write
             log.info("could not read the scan's files per task (%s); checkpoints record keys only", exc)
     inputs = InputRecords(source.digest, task_files=task_files) if source.digest and task_files else None

@@ -26,6 +26,7 @@ from airflow_ckpt_provider.spark.row_source import (
     without_files,
 )
 from airflow_ckpt_provider.spark.skip import anti_join, done_keys_frame
+from airflow_ckpt_provider.spark.writers.native import protocol_available
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,8 @@ def skip_completed(
     buckets = None
     if not unique and not grouped:
         buckets = job.partitions(num_partitions)
+    # The package's jar lists the source's files in one JVM call (Spark's writer adds it anyway).
+    protocol_available(job.spark)
     source = RowSource(
         columns,
         unique,

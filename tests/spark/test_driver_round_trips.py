@@ -1,0 +1,87 @@
+"""The row-key driver's bulk JVM paths give exactly what the per-item Py4J paths gave.
+
+A row-key rerun learns the source's files and each scan task's file pieces (``scan_files``) and
+filters out the done files (``without_files``). Both once cost one Py4J round trip per file or per
+literal (4 s of a rerun's driver at 320 files): now the package jar describes a scan in one call and
+the done files are one literal. These tests hold the bulk paths to the old answers, on file names
+with quotes, commas, spaces, the identity separator ``|`` and non-ASCII characters.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+from airflow_ckpt_provider.spark.plan import _plain_scan, physical_plan, scan_files, source_listing
+from airflow_ckpt_provider.spark.row_source import without_files
+from airflow_ckpt_provider.spark.writers.native import protocol_available
+
+pytestmark = pytest.mark.spark
+
+NAMES = ["plain", "it's", "a,b", "with space", "pipe|name", "naïve-ü", "plain-2", "über"]
+
+
+def _inputs(tmp_path: Path) -> Path:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for index, name in enumerate(NAMES):
+        rows = 2000 + index
+        pq.write_table(
+            pa.table({"id": pa.array(range(index * 10_000, index * 10_000 + rows), pa.int64())}),
+            folder / f"{name}.parquet",
+            row_group_size=500,
+        )
+    return folder
+
+
+def test_the_jar_describes_a_scan_exactly_as_the_py4j_walk(spark: SparkSession, tmp_path: Path) -> None:
+    assert protocol_available(spark) is None
+    folder = _inputs(tmp_path)
+    context = spark.sparkContext
+    previous = spark.conf.get("spark.sql.files.maxPartitionBytes")
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "4096")  # files split into several pieces
+    try:
+        df = spark.read.parquet(str(folder))
+        scan = _plain_scan(physical_plan(df))
+        assert scan is not None
+        walked = scan_files(scan, context._jvm)  # one round trip per value
+        described = scan_files(scan, context._jvm, context._gateway)  # one call
+    finally:
+        spark.conf.set("spark.sql.files.maxPartitionBytes", previous or "128MB")
+    assert described == walked
+    assert sum(len(task) for task in walked) > len(NAMES)  # split pieces, not one per file
+    assert {_name(piece.file.path) for task in walked for piece in task} == set(NAMES)
+
+
+def _name(path: str) -> str:
+    """The input name of a path as Spark's ``_metadata.file_path`` shows it (URL-encoded)."""
+    return unquote(path.rsplit("/", 1)[-1]).removesuffix(".parquet")
+
+
+def test_done_files_are_left_out_by_one_literal_whatever_their_names(spark: SparkSession, tmp_path: Path) -> None:
+    folder = _inputs(tmp_path)
+    df = spark.read.parquet(str(folder))
+    listing = source_listing(df)
+    assert listing is not None and len(listing) == len(NAMES)
+    done = [f for f in listing if _name(f.path) not in ("plain", "über", "a,b")]
+    left = [f for f in listing if f not in done]
+    assert len(left) == 3
+    pruned = without_files(df, [f.identity for f in done])
+    assert pruned is not None
+    # Spark prunes the done files when it plans the scan: the pruned frame reads only the others...
+    leaf = physical_plan(pruned).collectLeaves().head()  # type: ignore[union-attr]
+    context = spark.sparkContext
+    read = {piece.file for task in scan_files(leaf, context._jvm, context._gateway) for piece in task}
+    assert read == set(left)
+    # ...and its rows are exactly theirs.
+    expected = sum(2000 + NAMES.index(_name(f.path)) for f in left)
+    assert pruned.count() == expected
+    # An identity that differs only in size or time is a different file: nothing more is left out.
+    stale = [f"{f.path}|{f.size + 1}|{f.mtime_us}" for f in left]
+    stale += [f"{f.path}|{f.size}|{f.mtime_us + 1}" for f in left]
+    assert without_files(df, stale).count() == df.count()  # type: ignore[union-attr]
