@@ -3,8 +3,9 @@
 A row-key rerun learns the source's files and each scan task's file pieces (``scan_files``) and
 filters out the done files (``without_files``). Both once cost one Py4J round trip per file or per
 literal (4 s of a rerun's driver at 320 files): now the package jar describes a scan in one call and
-the done files are one literal. These tests hold the bulk paths to the old answers, on file names
-with quotes, commas, spaces, the identity separator ``|`` and non-ASCII characters.
+the done files are one SQL ``IN`` list (one call, and a hash set per row). These tests hold the bulk
+paths to the old answers, on file names with quotes, backslashes, commas, spaces, the identity
+separator ``|`` and non-ASCII characters.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from airflow_ckpt_provider.spark.writers.native import protocol_available
 
 pytestmark = pytest.mark.spark
 
-NAMES = ["plain", "it's", "a,b", "with space", "pipe|name", "naïve-ü", "plain-2", "über"]
+NAMES = ["plain", "it's", "a,b", "with space", "pipe|name", "naïve-ü", "plain-2", "über", "back\\slash's"]
 
 
 def _inputs(tmp_path: Path) -> Path:
@@ -69,10 +70,17 @@ def test_done_files_are_left_out_by_one_literal_whatever_their_names(spark: Spar
     listing = source_listing(df)
     assert listing is not None and len(listing) == len(NAMES)
     done = [f for f in listing if _name(f.path) not in ("plain", "über", "a,b")]
+    assert any("\\" in f.identity or "%5C" in f.identity for f in done), "a done name holds a backslash"
     left = [f for f in listing if f not in done]
     assert len(left) == 3
     pruned = without_files(df, [f.identity for f in done])
     assert pruned is not None
+    # An IN list, which Spark turns into one hash-set lookup per row (InSet) above 10 files: never an
+    # array of every done file scanned for each row.
+    optimized = pruned._jdf.queryExecution().optimizedPlan().toString()
+    assert " IN (" in optimized and "array_contains" not in optimized, optimized[:2000]
+    many = without_files(df, [f"{f.path}|{f.size + k}|{f.mtime_us}" for f in left for k in range(1, 5)])
+    assert many is not None and "INSET" in many._jdf.queryExecution().optimizedPlan().toString().upper()
     # Spark prunes the done files when it plans the scan: the pruned frame reads only the others...
     leaf = physical_plan(pruned).collectLeaves().head()  # type: ignore[union-attr]
     context = spark.sparkContext

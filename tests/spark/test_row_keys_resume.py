@@ -91,3 +91,39 @@ def test_a_key_declared_unique_that_repeats_fails_before_sealing(
     with pytest.raises(KeyNotUniqueError, match="unique=True"):
         _run(spark, local_target, operator, inputs, unique=True, engine=engine)
     assert operator.store.list_checkpoints() == [], "nothing of the task that met the repeated key is sealed"
+
+
+@pytest.mark.parametrize("engine", ["spark", "arrow"])
+def test_a_rerun_reads_what_is_left_in_its_share_of_the_tasks(
+    spark: SparkSession, local_target: Target, tmp_path: Path, engine: str
+) -> None:
+    """Unique keys, ``num_partitions`` tasks over the whole input: a rerun that skips half the input
+    unread reads the other half in half the tasks, each as big as a clean run's. Cutting the rest into
+    ``num_partitions`` ever smaller tasks made a rerun's tasks cost more per row than a clean run's."""
+    files = [
+        _write(tmp_path / "in" / f"{i}.parquet", [i * 1000 + r for r in range(1000)], ["x"] * 1000) for i in range(8)
+    ]
+    for path in files:  # several row groups per file, so Spark may split a file between tasks
+        pq.write_table(pq.read_table(path), path, row_group_size=100)
+    sizes = [Path(p).stat().st_size for p in files]
+    assert max(sizes) < 1.02 * min(sizes), "files of about one size: half the bytes are half the input"
+    operator = FakeOperator(local_target)
+    previous = spark.conf.get("spark.sql.files.openCostInBytes")
+    spark.conf.set("spark.sql.files.openCostInBytes", "0")  # tasks sized by bytes alone
+    try:
+        for inputs, partitions in ((files[:4], 4), (files, 8)):
+            epoch = operator.begin()
+            job = CheckpointedJob(spark, local_target.store_uri, epoch=epoch, **local_target.options)
+            df = job.skip_completed(spark.read.parquet(*inputs), "event_id", unique=True, num_partitions=partitions)
+            summary = job.write_parquet(df, local_target.output_uri, engine=engine)
+            operator.end(epoch, 0)
+    finally:
+        spark.conf.set("spark.sql.files.openCostInBytes", previous or "4194304")
+    # Files 0-3 skipped unread (a grown input: the done keys are still anti-joined against the new files).
+    assert len(job._skips[-1].prune) == 4
+    assert summary.rows == 4000 and summary.sealed_partitions == summary.partitions
+    # 8 tasks over all 8 files asked for; 4 files (half the input, give or take a few bytes) left: 4
+    # tasks of about one file each (Spark may split a few bytes of the biggest file off into a fifth),
+    # not 8 or more half-files.
+    assert summary.partitions in (4, 5)
+    assert done_keys(operator.store) == {i * 1000 + r for i in range(8) for r in range(1000)}

