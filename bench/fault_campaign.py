@@ -1,14 +1,17 @@
 """The large fault-injection campaign: many seeded trials, one report, zero violations expected.
 
     .venv/bin/python -m bench.fault_campaign [--seed S] [--trials 30] [--submit-trials 6] \
-        [--store-trials 20] [--reprocess-trials 36] [--races 100] [--double-submits 3] [--backends local,s3]
-        [--only s3#12]
+        [--cluster-trials 6] [--store-trials 20] [--reprocess-trials 36] [--races 100] [--double-submits 3] \
+        [--backends local,s3] [--only s3#12]
 
 Per backend: ``--trials`` failpoint trials in one resident Spark session (a
 crash at a failpoint of the write task or the driver, raise or exit, at some
 hit; resume, maybe crashing again; commit, maybe crashing there and retrying) and
 ``--submit-trials`` trials with spark-submit (SIGKILL of the driver at a random
-moment, or an exit failpoint in the driver). With S3: ``--store-trials``
+moment, or an exit failpoint in the driver), then ``--cluster-trials`` trials on a Spark standalone
+cluster (master and two single-core workers on distinct loopback addresses, client mode: the user's
+code failing, our executor code crashing, an executor JVM SIGKILLed, the driver SIGKILLed). With S3:
+``--store-trials``
 store faults through the TCP proxy (resets, stalls past the timeout, 500/503,
 the job's identity deleted on the server). ``--reprocess-trials`` crash reprocess, rewind, undo
 and purge at their failpoints (raise, or a killed process), finish them with a re-run, then run
@@ -40,6 +43,7 @@ from ckpt_testkit.faults.reprocess_trials import ReprocessTrial, deal, run_trial
 from ckpt_testkit.faults.store_faults import S3Target, run_store_fault_trial
 from ckpt_testkit.faults.workload import make_inputs
 from ckpt_testkit.seaweed import SeaweedServer
+from ckpt_testkit.spark_cluster import standalone_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,6 +53,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=None, help="campaign seed (default: random, printed)")
     parser.add_argument("--trials", type=int, default=30, help="failpoint trials per backend (resident session)")
     parser.add_argument("--submit-trials", type=int, default=6, help="spark-submit trials per backend")
+    parser.add_argument(
+        "--cluster-trials", type=int, default=0, help="trials per backend on a Spark standalone cluster"
+    )
     parser.add_argument("--store-trials", type=int, default=20, help="store-fault trials (S3 only)")
     parser.add_argument(
         "--reprocess-trials", type=int, default=36, help="reprocess/rewind/undo/purge crash trials per backend"
@@ -57,7 +64,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--double-submits", type=int, default=3, help="pairs of spark-submits started together")
     parser.add_argument("--backends", default="local,s3", help="comma-separated: local, s3")
     parser.add_argument(
-        "--only", default=None, help="replay one trial: local#3, s3#5, local-submit#1, s3-fault#2, local-reprocess#4"
+        "--only",
+        default=None,
+        help="replay one trial: local#3, s3#5, local-submit#1, local-cluster#2, s3-fault#2, local-reprocess#4",
     )
     parser.add_argument("--work-dir", default=None, help="keep everything here (default: a temp dir)")
     return parser.parse_args()
@@ -91,6 +100,15 @@ def main() -> int:
                 campaign.run_trial(planner.trial(backend, index))
             for index in range(args.submit_trials):
                 campaign.run_trial(planner.trial(backend, index, own_driver=True))
+        if args.cluster_trials:
+            host.stop()  # the cluster's executors need the cores
+            with standalone_cluster(work / "cluster") as cluster:
+                campaign.cluster = cluster
+                for backend in backends:
+                    for index in range(args.cluster_trials):
+                        campaign.run_trial(planner.cluster_trial(backend, index))
+            campaign.cluster = None
+            host.start()
         if server is not None:
             for index in range(args.store_trials):
                 run_store_fault_trial(
@@ -186,6 +204,10 @@ def replay(
         trials = deal(str(campaign.seed), index + 1)
         result = _reprocess_trial(trials[index], backend, server, bucket, inputs, work)
         campaign.report.add(result)
+    elif name.endswith("-cluster"):
+        with standalone_cluster(work / "cluster") as cluster:
+            campaign.cluster = cluster
+            result = campaign.run_trial(planner.cluster_trial(name.split("-")[0], index))
     else:
         backend, _, kind = name.partition("-")
         result = campaign.run_trial(planner.trial(backend, index, own_driver=kind == "submit"))

@@ -12,6 +12,7 @@ import pytest
 
 from ckpt_testkit.faultproxy import FaultProxy
 from ckpt_testkit.seaweed import SeaweedServer
+from ckpt_testkit.spark_cluster import SparkStandaloneCluster
 from tests.support.airflow_harness import AirflowHarness
 
 
@@ -58,6 +59,16 @@ def fault_proxy(s3_server: SeaweedServer) -> Iterator[FaultProxy]:
     Point clients at ``fault_proxy.endpoint_url``."""
     with FaultProxy(s3_server.s3_port) as proxy:
         yield proxy
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkStandaloneCluster]:
+    """A master on 127.0.0.1 and single-core workers on 127.0.0.2 and 127.0.0.3, for the whole session
+    (tests/spark's cluster scenarios and tests/faults' cluster trials share it)."""
+    cluster = SparkStandaloneCluster(tmp_path_factory.mktemp("spark-cluster"))
+    cluster.start()
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture(scope="session")

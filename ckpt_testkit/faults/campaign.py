@@ -13,7 +13,10 @@ Used by ``tests/faults`` (a few trials per run) and ``python -m bench.fault_camp
 from __future__ import annotations
 
 import json
+import os
+import signal
 import statistics
+import sys
 import time
 import uuid
 from collections import Counter
@@ -23,17 +26,27 @@ from pathlib import Path
 from typing import Any
 
 from airflow_ckpt_provider.store import CheckpointStore, open_store
-from ckpt_testkit.faults.oracle import audit_after_commit, check_store, progress_violations
+from ckpt_testkit.faults.jobs.fault_job import USER_AFTER_EXCHANGE
+from ckpt_testkit.faults.oracle import (
+    audit_after_commit,
+    check_store,
+    progress_violations,
+    reprocessed_violations,
+    sealed_keys,
+)
 from ckpt_testkit.faults.plans import (
     EXECUTOR_FAILPOINTS,
+    EXECUTOR_KILL,
     ONE_SEAL_POINTS,
     SIGKILL,
     USER_FAILPOINTS,
     Crash,
     TrialPlan,
 )
-from ckpt_testkit.faults.processes import RunOutcome, SparkHost, run_commit, run_submit
+from ckpt_testkit.faults.processes import REPO_ROOT, RunOutcome, SparkHost, run_commit, run_submit
 from ckpt_testkit.faults.workload import OutputLocation, inputs_of_round
+from ckpt_testkit.spark_cluster import SparkStandaloneCluster
+from ckpt_testkit.spark_events import event_log_confs
 
 
 @dataclass(frozen=True)
@@ -62,9 +75,14 @@ class TrialResult:
     seconds: float = 0.0
     degraded: bool = False
     kind: str = "failpoint"
+    #: The job's shape: key mode and writer (``rows-composite/arrow``); empty for trials of another kind.
+    path: str = ""
     #: Failed runs the progress oracle checked, and the tasks Spark recorded as finished in them.
     progress_checks: int = 0
     finished_tasks: int = 0
+    #: Runs that started with keys sealed (the rerun oracle checked them), and those keys.
+    rerun_checks: int = 0
+    sealed_at_start: int = 0
 
     def note(self, line: str) -> None:
         self.log.append(line)
@@ -121,6 +139,7 @@ class CampaignReport:
             if reprocess:
                 lines.append("reprocess trials".ljust(width) + "".join(f"{reprocess[b]:>20}" for b in backends))
             lines.append("")
+            lines += self._by_path(width)
         faults = [t for t in self.trials if t.kind == "store-fault"]
         if faults:
             lines.append("Store faults (S3 store through the TCP proxy; output on local disk)")
@@ -144,6 +163,14 @@ class CampaignReport:
                 "log), every one's keys sealed unless listed below"
             )
             lines.append("")
+        reruns = sum(t.rerun_checks for t in self.trials)
+        if reruns:
+            sealed = sum(t.sealed_at_start for t in self.trials)
+            lines.append(
+                f"Rerun oracle: {reruns} runs started with keys sealed ({sealed} keys in all); none of those keys "
+                "went through the user's transformation again unless listed below"
+            )
+            lines.append("")
         seconds = [t.seconds for t in self.trials]
         if seconds:
             lines.append(
@@ -155,6 +182,30 @@ class CampaignReport:
             lines += [f"  {v}" for v in self.violations]
         return "\n".join(lines)
 
+    def _by_path(self, width: int) -> list[str]:
+        """Armed/fired per crash point and job path (key mode / writer), both backends together."""
+        paths = sorted({t.path for t in self.trials if t.path})
+        if not paths:
+            return []
+        armed: Counter[tuple[str, str]] = Counter()
+        fired: Counter[tuple[str, str]] = Counter()
+        for trial in self.trials:
+            if trial.path:
+                for point, did_fire in trial.armed:
+                    armed[(point, trial.path)] += 1
+                    fired[(point, trial.path)] += int(did_fire)
+        cell = max(12, *(len(p) + 2 for p in paths))
+        header = "by path (key mode/writer)".ljust(width) + "".join(f"{p:>{cell}}" for p in paths)
+        lines = [header, "-" * len(header)]
+        for point in sorted({p for p, _ in armed}):
+            cells = "".join(
+                f"{f'{armed[(point, p)]}/{fired[(point, p)]}' if armed[(point, p)] else '-':>{cell}}" for p in paths
+            )
+            lines.append(point.ljust(width) + cells)
+        trials = Counter(t.path for t in self.trials if t.path)
+        lines.append("trials".ljust(width) + "".join(f"{trials[p]:>{cell}}" for p in paths))
+        return [*lines, ""]
+
 
 def _fired(crash: Crash, outcome: RunOutcome) -> bool:
     """Did this run end at its armed crash (and not for some other reason)?
@@ -163,6 +214,8 @@ def _fired(crash: Crash, outcome: RunOutcome) -> bool:
     reports a sibling Python worker of the failed task first, "Python worker
     exited unexpectedly"; both count. Any other failure is a finding.
     """
+    if crash.point == EXECUTOR_KILL:  # the run may well succeed: Spark retries the lost tasks elsewhere
+        return bool(outcome.extra.get("executor_killed"))
     if outcome.ok:
         return False
     if crash.point == SIGKILL:
@@ -186,6 +239,7 @@ class Campaign:
         *,
         report: CampaignReport | None = None,
         echo: Callable[[str], None] = print,
+        cluster: SparkStandaloneCluster | None = None,
     ) -> None:
         self.seed = seed
         self.work_dir = work_dir
@@ -195,12 +249,14 @@ class Campaign:
         self.echo = echo
         self.report = report if report is not None else CampaignReport(seed)
         self._submit_seconds: list[float] = []
+        #: The standalone cluster for ``plan.cluster`` trials (started by the caller).
+        self.cluster = cluster
 
     # ------------------------------------------------------------------ one trial
 
     def run_trial(self, plan: TrialPlan) -> TrialResult:
         backend = self.backends[plan.backend]
-        result = TrialResult(plan.trial_id, plan.backend, plan.describe())
+        result = TrialResult(plan.trial_id, plan.backend, plan.describe(), path=f"{plan.mode}/{plan.engine}")
         self.echo(f"trial {plan.describe()}")
         started = time.monotonic()
         store_uri, output_uri = backend.locate(plan.trial_id)
@@ -255,7 +311,9 @@ class Campaign:
             attempts.append(resume)
         attempts.append(None)
         for number, armed in enumerate(attempts):
+            sealed_before = sealed_keys(store)
             outcome = self._run(plan, spec, armed, backend, store, number)
+            self._check_rerun(spec, outcome, sealed_before, result)
             fired = armed is not None and _fired(armed, outcome)
             if armed is not None:
                 result.armed.append((armed.point, fired))
@@ -281,6 +339,20 @@ class Campaign:
             self._check_progress(spec, outcome, store, result, what, armed)
         return False
 
+    @staticmethod
+    def _check_rerun(
+        spec: Mapping[str, Any], outcome: RunOutcome, sealed_before: set[Any] | None, result: TrialResult
+    ) -> None:
+        """Rerun oracle: a run processes no key that was sealed when it started (whatever became of the run)."""
+        key_log = outcome.extra.get("key_log")
+        if not sealed_before or not key_log:
+            return
+        processed, violations = reprocessed_violations(Path(key_log), sealed_before, spec["inputs"], spec["mode"])
+        result.rerun_checks += 1
+        result.sealed_at_start += len(sealed_before)
+        result.note(f"  rerun: {len(sealed_before)} keys sealed at the start, {processed} keys processed")
+        result.violations += violations
+
     def _check_progress(
         self,
         spec: Mapping[str, Any],
@@ -293,11 +365,13 @@ class Campaign:
         """Progress oracle: after a failed run whose driver lived, every finished write task's keys are sealed
         (but the one whose seal the failpoint failed)."""
         key_log = outcome.extra.get("key_log")
-        if outcome.where != "host" or outcome.extra.get("host_lost") or not key_log:
+        if outcome.where not in ("host", "cluster") or outcome.extra.get("host_lost") or outcome.killed:
             return  # a dead driver logs no end of its job, and seals nothing after its death
+        if not key_log:
+            return
         check = progress_violations(
             store,
-            self.host.event_dir,
+            Path(outcome.extra.get("event_dir") or self.host.event_dir),
             str(spec["output"]),
             Path(key_log),
             spec["inputs"],
@@ -319,13 +393,16 @@ class Campaign:
         number: int,
     ) -> RunOutcome:
         run_id = f"{plan.trial_id}/{number}/{uuid.uuid4().hex[:6]}"
+        # The user's transformation logs the rows each task attempt held (the progress and rerun oracles' input).
+        key_log = self.work_dir / "keys" / run_id.replace("/", "_").replace("#", "-")
+        key_log.mkdir(parents=True, exist_ok=True)
+        spec = {**spec, "key_log": str(key_log)}
+        if plan.cluster:
+            outcome = self._run_on_cluster(plan, spec, armed, backend, store, run_id)
+            outcome.extra["key_log"] = str(key_log)
+            return outcome
         if armed is None or not armed.needs_own_driver:
-            # The user's transformation logs the rows each task attempt held (the progress oracle's input).
-            key_log = self.work_dir / "keys" / run_id.replace("/", "_").replace("#", "-")
-            key_log.mkdir(parents=True, exist_ok=True)
-            outcome = self.host.run(
-                {**spec, "key_log": str(key_log)}, backend.options, armed.spec if armed else "", run_id=run_id
-            )
+            outcome = self.host.run(spec, backend.options, armed.spec if armed else "", run_id=run_id)
             outcome.extra["key_log"] = str(key_log)
             return outcome
         kill_when = self._kill_condition(armed, store) if armed.point == SIGKILL else None
@@ -339,6 +416,64 @@ class Campaign:
         )
         if outcome.ok:
             self._submit_seconds.append(outcome.seconds)
+        outcome.extra["key_log"] = str(key_log)
+        return outcome
+
+    def _run_on_cluster(
+        self,
+        plan: TrialPlan,
+        spec: Mapping[str, Any],
+        armed: Crash | None,
+        backend: Backend,
+        store: CheckpointStore,
+        run_id: str,
+    ) -> RunOutcome:
+        """spark-submit to the standalone cluster (client mode): failpoints reach the executors' Python workers
+        through ``spark.executorEnv``; an executor JVM is SIGKILLed, or the driver, when the crash says so."""
+        cluster = self.cluster
+        if cluster is None:
+            raise RuntimeError("cluster trials need Campaign(cluster=a started SparkStandaloneCluster)")
+        name = run_id.replace("/", "_").replace("#", "-")
+        events = self.work_dir / "events" / name
+        failpoints = armed.spec if armed else ""
+        if armed is not None and armed.point == EXECUTOR_KILL:
+            # Pace the write tasks (each sleeps a moment in the user's transformation), so that the kill lands
+            # while the stage runs, not after a 400-row job has finished.
+            failpoints = f"{USER_AFTER_EXCHANGE}=sleep:0.5@*"
+        conf = {
+            "spark.executor.memory": "768m",
+            "spark.pyspark.python": sys.executable,
+            "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+            "spark.executorEnv.PYTHONPATH": str(REPO_ROOT),
+            "spark.executorEnv.CKPT_FAILPOINTS": failpoints,
+            "spark.task.maxFailures": str(plan.max_failures),
+            **event_log_confs(events),
+        }
+        kill_when = self._kill_condition(armed, store) if armed is not None and armed.point == SIGKILL else None
+        killed: list[int] = []
+        on_poll = None
+        if armed is not None and armed.point == EXECUTOR_KILL:
+            ready = self._kill_condition(armed, store)
+
+            def on_poll() -> None:
+                if killed or not ready():
+                    return
+                for pid in cluster.executor_pids()[:1]:  # a lost machine: the JVM and its Python workers
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+
+        outcome = run_submit(
+            spec,
+            backend.options,
+            failpoints,
+            log_prefix=self.work_dir / "logs" / name,
+            master=cluster.master_url,
+            kill_when=kill_when,
+            conf=conf,
+            on_poll=on_poll,
+        )
+        outcome.where = "cluster"
+        outcome.extra.update(event_dir=str(events), executor_killed=bool(killed))
         return outcome
 
     def _kill_condition(self, crash: Crash, store: CheckpointStore) -> Callable[[], bool]:

@@ -12,6 +12,10 @@ empty list means the trial kept every promise:
 * ``store.check()`` reports no problem;
 * retention did what it says (``retain``: the done keys are exactly the input
   keys, once each; ``delete_after_success``: no checkpoint directory is left).
+
+And after a failed run (:func:`progress_violations`): the keys of every write task
+Spark reports finished are sealed; and for every run (:func:`reprocessed_violations`):
+no key sealed before the run started went through the user's transformation again.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from airflow_ckpt_provider.store import CheckpointStore, RetentionPolicy
 from airflow_ckpt_provider.store.reprocess.records import retracted_paths
 from ckpt_testkit.faults.workload import (
     OutputLocation,
+    done_key_values,
     exactly_once_violations,
     expected_keys,
     expected_rows,
@@ -127,7 +132,7 @@ def _retention_violations(
 ) -> list[str]:
     violations: list[str] = []
     if policy is RetentionPolicy.RETAIN and not store_faults:
-        keys = store.get_checkpointed_keys().column(0).to_pylist()
+        keys = done_key_values(store.get_checkpointed_keys())
         want = expected_keys(inputs, mode)
         if len(keys) != len(set(keys)):
             violations.append(f"the store holds {len(keys) - len(set(keys))} done keys twice")
@@ -182,7 +187,7 @@ def progress_violations(
         per_task.append({key_of[row] for row in rows if row in key_of})
     wanted = set().union(*per_task)
     try:
-        sealed = set(store.get_checkpointed_keys().column(0).to_pylist())
+        sealed = set(done_key_values(store.get_checkpointed_keys()))
     except Exception as exc:  # unreadable done keys are a finding, not a harness error
         return ProgressCheck(len(finished), 0, [f"progress oracle: done keys unreadable: {exc}"])
     unsealed_tasks = [keys - sealed for keys in per_task if keys - sealed]
@@ -194,3 +199,33 @@ def progress_violations(
             f"are not sealed ({unsealable} may be), e.g. {sorted(lost, key=str)[:5]}"
         )
     return ProgressCheck(len(finished), len(wanted), violations)
+
+
+def sealed_keys(store: CheckpointStore) -> set[Any] | None:
+    """The done keys now, as :func:`~ckpt_testkit.faults.workload.key_of_row` spells them (None: unreadable,
+    which the other oracles report)."""
+    try:
+        return set(done_key_values(store.get_checkpointed_keys()))
+    except Exception:  # reported by check_store and the audit; this oracle then has nothing to compare
+        return None
+
+
+def reprocessed_violations(
+    key_log: Path, sealed_before: set[Any], inputs: Sequence[str], mode: str
+) -> tuple[int, list[str]]:
+    """The rerun oracle: no row of a key sealed before the run started went through the user's transformation
+    in that run (any task attempt: the job's transformation logs the rows each attempt held). Returns how many
+    distinct keys the run processed, and the violations."""
+    key_of = key_of_row(inputs, mode)
+    processed: set[Any] = set()
+    for path in key_log.glob("t*.rows"):
+        # A worker killed mid-write leaves its last line cut short: only whole lines count.
+        lines = path.read_text().split("\n")[:-1]
+        processed.update(key_of[int(line)] for line in lines if line.strip())
+    again = processed & sealed_before
+    if not again:
+        return len(processed), []
+    return len(processed), [
+        f"rerun oracle: {len(again)} keys sealed before the run started were processed again, "
+        f"e.g. {sorted(again, key=str)[:5]}"
+    ]

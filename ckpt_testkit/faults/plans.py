@@ -71,6 +71,11 @@ ORPHAN_COMMIT_POINTS = ("store.commit.before_delete_orphans", "store.commit.duri
 REPROCESS_POINTS = REPROCESS_FAILPOINTS
 #: Not a failpoint: SIGKILL of the spark-submit process group at a random moment.
 SIGKILL = "sigkill.driver"
+#: Not a failpoint: SIGKILL of one executor JVM of the standalone cluster while the job runs (a lost machine).
+EXECUTOR_KILL = "sigkill.executor"
+#: What a trial on the standalone cluster deals: the user's code failing, our executor code crashing (raise,
+#: or the Python worker killed), an executor JVM lost, the driver killed.
+CLUSTER_CRASH_POINTS = (*USER_FAILPOINTS, *EXECUTOR_FAILPOINTS, EXECUTOR_KILL, SIGKILL)
 CRASH_POINTS = (
     *USER_FAILPOINTS,
     *EXECUTOR_FAILPOINTS,
@@ -80,8 +85,8 @@ CRASH_POINTS = (
     SIGKILL,
 )
 #: Job shapes: row keys with several rows per key (an exchange at the source), unique row keys (no
-#: exchange), file keys.
-MODES = ("rows", "rows-unique", "files")
+#: exchange), composite row keys (two columns, two rows per key; an exchange), file keys.
+MODES = ("rows", "rows-unique", "rows-composite", "files")
 STORE_FAULTS = ("reset", "stall", "http500", "http503", "revoke")
 
 
@@ -100,15 +105,17 @@ class Crash:
     @property
     def spec(self) -> str:
         """The ``CKPT_FAILPOINTS`` value ('' for SIGKILL, which is not a failpoint)."""
-        return "" if self.point == SIGKILL else f"{self.point}={self.kind}@{self.hit}"
+        return "" if self.point in (SIGKILL, EXECUTOR_KILL) else f"{self.point}={self.kind}@{self.hit}"
 
     @property
     def needs_own_driver(self) -> bool:
         """Crashes that end the driver process: run with spark-submit, not in the resident host."""
         in_driver = self.point in (*DRIVER_FAILPOINTS, *NATIVE_FAILPOINTS, *COMPACTION_FAILPOINTS)
-        return self.point == SIGKILL or (in_driver and self.kind == "exit")
+        return self.point in (SIGKILL, EXECUTOR_KILL) or (in_driver and self.kind == "exit")
 
     def label(self) -> str:
+        if self.point == EXECUTOR_KILL:
+            return f"SIGKILL an executor +{self.kill_after_first_checkpoint or 0.0:.1f}s after 1st checkpoint"
         if self.point == SIGKILL:
             when = (
                 f"+{self.kill_after_first_checkpoint:.1f}s after 1st checkpoint"
@@ -137,6 +144,10 @@ class TrialPlan:
     round2_crash: Crash | None = None
     master: str = "local[2]"
     own_driver: bool = False
+    #: Submitted to the standalone cluster (client mode, two single-core workers), with this many attempts per
+    #: task (``spark.task.maxFailures``; 2: a lost executor's tasks are retried on the other worker).
+    cluster: bool = False
+    max_failures: int = 1
     #: ``write_parquet``'s engine: ``spark`` (local output) for the native writer's seal failpoints and
     #: half the SIGKILL, driver and user-code trials of the local backend, else ``arrow`` (the writer's
     #: Python-worker failpoints exist only there).
@@ -144,7 +155,8 @@ class TrialPlan:
 
     @property
     def trial_id(self) -> str:
-        return f"{self.backend}{'-submit' if self.own_driver else ''}#{self.index}"
+        kind = "-cluster" if self.cluster else "-submit" if self.own_driver else ""
+        return f"{self.backend}{kind}#{self.index}"
 
     def describe(self) -> str:
         parts = [
@@ -157,7 +169,9 @@ class TrialPlan:
         ]
         if self.round2_crash:
             parts.append(f"round2_crash={self.round2_crash.label()}")
-        if self.crash.needs_own_driver:
+        if self.cluster:
+            parts.append(f"master=standalone-cluster maxFailures={self.max_failures}")
+        elif self.crash.needs_own_driver:
             parts.append(f"master={self.master}")
         return " ".join(parts)
 
@@ -296,6 +310,45 @@ class Planner:
             round2_crash=round2_crash,
             master=rng.choice(("local[2]", "local[2,2]")),
             own_driver=own_driver,
+            engine=engine,
+        )
+
+    def cluster_trial(self, backend: str, index: int) -> TrialPlan:
+        """Trial ``index`` on ``backend`` submitted to the standalone cluster: a crash in the user's code or in
+        our executor code, an executor JVM killed, or the driver killed; resumed on the cluster, committed."""
+        rng = random.Random(f"{self.seed}/{backend}/{index}/cluster")
+        point = self._deal(f"{backend}/cluster", CLUSTER_CRASH_POINTS, index)
+        max_failures = 1
+        if point == EXECUTOR_KILL:
+            crash = Crash(EXECUTOR_KILL, "kill", kill_after_first_checkpoint=round(rng.uniform(0.0, 1.5), 2))
+            max_failures = rng.choice((1, 2))  # 2: Spark retries the lost tasks on the other worker
+        else:
+            crash = self._crash(rng, point)
+        resume_crash = self._executor_crash(rng) if rng.random() < 0.25 else None
+        commit_crashes: list[Crash] = []
+        if rng.random() < 0.5:
+            commit_crashes.append(Crash(self._deal(f"{backend}/cluster-commit", COMMIT_FAILPOINTS, index), "raise", 1))
+        mode = rng.choice(MODES)
+        # Spark's writer (local output only) for half the trials whose crash is not in the Arrow writer.
+        engine = "arrow"
+        if backend == "local" and point not in EXECUTOR_FAILPOINTS and rng.random() < 0.5:
+            engine = "spark"
+            resume_crash = None
+        return TrialPlan(
+            campaign_seed=self.seed,
+            backend=backend,
+            index=index,
+            crash=crash,
+            resume_crash=resume_crash,
+            commit_crashes=tuple(commit_crashes),
+            mode=mode,
+            num_partitions=rng.randint(4, 8),
+            max_records_per_file=rng.choice((None, 25)),
+            policy=rng.choice((RetentionPolicy.DELETE_AFTER_SUCCESS, RetentionPolicy.RETAIN)),
+            rounds=1,
+            own_driver=True,
+            cluster=True,
+            max_failures=max_failures,
             engine=engine,
         )
 

@@ -170,7 +170,8 @@ class SparkHost:
         )
 
 
-def submit_argv(spec: Mapping[str, Any], master: str = "local[2]") -> list[str]:
+def submit_argv(spec: Mapping[str, Any], master: str = "local[2]", conf: Mapping[str, str] | None = None) -> list[str]:
+    extra = [arg for name, value in (conf or {}).items() for arg in ("--conf", f"{name}={value}")]
     return [
         os.path.join(SPARK_HOME, "bin", "spark-submit"),
         "--master",
@@ -191,6 +192,7 @@ def submit_argv(spec: Mapping[str, Any], master: str = "local[2]") -> list[str]:
         "spark.driver.host=127.0.0.1",
         "--conf",
         "spark.driver.bindAddress=127.0.0.1",
+        *extra,
         str(JOBS / "fault_job.py"),
         json.dumps(dict(spec)),
     ]
@@ -205,17 +207,21 @@ def run_submit(
     master: str = "local[2]",
     kill_when: Callable[[], bool] | None = None,
     timeout: float = 400,
+    conf: Mapping[str, str] | None = None,
+    on_poll: Callable[[], None] | None = None,
 ) -> RunOutcome:
     """spark-submit the job in its own process group; SIGKILL the group as soon as ``kill_when()`` is true.
 
-    stdout and stderr go to ``{log_prefix}.out`` / ``.err`` (read back for the result line and errors).
+    ``conf``: more ``--conf`` settings (a standalone cluster's); ``on_poll``: called while the job runs
+    (every 0.1 s), e.g. to kill one of the cluster's executors. stdout and stderr go to
+    ``{log_prefix}.out`` / ``.err`` (read back for the result line and errors).
     """
     log_prefix.parent.mkdir(parents=True, exist_ok=True)
     out_path, err_path = Path(f"{log_prefix}.out"), Path(f"{log_prefix}.err")
     started = time.monotonic()
     with open(out_path, "w") as out, open(err_path, "w") as err:
         proc = subprocess.Popen(
-            submit_argv(spec, master),
+            submit_argv(spec, master, conf),
             env=_env(options, failpoints),
             stdout=out,
             stderr=err,
@@ -232,6 +238,8 @@ def run_submit(
             if time.monotonic() - started > timeout:
                 kill_group(proc)
                 break
+            if on_poll is not None:
+                on_poll()
             time.sleep(0.1)
         kill_group(proc)  # a driver that exited leaves no Python worker behind
     seconds = time.monotonic() - started

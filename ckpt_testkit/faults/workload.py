@@ -6,6 +6,10 @@
 (keys k000-k074), round 2 all 8 files (adds keys k075-k099), so no key of round 2
 is new input for an old key. The job rewrites ``key`` (trim + upper-case) and
 adds ``value2`` — the checkpoint must still hold the key as read.
+
+Key modes (the job's ``mode``): ``files`` (the file's URI), ``rows`` (``key``, 4 rows
+each), ``rows-unique`` (``row_id``) and ``rows-composite`` (``key`` with the derived
+``shard = row_id % 2``: 2 rows per composite key, stored as a struct).
 """
 
 from __future__ import annotations
@@ -67,23 +71,38 @@ def expected_rows(inputs: Sequence[str]) -> list[OutputRow]:
     return sorted(rows)
 
 
+#: The derived second column of the ``rows-composite`` key: ``row_id % SHARDS``.
+SHARDS = 2
+
+
 def expected_keys(inputs: Sequence[str], mode: str) -> set[Any]:
     """The input keys a complete run checkpoints: file URIs (``files``), raw key values (``rows``),
-    or row ids (``rows-unique``)."""
-    if mode == "files":
-        return {file_key(p) for p in inputs}
-    column = "row_id" if mode == "rows-unique" else "key"
-    return {k for path in inputs for k in pq.read_table(path, columns=[column]).column(0).to_pylist()}
+    row ids (``rows-unique``) or ``(key, shard)`` tuples (``rows-composite``)."""
+    return set(key_of_row(inputs, mode).values())
 
 
 def key_of_row(inputs: Sequence[str], mode: str) -> dict[int, Any]:
-    """Each input row's key (its file, its key, or itself), by row id."""
+    """Each input row's key (its file, its key, itself, or its key and shard), by row id."""
     keys: dict[int, Any] = {}
     for path in inputs:
         table = pq.read_table(path, columns=["row_id", "key"])
         for row_id, key in zip(table.column(0).to_pylist(), table.column(1).to_pylist(), strict=True):
-            keys[row_id] = file_key(path) if mode == "files" else row_id if mode == "rows-unique" else key
+            if mode == "files":
+                keys[row_id] = file_key(path)
+            elif mode == "rows-unique":
+                keys[row_id] = row_id
+            elif mode == "rows-composite":
+                keys[row_id] = (key, row_id % SHARDS)
+            else:
+                keys[row_id] = key
     return keys
+
+
+def done_key_values(table: pa.Table) -> list[Any]:
+    """The done keys of ``get_checkpointed_keys()`` as :func:`key_of_row` spells them (a composite key's
+    struct becomes a tuple of its fields in order)."""
+    values = table.column(0).to_pylist()
+    return [tuple(v.values()) if isinstance(v, dict) else v for v in values]
 
 
 @dataclass(frozen=True)

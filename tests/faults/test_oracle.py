@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from airflow_ckpt_provider.store import CheckpointStore, RetentionPolicy, open_store
-from ckpt_testkit.faults.oracle import audit_after_commit
+from ckpt_testkit.faults.oracle import audit_after_commit, reprocessed_violations, sealed_keys
 from ckpt_testkit.faults.store_api_job import run_job, write_task
-from ckpt_testkit.faults.workload import OutputLocation
+from ckpt_testkit.faults.workload import OutputLocation, key_of_row
 
 pytestmark = pytest.mark.faults
 
@@ -75,3 +75,26 @@ def test_a_corrupt_snapshot_is_caught(
     found = " | ".join(_audit(store, output, fault_inputs))
     assert "store.check(): corrupt store record" in found
     assert "done keys cannot be read" in found
+
+
+def test_the_rerun_oracle_names_a_sealed_key_processed_again(
+    committed: tuple[CheckpointStore, OutputLocation, Path], fault_inputs: list[str], tmp_path: Path
+) -> None:
+    """A run that sends a row of a key sealed before it started through the user's code is a violation; rows
+    of keys that were not sealed, and a last line cut short by a killed worker, are not."""
+    store, _, _ = committed
+    sealed = sealed_keys(store)
+    assert sealed is not None and len(sealed) == len(fault_inputs)  # retain: every file key is done
+    rows_by_file = {key: sorted(r for r, k in key_of_row(fault_inputs, "files").items() if k == key) for key in sealed}
+    first, second = sorted(sealed)[:2]
+    log = tmp_path / "keys"
+    log.mkdir()
+    # Task 1 held rows of the first file only; task 2 was killed while writing its first row id.
+    (log / "t1.rows").write_text("".join(f"{r}\n" for r in rows_by_file[first]))
+    (log / "t2.rows").write_text(str(rows_by_file[second][0])[:-1])
+    processed, clean = reprocessed_violations(log, sealed - {first}, fault_inputs, "files")
+    assert (processed, clean) == (1, [])
+    processed, found = reprocessed_violations(log, sealed, fault_inputs, "files")
+    assert processed == 1
+    assert len(found) == 1 and "1 keys sealed before the run started were processed again" in found[0]
+    assert first in found[0]

@@ -7,7 +7,11 @@ one runs on purpose, once per distinct failure kind, so CI always covers them:
   step fails on the map side of ``skip_completed``'s exchange (nothing is written yet);
 * ``user.after_exchange`` with such keys (Arrow writer): the user's transformation fails
   in the write stage, where the tasks that finished must stay sealed (Spark's event log
-  says which finished).
+  says which finished);
+* the same with a composite key (two columns, a struct in the store).
+
+After the crash, the rerun oracle checks that the resumed run sent none of the keys
+sealed by the failed run through the user's transformation again.
 
 The same write-stage failure with unique keys (no exchange) is checked by
 tests/spark/test_row_keys_progress.py (``test_user_udf_failure_keeps_finished_tasks_local``,
@@ -29,6 +33,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.spark]
 CASES = [
     ("user.before_exchange", "rows", "arrow"),
     ("user.after_exchange", "rows", "arrow"),
+    ("user.after_exchange", "rows-composite", "arrow"),
 ]
 
 
@@ -61,3 +66,5 @@ def test_user_code_crash_keeps_finished_tasks(
     assert result.progress_checks == 1
     if point == "user.after_exchange":
         assert result.finished_tasks > 0, "write tasks finished before the crash: the oracle had keys to check"
+        # The resumed run started with the finished tasks' keys sealed, and the rerun oracle checked it.
+        assert result.rerun_checks >= 1 and result.sealed_at_start > 0, result.log

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from ckpt_testkit.spark_cluster import SPARK_HOME, SparkStandaloneCluster
+from ckpt_testkit.spark_cluster import SPARK_HOME
 from ckpt_testkit.spark_events import event_log_confs
 from tests.spark.helpers import Target
 
@@ -48,15 +48,6 @@ def spark(spark_event_log: Path) -> Iterator[SparkSession]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
-
-
-@pytest.fixture(scope="session")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkStandaloneCluster]:
-    """A master on 127.0.0.1 and single-core workers on 127.0.0.2 and 127.0.0.3, for the whole session."""
-    cluster = SparkStandaloneCluster(tmp_path_factory.mktemp("spark-cluster"))
-    cluster.start()
-    yield cluster
-    cluster.stop()
 
 
 def _local_target(tmp_path: Path) -> Target:

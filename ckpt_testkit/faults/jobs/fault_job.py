@@ -2,7 +2,8 @@
 
 ``SPEC`` is JSON: ``store_uri``, ``output``, ``inputs``, ``mode`` (``rows``: row
 keys with ``skip_completed``, several rows per key, so rows are grouped by key at
-the source; ``rows-unique``: the unique ``row_id`` as key, no exchange; ``files``:
+the source; ``rows-unique``: the unique ``row_id`` as key, no exchange; ``rows-composite``:
+the composite key (``key``, ``shard = row_id % 2``), two rows per key; ``files``:
 file keys with ``read_parquet``), ``num_partitions``, ``max_records_per_file``,
 ``engine`` (``write_parquet``'s; default ``auto``), ``key_log`` (optional: a
 directory where the user's transformation logs the row ids each task attempt
@@ -30,6 +31,7 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..",
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, StructField, StructType
 
 from airflow_ckpt_provider.failpoints import failpoint
@@ -97,6 +99,9 @@ def _pipeline(spark: SparkSession, job: CheckpointedJob, spec: Mapping[str, Any]
     elif mode == "rows-unique":
         source = spark.read.parquet(*spec["inputs"])
         df = _parsed(job.skip_completed(source, "row_id", unique=True))
+    elif mode == "rows-composite":
+        source = spark.read.parquet(*spec["inputs"]).withColumn("shard", F.col("row_id") % 2)
+        df = job.skip_completed(_parsed(source), ["key", "shard"], num_partitions=partitions)
     else:
         source = spark.read.parquet(*spec["inputs"])
         df = job.skip_completed(_parsed(source), "key", num_partitions=partitions)
