@@ -1,8 +1,8 @@
 """The large fault-injection campaign: many seeded trials, one report, zero violations expected.
 
     .venv/bin/python -m bench.fault_campaign [--seed S] [--trials 30] [--submit-trials 6] \
-        [--cluster-trials 6] [--store-trials 20] [--reprocess-trials 36] [--races 100] [--double-submits 3] \
-        [--backends local,s3] [--only s3#12]
+        [--cluster-trials 6] [--mapped-trials 4] [--store-trials 20] [--reprocess-trials 36] [--races 100] \
+        [--double-submits 3] [--backends local,s3] [--only s3#12]
 
 Per backend: ``--trials`` failpoint trials in one resident Spark session (a
 crash at a failpoint of the write task or the driver, raise or exit, at some
@@ -10,7 +10,9 @@ hit; resume, maybe crashing again; commit, maybe crashing there and retrying) an
 ``--submit-trials`` trials with spark-submit (SIGKILL of the driver at a random
 moment, or an exit failpoint in the driver), then ``--cluster-trials`` trials on a Spark standalone
 cluster (master and two single-core workers on distinct loopback addresses, client mode: the user's
-code failing, our executor code crashing, an executor JVM SIGKILLed, the driver SIGKILLed). With S3:
+code failing, our executor code crashing, an executor JVM SIGKILLed, the driver SIGKILLed), then
+``--mapped-trials`` trials of a mapped DAG in a real Airflow installation (two mapped instances of a
+checkpointed spark-submit at once, one crashing; ``ckpt_testkit/faults/mapped_trials.py``). With S3:
 ``--store-trials``
 store faults through the TCP proxy (resets, stalls past the timeout, 500/503,
 the job's identity deleted on the server). ``--reprocess-trials`` crash reprocess, rewind, undo
@@ -35,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ckpt_testkit.faults import mapped_trials
 from ckpt_testkit.faults.campaign import Backend, Campaign, TrialResult
 from ckpt_testkit.faults.plans import Planner
 from ckpt_testkit.faults.processes import SparkHost
@@ -44,6 +47,7 @@ from ckpt_testkit.faults.store_faults import S3Target, run_store_fault_trial
 from ckpt_testkit.faults.workload import make_inputs
 from ckpt_testkit.seaweed import SeaweedServer
 from ckpt_testkit.spark_cluster import standalone_cluster
+from tests.support.airflow_harness import AirflowHarness
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,6 +60,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--cluster-trials", type=int, default=0, help="trials per backend on a Spark standalone cluster"
     )
+    parser.add_argument(
+        "--mapped-trials", type=int, default=0, help="mapped-DAG trials (Airflow, two instances at once)"
+    )
     parser.add_argument("--store-trials", type=int, default=20, help="store-fault trials (S3 only)")
     parser.add_argument(
         "--reprocess-trials", type=int, default=36, help="reprocess/rewind/undo/purge crash trials per backend"
@@ -66,7 +73,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--only",
         default=None,
-        help="replay one trial: local#3, s3#5, local-submit#1, local-cluster#2, s3-fault#2, local-reprocess#4",
+        help="replay one trial: local#3, s3#5, local-submit#1, local-cluster#2, mapped#1, s3-fault#2, "
+        "local-reprocess#4",
     )
     parser.add_argument("--work-dir", default=None, help="keep everything here (default: a temp dir)")
     return parser.parse_args()
@@ -108,6 +116,12 @@ def main() -> int:
                     for index in range(args.cluster_trials):
                         campaign.run_trial(planner.cluster_trial(backend, index))
             campaign.cluster = None
+            host.start()
+        if args.mapped_trials:
+            host.stop()  # each instance is its own spark-submit
+            harness = _airflow(work)
+            for index in range(args.mapped_trials):
+                _mapped_trial(mapped_trials.deal(seed, index), harness, campaign, work)
             host.start()
         if server is not None:
             for index in range(args.store_trials):
@@ -177,6 +191,20 @@ def _reprocess_trial(
     return result
 
 
+def _airflow(work: Path) -> AirflowHarness:
+    """A fresh Airflow installation (SQLite metadata DB) holding the tenants DAG."""
+    harness = AirflowHarness.create(work / "airflow")
+    mapped_trials.install(harness, ROOT / "tests" / "support" / "dags")
+    return harness
+
+
+def _mapped_trial(trial: mapped_trials.MappedTrial, harness: AirflowHarness, campaign: Campaign, work: Path) -> None:
+    print(f"trial {trial.describe()}", flush=True)
+    result = mapped_trials.run_trial(trial, harness, work / "mapped")
+    print(f"  -> {result.violations or 'OK'} in {result.seconds:.1f}s", flush=True)
+    campaign.report.add(result)
+
+
 def replay(
     only: str,
     campaign: Campaign,
@@ -204,6 +232,9 @@ def replay(
         trials = deal(str(campaign.seed), index + 1)
         result = _reprocess_trial(trials[index], backend, server, bucket, inputs, work)
         campaign.report.add(result)
+    elif name == "mapped":
+        _mapped_trial(mapped_trials.deal(campaign.seed, index), _airflow(work), campaign, work)
+        result = campaign.report.trials[-1]
     elif name.endswith("-cluster"):
         with standalone_cluster(work / "cluster") as cluster:
             campaign.cluster = cluster

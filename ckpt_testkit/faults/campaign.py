@@ -114,7 +114,7 @@ class CampaignReport:
         return found
 
     def format(self) -> str:
-        backends = sorted({t.backend for t in self.trials if t.kind in ("failpoint", "reprocess")})
+        backends = sorted({t.backend for t in self.trials if t.kind in ("failpoint", "reprocess", "mapped")})
         armed: Counter[tuple[str, str]] = Counter()
         fired: Counter[tuple[str, str]] = Counter()
         for trial in self.trials:
@@ -135,9 +135,10 @@ class CampaignReport:
                 lines.append(point.ljust(width) + cells)
             per_backend = Counter(t.backend for t in self.trials if t.kind == "failpoint")
             lines.append("trials".ljust(width) + "".join(f"{per_backend[b]:>20}" for b in backends))
-            reprocess = Counter(t.backend for t in self.trials if t.kind == "reprocess")
-            if reprocess:
-                lines.append("reprocess trials".ljust(width) + "".join(f"{reprocess[b]:>20}" for b in backends))
+            for kind in ("reprocess", "mapped"):
+                counted = Counter(t.backend for t in self.trials if t.kind == kind)
+                if counted:
+                    lines.append(f"{kind} trials".ljust(width) + "".join(f"{counted[b]:>20}" for b in backends))
             lines.append("")
             lines += self._by_path(width)
         faults = [t for t in self.trials if t.kind == "store-fault"]
@@ -194,8 +195,8 @@ class CampaignReport:
                 for point, did_fire in trial.armed:
                     armed[(point, trial.path)] += 1
                     fired[(point, trial.path)] += int(did_fire)
-        cell = max(12, *(len(p) + 2 for p in paths))
-        header = "by path (key mode/writer)".ljust(width) + "".join(f"{p:>{cell}}" for p in paths)
+        cell = max(9, *(len(p) + 2 for p in paths))
+        header = "by path".ljust(width) + "".join(f"{p:>{cell}}" for p in paths)
         lines = [header, "-" * len(header)]
         for point in sorted({p for p, _ in armed}):
             cells = "".join(
@@ -204,7 +205,22 @@ class CampaignReport:
             lines.append(point.ljust(width) + cells)
         trials = Counter(t.path for t in self.trials if t.path)
         lines.append("trials".ljust(width) + "".join(f"{trials[p]:>{cell}}" for p in paths))
-        return [*lines, ""]
+        legend = (
+            "  paths: key mode (rows: several rows per key; uniq: unique row keys; comp: composite row keys; "
+            "files: file keys) / writer (A: Arrow, S: Spark's own); C: on the standalone cluster"
+        )
+        return [*lines, legend, ""]
+
+
+#: Short names of key modes and writers for the report's columns.
+_MODE_LABELS = {"rows": "rows", "rows-unique": "uniq", "rows-composite": "comp", "files": "files"}
+
+
+def path_label(plan: TrialPlan) -> str:
+    """The trial's path in the report: ``[C:]mode/writer`` (``C:`` on the standalone cluster, ``A`` the Arrow
+    writer, ``S`` Spark's own): e.g. ``C:comp/S``."""
+    where = "C:" if plan.cluster else ""
+    return f"{where}{_MODE_LABELS.get(plan.mode, plan.mode)}/{'S' if plan.engine == 'spark' else 'A'}"
 
 
 def _fired(crash: Crash, outcome: RunOutcome) -> bool:
@@ -256,7 +272,7 @@ class Campaign:
 
     def run_trial(self, plan: TrialPlan) -> TrialResult:
         backend = self.backends[plan.backend]
-        result = TrialResult(plan.trial_id, plan.backend, plan.describe(), path=f"{plan.mode}/{plan.engine}")
+        result = TrialResult(plan.trial_id, plan.backend, plan.describe(), path=path_label(plan))
         self.echo(f"trial {plan.describe()}")
         started = time.monotonic()
         store_uri, output_uri = backend.locate(plan.trial_id)

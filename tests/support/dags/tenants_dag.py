@@ -4,7 +4,8 @@ Tenants' ``order_no`` keys overlap; each mapped instance must keep its own store
 ``TENANTS_OUTPUT`` is the base directory (one sub-directory per tenant for the mapped task,
 ``group/<tenant>`` for the mapped task group), ``TENANTS_STORE`` an explicit
 ``checkpoint_uri`` for every instance of ``tenants`` (default: none, each instance gets its
-default location).
+default location), ``TENANTS_EVENT_LOG`` a directory for Spark's event log (the fault campaign's
+mapped trials, ``ckpt_testkit/faults/mapped_trials.py``).
 
 * ``tenants`` (mapped) -> ``commit`` (mapped) -> ``clear_all`` (not mapped: clears every
   instance's store);
@@ -30,6 +31,16 @@ OUTPUT = os.environ.get("TENANTS_OUTPUT", "/tmp/tenants-output")
 TENANTS = {"a": 300, "b": 400}
 ROW_DELAY_MS = os.environ.get("TENANTS_ROW_DELAY_MS", "0")
 CONF = {"spark.ui.enabled": "false", "spark.driver.memory": "512m"}
+if os.environ.get("TENANTS_EVENT_LOG"):  # Spark's event log, for the fault campaign's progress oracle
+    os.makedirs(os.environ["TENANTS_EVENT_LOG"], exist_ok=True)
+    CONF.update(
+        {
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": "file://" + os.environ["TENANTS_EVENT_LOG"],
+            "spark.eventLog.compress": "false",
+            "spark.eventLog.rolling.enabled": "false",
+        }
+    )
 
 with DAG("ckpt_tenants", schedule=None, catchup=False) as dag:
     tenants = CheckpointedSparkSubmitOperator.partial(
