@@ -219,23 +219,22 @@ _IDENTITY_SQL = (
 )
 
 
-def _sql_string(value: str) -> str:
-    """``value`` as a Spark SQL string literal (backslash escapes, Spark's default parser)."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def without_files(df: DataFrame, identities: Iterable[str]) -> DataFrame | None:
     """``df`` without the rows of these files; Spark prunes the files when it plans the scan. None if
     ``df`` does not expose Spark's ``_metadata`` (not a plain file read)."""
     wanted = sorted(identities)
     if not wanted:
         return df
-    # One SQL expression, so one Py4J round trip (isin makes one per file: 0.8 s for 288 files), and an IN
-    # list, which Spark turns into a hash set (InSet): an array literal with array_contains compares every
-    # row with every done file, a cost that grew with the done share of a rerun.
-    condition = f"NOT ({_IDENTITY_SQL} IN ({', '.join(_sql_string(identity) for identity in wanted)}))"
     try:
-        return df.where(F.expr(condition))
+        if any("'" in identity or "\\" in identity for identity in wanted):
+            # A quote or a backslash would need SQL escaping, which spark.sql.parser.escapedStringLiterals
+            # changes: exact literals instead (one Py4J call per file, the same hash set per row).
+            return df.where(~identity_column().isin(wanted))
+        # One SQL expression, so one Py4J round trip (isin makes one per file: 0.8 s for 288 files), and an
+        # IN list, which Spark turns into a hash set (InSet) per row: an array literal with array_contains
+        # compared every row with every done file, a cost that grew with the done share of a rerun.
+        listed = ", ".join(f"'{identity}'" for identity in wanted)
+        return df.where(F.expr(f"NOT ({_IDENTITY_SQL} IN ({listed}))"))
     except Exception as exc:  # AnalysisException: _metadata does not resolve on this plan
         log.info("cannot skip done files of this source (%s); its done keys are anti-joined instead", exc)
         return None

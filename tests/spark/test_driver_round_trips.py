@@ -81,6 +81,13 @@ def test_done_files_are_left_out_by_one_literal_whatever_their_names(spark: Spar
     assert " IN (" in optimized and "array_contains" not in optimized, optimized[:2000]
     many = without_files(df, [f"{f.path}|{f.size + k}|{f.mtime_us}" for f in left for k in range(1, 5)])
     assert many is not None and "INSET" in many._jdf.queryExecution().optimizedPlan().toString().upper()
+    # Names without a quote or a backslash go in one SQL expression: one Py4J call, not one per file.
+    plain = [f.identity for f in listing if "'" not in f.identity and "\\" not in f.identity]
+    assert len(plain) >= 5
+    pruned_plain = without_files(df, plain)
+    assert pruned_plain is not None and pruned_plain.count() == df.count() - sum(
+        2000 + NAMES.index(_name(f.path)) for f in listing if f.identity in plain
+    )
     # Spark prunes the done files when it plans the scan: the pruned frame reads only the others...
     leaf = physical_plan(pruned).collectLeaves().head()  # type: ignore[union-attr]
     context = spark.sparkContext
