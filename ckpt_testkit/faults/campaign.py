@@ -75,7 +75,7 @@ class TrialResult:
     seconds: float = 0.0
     degraded: bool = False
     kind: str = "failpoint"
-    #: The job's shape: key mode and writer (``rows-composite/arrow``); empty for trials of another kind.
+    #: The job's path in the report (:func:`path_label`, e.g. ``C:comp/S``; ``mapped DAG``); empty: none.
     path: str = ""
     #: Failed runs the progress oracle checked, and the tasks Spark recorded as finished in them.
     progress_checks: int = 0
