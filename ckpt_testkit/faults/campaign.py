@@ -115,12 +115,7 @@ class CampaignReport:
 
     def format(self) -> str:
         backends = sorted({t.backend for t in self.trials if t.kind in ("failpoint", "reprocess", "mapped")})
-        armed: Counter[tuple[str, str]] = Counter()
-        fired: Counter[tuple[str, str]] = Counter()
-        for trial in self.trials:
-            for point, did_fire in trial.armed:
-                armed[(point, trial.backend)] += 1
-                fired[(point, trial.backend)] += int(did_fire)
+        armed, fired = self._tally(lambda trial: trial.backend)
         lines = [
             f"Fault campaign seed={self.seed}: {len(self.trials)} trials, {len(self.violations)} violations, "
             f"wall {self.last - self.started:.0f}s",
@@ -183,18 +178,23 @@ class CampaignReport:
             lines += [f"  {v}" for v in self.violations]
         return "\n".join(lines)
 
+    def _tally(self, column: Callable[[TrialResult], str]) -> tuple[Counter[tuple[str, str]], Counter[tuple[str, str]]]:
+        """Armed and fired counts per (crash point, ``column(trial)``); trials whose column is empty are left out."""
+        armed: Counter[tuple[str, str]] = Counter()
+        fired: Counter[tuple[str, str]] = Counter()
+        for trial in self.trials:
+            if column(trial):
+                for point, did_fire in trial.armed:
+                    armed[(point, column(trial))] += 1
+                    fired[(point, column(trial))] += int(did_fire)
+        return armed, fired
+
     def _by_path(self, width: int) -> list[str]:
         """Armed/fired per crash point and job path (key mode / writer), both backends together."""
         paths = sorted({t.path for t in self.trials if t.path})
         if not paths:
             return []
-        armed: Counter[tuple[str, str]] = Counter()
-        fired: Counter[tuple[str, str]] = Counter()
-        for trial in self.trials:
-            if trial.path:
-                for point, did_fire in trial.armed:
-                    armed[(point, trial.path)] += 1
-                    fired[(point, trial.path)] += int(did_fire)
+        armed, fired = self._tally(lambda trial: trial.path)
         cell = max(9, *(len(p) + 2 for p in paths))
         header = "by path".ljust(width) + "".join(f"{p:>{cell}}" for p in paths)
         lines = [header, "-" * len(header)]

@@ -40,7 +40,7 @@ import pyarrow.dataset as ds
 
 from airflow_ckpt_provider.store import CheckpointStore, RetentionPolicy, open_store
 from ckpt_testkit.faults.campaign import TrialResult
-from ckpt_testkit.faults.oracle import CommitRecords, check_store
+from ckpt_testkit.faults.oracle import CommitRecords, check_store, file_violations
 from ckpt_testkit.faults.plans import EXECUTOR_FAILPOINTS
 from ckpt_testkit.faults.workload import OutputLocation
 from ckpt_testkit.spark_events import finished_write_tasks
@@ -167,7 +167,7 @@ def _run(trial: MappedTrial, harness: Installation, where: Path, result: TrialRe
         victim_env["CKPT_FAILPOINTS"] = f"{trial.point}={trial.kind}@{trial.hit}"
 
     procs = {
-        i: _start(harness, run_id, i, victim_env if i == trial.victim else base, where / f"run-{i}.log")
+        i: start_instance(harness, run_id, i, victim_env if i == trial.victim else base, where / f"run-{i}.log")
         for i in TENANTS
     }
     killed = False
@@ -194,7 +194,7 @@ def _run(trial: MappedTrial, harness: Installation, where: Path, result: TrialRe
     result.note(f"victim sealed {len(sealed)} keys before its retry")
 
     # The victim's retry: the same owner takes its open epoch over and skips what was sealed.
-    retry = _start(harness, run_id, trial.victim, base, where / "retry.log")
+    retry = start_instance(harness, run_id, trial.victim, base, where / "retry.log")
     retry.wait(timeout=1800)
     if not _succeeded(where / "retry.log"):
         result.violations.append(f"the victim's retry failed: {_tail(where / 'retry.log')}")
@@ -214,9 +214,11 @@ def _run(trial: MappedTrial, harness: Installation, where: Path, result: TrialRe
         result.violations += [f"map_index {i}: {v}" for v in _audit(store, output / tenant, rows, weight)]
 
 
-def _start(
+def start_instance(
     harness: Installation, run_id: str, map_index: int, env: Mapping[str, str], log: Path
 ) -> subprocess.Popen[str]:
+    """``airflow tasks test`` of one mapped instance of ``tenants``, in its own process group (so it can be
+    killed whole, its spark-submit with it), as a worker of a real deployment runs it."""
     with open(log, "w", encoding="utf-8") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "airflow", "tasks", "test", DAG_ID, TASK_ID, run_id, "--map-index", str(map_index)],
@@ -299,13 +301,7 @@ def _audit(store: CheckpointStore, output: Path, rows: int, weight: int) -> list
         )
     if table is not None and table.column("amount").to_pylist() != [o * weight for o in orders]:
         problems.append("amounts differ from order_no x the tenant's weight (another tenant's rows?)")
-    records = CommitRecords.read(store)
-    gone = sorted(records.committed - files)
-    if gone:
-        problems.append(f"{len(gone)} committed files were deleted, e.g. {gone[:3]}")
-    orphans = sorted(files - records.committed - records.unknown - records.kept)
-    if orphans:
-        problems.append(f"{len(orphans)} orphans after the commit, e.g. {orphans[:3]}")
+    problems += file_violations(CommitRecords.read(store), files)
     problems += check_store(store)
     keys = _keys(store)
     if sorted(keys) != list(range(rows)):

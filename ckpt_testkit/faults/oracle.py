@@ -75,6 +75,19 @@ class CommitRecords:
         return cls(frozenset(committed), frozenset(unknown), frozenset(kept), frozenset(deleted), latest)
 
 
+def file_violations(records: CommitRecords, on_disk: set[str]) -> list[str]:
+    """After a successful commit: no file a commit record names is gone, and every file under the output
+    root is committed, or was reported by the commit (unknown, kept unprovable)."""
+    violations = []
+    gone = sorted(records.committed - on_disk)
+    if gone:
+        violations.append(f"{len(gone)} committed files were deleted, e.g. {gone[:3]}")
+    orphans = sorted(on_disk - records.committed - records.unknown - records.kept)
+    if orphans:
+        violations.append(f"{len(orphans)} orphans left after a successful commit, e.g. {orphans[:3]}")
+    return violations
+
+
 def check_store(store: CheckpointStore) -> list[str]:
     """``store.check()`` problems (it must never raise either: a crash mid-way is its job to describe)."""
     try:
@@ -99,12 +112,7 @@ def audit_after_commit(
     on_disk = output.files()
     records = CommitRecords.read(store)
     violations += exactly_once_violations(output.read_rows(), expected_rows(inputs))
-    gone = sorted(records.committed - on_disk)
-    if gone:
-        violations.append(f"{len(gone)} committed files were deleted, e.g. {gone[:3]}")
-    orphans = sorted(on_disk - records.committed - records.unknown - records.kept)
-    if orphans:
-        violations.append(f"{len(orphans)} orphans left after a successful commit, e.g. {orphans[:3]}")
+    violations += file_violations(records, on_disk)
     if not store_faults and (records.unknown or records.kept):
         violations.append(
             f"without store faults every file has an intent, yet the commit reported {len(records.unknown)} "

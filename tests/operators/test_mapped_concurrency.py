@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from airflow_ckpt_provider.store import EpochStatus, open_store
+from ckpt_testkit.faults.mapped_trials import start_instance
 from tests.support.airflow_harness import AirflowHarness
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.timeout(2400)]
@@ -42,33 +41,6 @@ def run_ids(airflow_harness: AirflowHarness) -> tuple[str, str]:
     return ids
 
 
-def _start(
-    harness: AirflowHarness, run_id: str, map_index: int, env: dict[str, str], log: Path
-) -> subprocess.Popen[str]:
-    """``airflow tasks test`` of one mapped instance, in its own process group (so it can be killed whole)."""
-    with open(log, "w", encoding="utf-8") as output:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "airflow",
-                "tasks",
-                "test",
-                DAG_ID,
-                "tenants",
-                run_id,
-                "--map-index",
-                str(map_index),
-            ],
-            env={**harness.env, **env},
-            cwd=harness.home,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-
-
 def _wait_until(condition: Callable[[], bool], what: str, timeout: float = 600) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -85,7 +57,7 @@ def test_two_instances_at_once_on_their_default_stores_both_succeed(
 ) -> None:
     run_id = run_ids[0]
     env = {"TENANTS_OUTPUT": str(tmp_path / "out"), "TENANTS_ROW_DELAY_MS": "20"}
-    procs = {i: _start(airflow_harness, run_id, i, env, tmp_path / f"instance-{i}.log") for i in ROWS}
+    procs = {i: start_instance(airflow_harness, run_id, i, env, tmp_path / f"instance-{i}.log") for i in ROWS}
     codes = {i: proc.wait(timeout=1800) for i, proc in procs.items()}
     logs = {i: (tmp_path / f"instance-{i}.log").read_text() for i in ROWS}
     assert codes == {0: 0, 1: 0}, logs
@@ -114,11 +86,11 @@ def test_a_shared_checkpoint_uri_fences_the_other_instance_and_only_the_owner_ta
     env = {"TENANTS_OUTPUT": str(tmp_path / "out"), "TENANTS_STORE": shared, "TENANTS_HOLD": "1"}
     store = open_store(shared)
 
-    first = _start(airflow_harness, run_id, 0, env, tmp_path / "first.log")
+    first = start_instance(airflow_harness, run_id, 0, env, tmp_path / "first.log")
     try:
         _wait_until(lambda: len(store.valid_checkpoints()) >= 1, "map index 0 sealed a checkpoint")
         # Map index 1 starts while map index 0 is running: it must fail fast, not take over.
-        second = _start(airflow_harness, run_id, 1, env, tmp_path / "second.log")
+        second = start_instance(airflow_harness, run_id, 1, env, tmp_path / "second.log")
         second.wait(timeout=600)
         assert first.poll() is None, "map index 0 should still be running"
         refused = (tmp_path / "second.log").read_text()
@@ -137,7 +109,7 @@ def test_a_shared_checkpoint_uri_fences_the_other_instance_and_only_the_owner_ta
     assert 0 < len(sealed) < ROWS[0]
 
     # Map index 1 again: still refused (the open epoch is another instance's), nothing changed.
-    again = _start(airflow_harness, run_id, 1, env, tmp_path / "again.log")
+    again = start_instance(airflow_harness, run_id, 1, env, tmp_path / "again.log")
     again.wait(timeout=600)
     assert "MappedInstanceConflictError" in (tmp_path / "again.log").read_text()
     assert [(e.number, e.status) for e in store.list_epochs()] == [(1, EpochStatus.OPEN)]
@@ -146,9 +118,9 @@ def test_a_shared_checkpoint_uri_fences_the_other_instance_and_only_the_owner_ta
     # Map index 0's retry is the same owner: it takes over its epoch and finishes the rest. At the
     # same time, the remedy the error names: `{{ ti.map_index }}` in the templated checkpoint_uri
     # gives map index 1 a store of its own, rendered per instance, while map index 0 runs.
-    retry = _start(airflow_harness, run_id, 0, {**env, "TENANTS_HOLD": "0"}, tmp_path / "retry.log")
+    retry = start_instance(airflow_harness, run_id, 0, {**env, "TENANTS_HOLD": "0"}, tmp_path / "retry.log")
     templated = {**env, "TENANTS_STORE": shared + "-{{ ti.map_index }}", "TENANTS_HOLD": "0"}
-    own = _start(airflow_harness, run_id, 1, templated, tmp_path / "own.log")
+    own = start_instance(airflow_harness, run_id, 1, templated, tmp_path / "own.log")
     codes = {"retry": retry.wait(timeout=1800), "own": own.wait(timeout=1800)}
     log = (tmp_path / "retry.log").read_text()
     assert codes == {"retry": 0, "own": 0}, log[-3000:] + (tmp_path / "own.log").read_text()[-3000:]
