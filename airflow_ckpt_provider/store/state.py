@@ -144,7 +144,10 @@ class StateReader:
     def manifest_and_etag(self, checkpoint_id: str) -> tuple[Checkpoint, str] | None:
         key = manifest_key(checkpoint_id)
         found = self._blobs.get_if_exists(key)
-        if found is None:
+        if found is None or not found[0]:
+            # Every manifest we write is a JSON object, so an empty one is an upload a cut connection left
+            # behind on a server whose PUT is not atomic (SeaweedFS keeps the empty object). It was never
+            # sealed: readers skip it, and the commit deletes it with the rest of its attempt.
             return None
         data = self._context.parse_json(key, found[0])
         try:

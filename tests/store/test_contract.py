@@ -476,6 +476,50 @@ def test_corrupt_manifest_is_a_typed_error_and_nothing_is_deleted(backend: Backe
     assert backend.store_keys() == store_before and backend.output_names() == output_before
 
 
+def test_an_empty_manifest_is_an_unsealed_leftover_the_commit_deletes_with_its_files(backend: Backend) -> None:
+    """A PUT cut short on a server whose PUT is not atomic leaves the manifest empty (SeaweedFS does, the
+    fault campaign's s3-fault#7): its attempt was never sealed, so readers redo its keys, check() notes it
+    as a leftover, and the commit deletes it and its output files like any failed attempt's."""
+    store = backend.store()
+    epoch = begin(store, backend, owner="t")
+    kept_id, kept_paths, _ = write_task(store, backend, epoch=epoch.number, partition=0, keys=["a"])
+    torn_id, torn_paths, _ = write_task(store, backend, epoch=epoch.number, partition=1, keys=["b"])
+    blobs = backend.store_blobs()
+    blobs.delete_many([f"checkpoints/{torn_id}/manifest.json"])
+    blobs.put(f"checkpoints/{torn_id}/manifest.json", b"")  # what the cut upload left
+    assert done_keys(store) == ["a"]
+    assert store.get_checkpoint(torn_id) is None
+    assert [c.checkpoint_id for c in store.list_checkpoints()] == [kept_id]
+    report = store.check()
+    assert report.ok, report.problems
+    assert any(torn_id in note for note in report.notes)
+    # The rerun redoes partition 1 in a new attempt; then the job succeeds and commits.
+    redo_id, redo_paths, _ = write_task(store, backend, epoch=epoch.number, partition=1, keys=["b"])
+    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    result = store.commit([backend.output_uri])
+    assert sorted(result.committed_checkpoints) == sorted([kept_id, redo_id])
+    assert torn_id in result.deleted_checkpoints
+    assert backend.output_names() == names(kept_paths + redo_paths)
+    assert not names(torn_paths) & backend.output_names()
+    assert not any(torn_id in key for key in backend.store_keys())
+    assert done_keys(store) == ["a", "b"]  # committed keys stay done (a rerun of this job skips them)
+
+
+def test_a_seal_that_finds_its_own_upload_left_empty_writes_it_again(backend: Backend) -> None:
+    """The first upload of a manifest was cut short and left an empty object, so its retry lost
+    If-None-Match to it: the seal fills the empty object in (If-Match on its etag) instead of failing."""
+    store = backend.store()
+    epoch = begin(store, backend, owner="t")
+    checkpoint_id, _, _ = write_task(store, backend, epoch=epoch.number, partition=0, keys=["a"], seal=False)
+    backend.store_blobs().put(f"checkpoints/{checkpoint_id}/manifest.json", b"")
+    sealed = store.checkpoint(checkpoint_id, epoch=epoch.number, partition=0)
+    assert sealed is not None and sealed.checkpoint_id == checkpoint_id
+    assert done_keys(store) == ["a"]
+    data, _ = backend.store_blobs().get(f"checkpoints/{checkpoint_id}/manifest.json")
+    assert json.loads(data)["checkpoint_id"] == checkpoint_id
+    assert backend.store().get_checkpoint(checkpoint_id) is not None  # another process sees it sealed
+
+
 def test_truncated_key_file_is_a_typed_error(backend: Backend) -> None:
     from airflow_ckpt_provider.store import CorruptCheckpointError
 
