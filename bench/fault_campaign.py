@@ -39,7 +39,7 @@ from pathlib import Path
 
 from ckpt_testkit.faults import mapped_trials
 from ckpt_testkit.faults.campaign import Backend, Campaign, TrialResult
-from ckpt_testkit.faults.plans import Planner
+from ckpt_testkit.faults.plans import Planner, expected_cells
 from ckpt_testkit.faults.processes import SparkHost
 from ckpt_testkit.faults.races import race_begin_epoch, race_spark_submits
 from ckpt_testkit.faults.reprocess_trials import ReprocessTrial, deal, run_trial
@@ -101,6 +101,8 @@ def main() -> int:
         host.start()
         campaign = Campaign(seed, work, host, inputs, campaign_backends, echo=lambda line: print(line, flush=True))
         planner = Planner(seed)
+        dealt = {"host": args.trials, "submit": args.submit_trials, "cluster": args.cluster_trials}
+        campaign.report.expected = expected_cells(dealt, backends)
         if args.only:
             return replay(args.only, campaign, planner, server, bucket, inputs, work)
         for backend in backends:

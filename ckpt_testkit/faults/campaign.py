@@ -98,6 +98,8 @@ class CampaignReport:
     started: float = field(default_factory=time.monotonic)
     #: When the last trial or race was recorded: in pytest other tests run after the campaign's.
     last: float = field(default_factory=time.monotonic)
+    #: (crash point, path) pairs the decks dealt must arm and fire (:func:`ckpt_testkit.faults.plans.expected_cells`).
+    expected: set[tuple[str, str]] = field(default_factory=set)
 
     def add(self, result: TrialResult) -> None:
         self.trials.append(result)
@@ -209,18 +211,24 @@ class CampaignReport:
             "  paths: key mode (rows: several rows per key; uniq: unique row keys; comp: composite row keys; "
             "files: file keys) / writer (A: Arrow, S: Spark's own); C: on the standalone cluster"
         )
-        return [*lines, legend, ""]
+        return [*lines, legend, "", *self._coverage(armed, fired), ""]
 
-
-#: Short names of key modes and writers for the report's columns.
-_MODE_LABELS = {"rows": "rows", "rows-unique": "uniq", "rows-composite": "comp", "files": "files"}
+    def _coverage(self, armed: Counter[tuple[str, str]], fired: Counter[tuple[str, str]]) -> list[str]:
+        """Did every crash point fire on every path it applies to? Against the decks dealt through (expected)."""
+        never_fired = sorted(cell for cell in armed if not fired[cell])
+        lines = [f"Coverage: {sum(1 for c in armed if fired[c])} (crash point, path) cells fired of {len(armed)} armed"]
+        if self.expected:
+            missing = sorted(self.expected - {c for c in armed if fired[c]})
+            held = len(self.expected)
+            lines[0] += f"; the decks dealt hold {held}, {held - len(missing)} of them fired"
+            lines += [f"  expected, never fired: {point} on {path}" for point, path in missing]
+        lines += [f"  armed, never fired: {point} on {path}" for point, path in never_fired]
+        return lines
 
 
 def path_label(plan: TrialPlan) -> str:
-    """The trial's path in the report: ``[C:]mode/writer`` (``C:`` on the standalone cluster, ``A`` the Arrow
-    writer, ``S`` Spark's own): e.g. ``C:comp/S``."""
-    where = "C:" if plan.cluster else ""
-    return f"{where}{_MODE_LABELS.get(plan.mode, plan.mode)}/{'S' if plan.engine == 'spark' else 'A'}"
+    """The trial's path in the report: ``[C:]mode/writer`` (:func:`ckpt_testkit.faults.plans.path_of`)."""
+    return plan.path
 
 
 def _fired(crash: Crash, outcome: RunOutcome) -> bool:

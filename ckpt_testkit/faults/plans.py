@@ -65,6 +65,8 @@ COMMIT_FAILPOINTS = (
 ORPHAN_POINTS = EXECUTOR_FAILPOINTS[
     EXECUTOR_FAILPOINTS.index("spark.sink.after_file") : EXECUTOR_FAILPOINTS.index("store.checkpoint.after_manifest")
 ]
+#: Retention failpoints reached only when the policy keeps keys (retain: the committed keys go into a snapshot).
+SNAPSHOT_POINTS = ("store.cleanup.after_snapshot_keys", "store.cleanup.after_snapshot_manifest")
 #: Commit failpoints that are reached only when there are orphans to delete.
 ORPHAN_COMMIT_POINTS = ("store.commit.before_delete_orphans", "store.commit.during_delete_orphans")
 #: Failpoints of reprocess, rewind, undo and purge: dealt by ckpt_testkit/faults/reprocess_trials.py.
@@ -88,6 +90,80 @@ CRASH_POINTS = (
 #: exchange), composite row keys (two columns, two rows per key; an exchange), file keys.
 MODES = ("rows", "rows-unique", "rows-composite", "files")
 STORE_FAULTS = ("reset", "stall", "http500", "http503", "revoke")
+
+
+#: Short names of key modes and writers for the report's columns.
+MODE_LABELS = {"rows": "rows", "rows-unique": "uniq", "rows-composite": "comp", "files": "files", "*": "*"}
+
+
+def path_of(mode: str, engine: str, *, cluster: bool = False) -> str:
+    """A path in the report: ``[C:]mode/writer`` (``A`` the Arrow writer, ``S`` Spark's own). On the standalone
+    cluster (``C:``) the path is the writer alone (``C:*/A``): the key mode is drawn at random there, since what
+    the cluster changes (executors on other hosts, lost JVMs) does not depend on it."""
+    return f"{'C:' if cluster else ''}{MODE_LABELS.get(mode, mode)}/{'S' if engine == 'spark' else 'A'}"
+
+
+def engines(backend: str) -> tuple[str, ...]:
+    """The writers a backend's trials use: Spark's own writes local output only (no s3a here)."""
+    return ("arrow", "spark") if backend == "local" else ("arrow",)
+
+
+def host_points(engine: str) -> tuple[str, ...]:
+    """What a resident-host trial's first run crashes at, by writer: our executor failpoints exist only in the
+    Arrow writer, the native writer's seal failpoints only in Spark's."""
+    if engine == "spark":
+        return (*USER_FAILPOINTS, *DRIVER_FAILPOINTS, *NATIVE_FAILPOINTS)
+    return (*USER_FAILPOINTS, *EXECUTOR_FAILPOINTS, *DRIVER_FAILPOINTS)
+
+
+def cluster_points(engine: str) -> tuple[str, ...]:
+    """What a cluster trial crashes at. Spark's writer has no executor failpoints: its user-code points are
+    dealt twice (raise or a killed worker), so its path gets as many trials as commit failpoints."""
+    if engine == "spark":
+        return (*USER_FAILPOINTS, *USER_FAILPOINTS, EXECUTOR_KILL, SIGKILL)
+    return CLUSTER_CRASH_POINTS
+
+
+#: One card of a deck: (crash point, key mode, writer).
+Cell = tuple[str, str, str]
+
+
+def deck_cells(kind: str, backend: str) -> tuple[list[Cell], list[Cell]]:
+    """The cells a kind of trial deals on ``backend``: those each pass of the deck must cover (every crash point
+    on every path it applies to), then extras dealt after them (the driver's exits in spark-submit trials, which
+    resident trials already cover as a raise)."""
+    if kind == "host":
+        return [(p, m, e) for e in engines(backend) for m in MODES for p in host_points(e)], []
+    if kind == "submit":
+        must = [(p, m, e) for e in engines(backend) for m in MODES for p in (SIGKILL, *COMPACTION_FAILPOINTS)]
+        extra = [
+            (p, m, e)
+            for e in engines(backend)
+            for m in MODES
+            for p in (*DRIVER_FAILPOINTS, *(NATIVE_FAILPOINTS if e == "spark" else ()))
+        ]
+        return must, extra
+    if kind == "cluster":
+        return [(p, "*", e) for e in engines(backend) for p in cluster_points(e)], []
+    raise ValueError(kind)
+
+
+def expected_cells(kinds: dict[str, int], backends: list[str]) -> set[tuple[str, str]]:
+    """(crash point, path) pairs that trials of ``kinds`` (kind -> trials per backend) must arm and fire: for
+    each deck dealt through at least once, each card's crash point on its path and every commit failpoint on
+    every path the deck holds (each path deals them in turn, and a resident-host or cluster path holds at least
+    as many cards as there are commit failpoints)."""
+    cells: set[tuple[str, str]] = set()
+    for backend in backends:
+        for kind, count in kinds.items():
+            must, _ = deck_cells(kind, backend)
+            if count < len(must):
+                continue
+            for point, mode, engine in must:
+                path = path_of(mode, engine, cluster=kind == "cluster")
+                cells.add((point, path))
+                cells.update((commit, path) for commit in COMMIT_FAILPOINTS)
+    return cells
 
 
 @dataclass(frozen=True)
@@ -158,6 +234,11 @@ class TrialPlan:
         kind = "-cluster" if self.cluster else "-submit" if self.own_driver else ""
         return f"{self.backend}{kind}#{self.index}"
 
+    @property
+    def path(self) -> str:
+        """The trial's path in the report (:func:`path_of`)."""
+        return path_of("*" if self.cluster else self.mode, self.engine, cluster=self.cluster)
+
     def describe(self) -> str:
         parts = [
             f"seed={self.campaign_seed} trial={self.trial_id}",
@@ -208,6 +289,7 @@ class Planner:
 
     seed: int
     _decks: dict[str, list[str]] = field(default_factory=dict)
+    _cells: dict[str, list[Cell]] = field(default_factory=dict)
 
     def _deal(self, deck: str, cards: tuple[str, ...], index: int) -> str:
         if deck not in self._decks:
@@ -240,57 +322,75 @@ class Planner:
             return Crash(point, rng.choice(("raise", "exit")), rng.choice((1, 1, 2)))
         return self._executor_crash(rng, point)
 
+    def _cell(self, kind: str, backend: str, index: int) -> tuple[Cell, int, int]:
+        """Trial ``index``'s cell from the seeded deck of ``kind`` on ``backend``; which pass of the deck it is in
+        (0: the first); and how many trials of the same path came before it (it deals the path's commit crash)."""
+        name = f"{backend}/{kind}"
+        if name not in self._cells:
+            must, extra = deck_cells(kind, backend)
+            for cards, part in ((must, "cells"), (extra, "extra")):
+                random.Random(f"{self.seed}/deck/{name}/{part}").shuffle(cards)
+            self._cells[name] = [*must, *extra]
+        deck = self._cells[name]
+        turn, position = divmod(index, len(deck))
+        cell = deck[position]
+        per_pass = sum(1 for c in deck if c[1:] == cell[1:])
+        before = sum(1 for c in deck[:position] if c[1:] == cell[1:])
+        return cell, turn, turn * per_pass + before
+
+    def _commit_crash(self, rng: random.Random, deck: str, path_index: int) -> Crash:
+        return Crash(self._deal(deck, COMMIT_FAILPOINTS, path_index), rng.choice(("raise", "exit")), 1)
+
     def trial(self, backend: str, index: int, *, own_driver: bool = False) -> TrialPlan:
-        """Trial ``index`` on ``backend``. ``own_driver``: deal from the crashes that need spark-submit."""
+        """Trial ``index`` on ``backend``. ``own_driver``: deal from the crashes that need spark-submit.
+
+        Its crash point, key mode and writer are one card of a seeded deck holding every crash point on every
+        path (key mode x writer) it applies to, and each path deals the commit's failpoints in turn: so a pass
+        through the deck arms every crash point on every path. In the first pass every crash is dealt where it
+        surely fires (its first hit, a SIGKILL soon after the first checkpoint); later passes vary that.
+        """
         rng = random.Random(f"{self.seed}/{backend}/{index}/{own_driver}")
-        native = NATIVE_FAILPOINTS if backend == "local" else ()
-        if own_driver:
-            point = self._deal(
-                f"{backend}/driver", (SIGKILL, *DRIVER_FAILPOINTS, *COMPACTION_FAILPOINTS, *native), index
-            )
-            crash = self._crash(rng, point)
-            if point in (*DRIVER_FAILPOINTS, *NATIVE_FAILPOINTS, *COMPACTION_FAILPOINTS):
-                crash = dataclasses.replace(crash, kind="exit")
-        else:
-            point = self._deal(
-                f"{backend}/host", (*USER_FAILPOINTS, *EXECUTOR_FAILPOINTS, *DRIVER_FAILPOINTS, *native), index
-            )
-            crash = self._crash(rng, point)
-            if point in DRIVER_FAILPOINTS or point in NATIVE_FAILPOINTS:
-                crash = dataclasses.replace(crash, kind="raise")
+        kind = "submit" if own_driver else "host"
+        (point, mode, engine), turn, path_index = self._cell(kind, backend, index)
+        crash = self._crash(rng, point)
+        if own_driver and point in (*DRIVER_FAILPOINTS, *NATIVE_FAILPOINTS, *COMPACTION_FAILPOINTS):
+            crash = dataclasses.replace(crash, kind="exit")
+        elif not own_driver and (point in DRIVER_FAILPOINTS or point in NATIVE_FAILPOINTS):
+            crash = dataclasses.replace(crash, kind="raise")
+        if turn == 0:
+            crash = self._sure_to_fire(rng, crash)
+        native_run = engine == "spark"
         if crash.point in NATIVE_FAILPOINTS:
             # The native writer's own crash, then maybe a failing seal in the resumed run too.
             resume_crash = Crash(rng.choice(NATIVE_FAILPOINTS), "raise", 1) if rng.random() < 0.35 else None
         else:
             resume_crash = self._executor_crash(rng) if rng.random() < 0.35 else None
-        commit_crashes: list[Crash] = []
-        if rng.random() < 0.8:
-            first = self._deal(f"{backend}/commit", COMMIT_FAILPOINTS, index)
-            commit_crashes.append(Crash(first, rng.choice(("raise", "exit")), 1))
-            if rng.random() < 0.3:
-                commit_crashes.append(Crash(rng.choice(COMMIT_FAILPOINTS), rng.choice(("raise", "exit")), 1))
+        commit_crashes = [self._commit_crash(rng, f"{backend}/{kind}-commit/{mode}/{engine}", path_index)]
+        if rng.random() < 0.3:
+            commit_crashes.append(Crash(rng.choice(COMMIT_FAILPOINTS), rng.choice(("raise", "exit")), 1))
         leaves_orphans = (
             crash.point == SIGKILL
             or crash.point == "spark.native.before_seal"  # the committed task's files are never sealed
             or (crash.kind == "exit" and crash.point in ORPHAN_POINTS and crash.hit == 1)
         )
-        if commit_crashes and commit_crashes[0].point in ORPHAN_COMMIT_POINTS and not leaves_orphans:
+        if commit_crashes[0].point in ORPHAN_COMMIT_POINTS and not leaves_orphans:
             # Those failpoints sit in the loop over orphans: without one they can never fire (the first
             # campaign armed store.commit.during_delete_orphans 6 times on S3 and it fired 0 times). So the
-            # first crash surely fires (partitions stay pending) and the resume kills a worker mid-write.
+            # first crash surely fires (partitions stay pending) and the resume leaves an orphan: a worker
+            # killed mid-write (Arrow), or a committed task's seal failing in the driver (Spark's writer).
             crash = dataclasses.replace(crash, hit=1)
-            resume_crash = Crash(rng.choice(ORPHAN_POINTS), "exit", 1)
+            resume_crash = (
+                Crash("spark.native.before_seal", "raise", 1)
+                if native_run
+                else Crash(rng.choice(ORPHAN_POINTS), "exit", 1)
+            )
         policy = rng.choice((RetentionPolicy.DELETE_AFTER_SUCCESS, RetentionPolicy.RETAIN))
+        if commit_crashes[0].point in SNAPSHOT_POINTS:
+            policy = RetentionPolicy.RETAIN  # only retention's compaction writes a snapshot
         rounds = 2 if policy is RetentionPolicy.RETAIN and rng.random() < 0.4 else 1
-        mode = rng.choice(MODES)
         round2_crash = self._executor_crash(rng) if rounds == 2 else None
-        engine = "arrow"
-        native_run = crash.point in NATIVE_FAILPOINTS or (
-            crash.point not in EXECUTOR_FAILPOINTS and native and rng.random() < 0.5
-        )
         if native_run:
             # Spark's writer (any key kind, local output); its crashes are the driver's seal failpoints.
-            engine = "spark"
             if resume_crash is not None and resume_crash.point in EXECUTOR_FAILPOINTS:
                 resume_crash = Crash(rng.choice(NATIVE_FAILPOINTS), "raise", rng.randint(1, 2))
             if round2_crash is not None:
@@ -313,27 +413,44 @@ class Planner:
             engine=engine,
         )
 
+    @staticmethod
+    def _sure_to_fire(rng: random.Random, crash: Crash) -> Crash:
+        """The first pass of a deck: the first hit (a worker may see only one task), a SIGKILL of the driver
+        soon after the first checkpoint (a blind or late kill may find the job already done)."""
+        if crash.point == SIGKILL:
+            return Crash(SIGKILL, "kill", kill_after_first_checkpoint=round(rng.uniform(0.0, 0.5), 2))
+        if crash.point == EXECUTOR_KILL:
+            return crash
+        return dataclasses.replace(crash, hit=1)
+
     def cluster_trial(self, backend: str, index: int) -> TrialPlan:
         """Trial ``index`` on ``backend`` submitted to the standalone cluster: a crash in the user's code or in
-        our executor code, an executor JVM killed, or the driver killed; resumed on the cluster, committed."""
+        our executor code, an executor JVM killed, or the driver killed; resumed on the cluster, committed.
+        Dealt like :meth:`trial`, from a deck of crash point x writer (the key mode drawn at random)."""
         rng = random.Random(f"{self.seed}/{backend}/{index}/cluster")
-        point = self._deal(f"{backend}/cluster", CLUSTER_CRASH_POINTS, index)
+        (point, _, engine), turn, path_index = self._cell("cluster", backend, index)
         max_failures = 1
         if point == EXECUTOR_KILL:
             crash = Crash(EXECUTOR_KILL, "kill", kill_after_first_checkpoint=round(rng.uniform(0.0, 1.5), 2))
             max_failures = rng.choice((1, 2))  # 2: Spark retries the lost tasks on the other worker
         else:
             crash = self._crash(rng, point)
-        resume_crash = self._executor_crash(rng) if rng.random() < 0.25 else None
-        commit_crashes: list[Crash] = []
-        if rng.random() < 0.5:
-            commit_crashes.append(Crash(self._deal(f"{backend}/cluster-commit", COMMIT_FAILPOINTS, index), "raise", 1))
-        mode = rng.choice(MODES)
-        # Spark's writer (local output only) for half the trials whose crash is not in the Arrow writer.
-        engine = "arrow"
-        if backend == "local" and point not in EXECUTOR_FAILPOINTS and rng.random() < 0.5:
-            engine = "spark"
-            resume_crash = None
+        if turn == 0:
+            crash = self._sure_to_fire(rng, crash)
+        resume_crash = self._executor_crash(rng) if rng.random() < 0.25 and engine == "arrow" else None
+        commit_crashes = [
+            dataclasses.replace(self._commit_crash(rng, f"{backend}/cluster-commit/{engine}", path_index), kind="raise")
+        ]
+        policy = rng.choice((RetentionPolicy.DELETE_AFTER_SUCCESS, RetentionPolicy.RETAIN))
+        if commit_crashes[0].point in SNAPSHOT_POINTS:
+            policy = RetentionPolicy.RETAIN
+        if commit_crashes[0].point in ORPHAN_COMMIT_POINTS and crash.point not in (SIGKILL, EXECUTOR_KILL):
+            crash = dataclasses.replace(crash, hit=1)
+            resume_crash = (
+                Crash("spark.native.before_seal", "raise", 1)
+                if engine == "spark"
+                else Crash(rng.choice(ORPHAN_POINTS), "exit", 1)
+            )
         return TrialPlan(
             campaign_seed=self.seed,
             backend=backend,
@@ -341,10 +458,10 @@ class Planner:
             crash=crash,
             resume_crash=resume_crash,
             commit_crashes=tuple(commit_crashes),
-            mode=mode,
+            mode=rng.choice(MODES),
             num_partitions=rng.randint(4, 8),
             max_records_per_file=rng.choice((None, 25)),
-            policy=rng.choice((RetentionPolicy.DELETE_AFTER_SUCCESS, RetentionPolicy.RETAIN)),
+            policy=policy,
             rounds=1,
             own_driver=True,
             cluster=True,
