@@ -209,7 +209,7 @@ class CampaignReport:
         lines.append("trials".ljust(width) + "".join(f"{trials[p]:>{cell}}" for p in paths))
         legend = (
             "  paths: key mode (rows: several rows per key; uniq: unique row keys; comp: composite row keys; "
-            "files: file keys) / writer (A: Arrow, S: Spark's own); C: on the standalone cluster"
+            "files: file keys) / writer (A: Arrow, S: Spark's own); C: on the standalone cluster (any key mode: *)"
         )
         return [*lines, legend, "", *self._coverage(armed, fired), ""]
 
