@@ -64,12 +64,12 @@ class Committer:
         record_key = commit_key(epoch.number)
         done_key = commit_done_key(epoch.number)
         done = self._blobs.get_if_exists(done_key)
-        if done is not None:
+        if done is not None and done[0]:  # empty: its upload was cut short and its process died; redo it
             return commit_result_from_json(self._context.parse_json(done_key, done[0]), already=True)
 
         existing = self._blobs.get_if_exists(record_key)
         written: tuple[FileMetadata, ...] | None = None  # the record's files, when this call wrote it
-        if existing is not None:
+        if existing is not None and existing[0]:  # empty: an upload cut short, by a commit that died (rewritten)
             record = self._context.parse_json(record_key, existing[0])
         else:
             refuse_unfinished_maintenance(self._context.uri, epoch, "commit")

@@ -81,7 +81,10 @@ class EpochLog:
             for regex, target in ((EPOCH_RE, records), (EPOCH_END_RE, ends), (EPOCH_EXPECTED_RE, expected)):
                 match = regex.match(name)
                 if match:
-                    target[int(match.group(1))] = info.key
+                    # Empty: a write cut short on a server whose PUT is not atomic, by a process that died.
+                    # It never happened (the next begin_epoch takes an empty record's place, BlobStore.put).
+                    if info.size:
+                        target[int(match.group(1))] = info.key
                     break
             else:
                 match = DEGRADED_RE.match(name)

@@ -50,7 +50,8 @@ class Inspector:
         snapshot_keys = int(state.snapshot["num_keys"]) if state.snapshot else 0
         last_commit: dict[str, Any] | None = None
         committed = False
-        commits = sorted(i.key for i in self._blobs.list("commits/") if i.key.endswith(".done.json"))
+        # An empty done record is a commit whose last upload was cut short: not finished (its retry rewrites it).
+        commits = sorted(i.key for i in self._blobs.list("commits/") if i.key.endswith(".done.json") and i.size)
         if commits:
             last_commit = self._commit_summary(commits[-1])
             committed = epoch is not None and commits[-1] == f"commits/{epoch.number:08d}.done.json"

@@ -176,13 +176,19 @@ class StateReader:
                 return self._context.parse_json(key, found[0])
         return None
 
+    def _commit_record_keys(self) -> list[str]:
+        """The commit records, oldest first. An empty one is a commit whose record upload was cut short (a
+        server whose PUT is not atomic) and whose process died: it committed nothing, and the commit's retry
+        takes its place (BlobStore.put)."""
+        return sorted(i.key for i in self._blobs.list("commits/") if COMMIT_RE.search(i.key) and i.size)
+
     def newest_commit_record(self) -> dict[str, Any] | None:
-        keys = sorted(i.key for i in self._blobs.list("commits/") if COMMIT_RE.search(i.key))
+        keys = self._commit_record_keys()
         return self._context.read_json(keys[-1]) if keys else None
 
     def committed_paths(self) -> set[str]:
         """Every output path any commit record of this store names (canonical URIs)."""
-        keys = [i.key for i in self._blobs.list("commits/") if COMMIT_RE.search(i.key)]
+        keys = self._commit_record_keys()
         records = self._context.map(self._context.read_json, keys)
         committed = {canonical_uri(str(f["path"])) for record in records for f in record.get("files", [])}
         # A reprocess or rewind took these out of the committed output (docs/reprocess.md).

@@ -11,7 +11,6 @@ writer call goes through the circuit breaker: a store failure skips checkpointin
 from __future__ import annotations
 
 import dataclasses
-import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -39,8 +38,6 @@ from airflow_ckpt_provider.store.layout import MANIFEST_FORMAT, attempt_prefix, 
 from airflow_ckpt_provider.store.model import Checkpoint, CheckpointStatus, FileMetadata, sequence_of_files
 from airflow_ckpt_provider.store.records import PendingCheckpoint, dumps, now
 from airflow_ckpt_provider.store.state import StateReader
-
-log = logging.getLogger(__name__)
 
 
 class CheckpointWriters:
@@ -243,7 +240,8 @@ class CheckpointWriters:
                 format_version=MANIFEST_FORMAT,
             )
             try:
-                self._put_manifest(checkpoint_id, dumps(manifest.to_json(manifest=True)))
+                # An empty manifest (this attempt's upload cut short) counts as absent (BlobStore.put).
+                self._blobs.put(manifest_key(checkpoint_id), dumps(manifest.to_json(manifest=True)), if_absent=True)
             except PreconditionFailedError:
                 existing = self._reader.manifest(checkpoint_id)
                 if existing is not None and (existing.key_parts, existing.file_parts, existing.epoch) == (
@@ -269,21 +267,6 @@ class CheckpointWriters:
         with self._lock:
             self._pending.pop(checkpoint_id, None)
         return result[0] if result else None
-
-    def _put_manifest(self, checkpoint_id: str, body: bytes) -> None:
-        """Create the manifest, or fill in an empty one: this attempt's own upload that a cut connection
-        left empty on a server whose PUT is not atomic (its retry then lost ``If-None-Match`` to it). Only
-        this attempt writes under its id, and ``If-Match`` on the empty object's etag loses to anything
-        else that changed or deleted it meanwhile (:class:`PreconditionFailedError`, as before)."""
-        key = manifest_key(checkpoint_id)
-        try:
-            self._blobs.put(key, body, if_absent=True)
-        except PreconditionFailedError:
-            found = self._blobs.get_if_exists(key)
-            if found is None or found[0]:
-                raise
-            log.warning("%s was empty (an upload cut short): writing it again", self._blobs.child_uri(key))
-            self._blobs.put(key, body, if_match=found[1])
 
     def mark_committed(self, ids: Sequence[str], known: Mapping[str, tuple[Checkpoint, str]]) -> None:
         """``known``: manifests and etags already read (saves one GET each; a stale etag just retries)."""

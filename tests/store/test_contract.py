@@ -520,6 +520,77 @@ def test_a_seal_that_finds_its_own_upload_left_empty_writes_it_again(backend: Ba
     assert backend.store().get_checkpoint(checkpoint_id) is not None  # another process sees it sealed
 
 
+def test_create_if_absent_takes_the_place_of_an_empty_object_and_of_two_writers_one_wins(backend: Backend) -> None:
+    """Every record the store creates has content, so an empty object at its key is an upload cut short on a
+    server whose PUT is not atomic: a create-if-absent replaces it (If-Match on its etag). Content stays
+    protected: a non-empty object still makes the create fail."""
+    from airflow_ckpt_provider.store import PreconditionFailedError
+
+    blobs = backend.store_blobs()
+    blobs.put("records/a.json", b"")
+    blobs.put("records/a.json", b'{"v": 1}', if_absent=True)
+    assert blobs.get("records/a.json")[0] == b'{"v": 1}'
+    with pytest.raises(PreconditionFailedError):
+        blobs.put("records/a.json", b'{"v": 2}', if_absent=True)
+    assert blobs.get("records/a.json")[0] == b'{"v": 1}'
+    # Many writers at once over one empty object: exactly one wins, the others lose as for any create.
+    blobs.put("records/b.json", b"")
+    outcomes: list[str] = []
+
+    def create(n: int) -> None:
+        try:
+            backend.store_blobs().put("records/b.json", f'{{"writer": {n}}}'.encode(), if_absent=True)
+            outcomes.append(f"won {n}")
+        except PreconditionFailedError:
+            outcomes.append("lost")
+
+    threads = [threading.Thread(target=create, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    winners = [o for o in outcomes if o.startswith("won")]
+    assert len(winners) == 1 and len(outcomes) == 6, outcomes
+    assert json.loads(blobs.get("records/b.json")[0])["writer"] == int(winners[0].split()[1])
+
+
+@pytest.mark.parametrize("record", ["epoch", "commit", "commit-done"])
+def test_a_record_a_dead_process_left_empty_is_read_as_never_written_and_retaken(backend: Backend, record: str) -> None:
+    """The process died while its upload of an epoch, commit or commit-done record was cut short, leaving it
+    empty (a server whose PUT is not atomic). Readers take it for never written, and the next submit or the
+    commit's retry writes it in full: no manual step, nothing deleted that should stay."""
+    store = backend.store()
+    first = begin(store, backend, owner="t")
+    _, paths, _ = write_task(store, backend, epoch=first.number, partition=0, keys=["a"])
+    store.end_epoch(first.number, status=EpochStatus.SUCCEEDED)
+    blobs = backend.store_blobs()
+    if record == "epoch":
+        store.commit([backend.output_uri])
+        blobs.put(f"epochs/{first.number + 1:08d}.json", b"")  # a submit died opening the next epoch
+        assert store.progress().epoch is not None and store.progress().epoch.number == first.number
+        assert store.check().ok, store.check().problems
+        second = begin(store, backend, owner="t")
+        assert second.number == first.number + 1
+        assert json.loads(blobs.get(f"epochs/{second.number:08d}.json")[0])["epoch"] == second.number
+        assert backend.store().current_epoch() is not None
+        return
+    if record == "commit":
+        blobs.put(f"commits/{first.number:08d}.json", b"")  # the commit died writing its record
+    else:
+        store.commit([backend.output_uri])
+        blobs.put(f"commits/{first.number:08d}.done.json", b"")  # ... or its done record, after the deletes
+    assert done_keys(store) == ["a"]
+    assert store.check().ok, store.check().problems
+    assert not store.progress().committed
+    result = store.commit([backend.output_uri])
+    assert not result.already_committed
+    assert [f.path for f in result.committed_files] == paths
+    assert store.progress().committed
+    assert json.loads(blobs.get(f"commits/{first.number:08d}.json")[0])["epoch"] == first.number
+    assert blobs.get(f"commits/{first.number:08d}.done.json")[0]
+    assert backend.output_names() == names(paths)
+
+
 def test_truncated_key_file_is_a_typed_error(backend: Backend) -> None:
     from airflow_ckpt_provider.store import CorruptCheckpointError
 

@@ -74,7 +74,11 @@ class BlobStore(abc.ABC):
     def put(self, key: str, data: bytes, *, if_absent: bool = False, if_match: str | None = None) -> str:
         """Write ``data`` at ``key`` atomically (readers see all of it or nothing) and durably.
 
-        ``if_absent``: fail with :class:`PreconditionFailedError` if the key exists.
+        ``if_absent``: fail with :class:`PreconditionFailedError` if the key exists. An existing
+        *empty* object counts as absent when ``data`` is not empty: every record the store creates
+        this way has content, so an empty one is an upload cut short on a server whose PUT is not
+        atomic (SeaweedFS keeps the empty object). It is replaced with ``if_match`` on its etag, so
+        of two writers doing that at once exactly one wins.
         ``if_match``: fail with :class:`PreconditionFailedError` unless the current etag equals it.
         Returns the new etag.
         """

@@ -17,6 +17,7 @@ from __future__ import annotations
 import builtins
 import collections
 import contextlib
+import logging
 import re
 import threading
 from collections.abc import Iterable, Iterator
@@ -87,6 +88,7 @@ _ACCESS_DENIED_CODES = frozenset(
         "403",
     }
 )
+log = logging.getLogger(__name__)
 # 409 ConditionalRequestConflict: AWS lost a race between two conditional writes of one key.
 _PRECONDITION_CODES = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict"})
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
@@ -404,10 +406,13 @@ class S3BlobStore(BlobStore):
             except ClientError as exc:
                 if not self._lost_condition(exc):
                     raise
-                if self._retried(exc):
-                    current = self.get_if_exists(key)
-                    if current is not None and current[0] == bytes(data):
-                        return current[1]
+                current = self.get_if_exists(key) if if_absent or self._retried(exc) else None
+                if current is not None and self._retried(exc) and current[0] == bytes(data):
+                    return current[1]
+                if if_absent and current is not None and not current[0] and data:
+                    # An upload cut short left it empty (this server's PUT is not atomic): take its place.
+                    log.warning("%s/%s is empty (an upload cut short): writing it", self.uri, key)
+                    return self.put(key, data, if_match=current[1])
                 if if_absent:
                     raise PreconditionFailedError(
                         f"conditional create of {self.uri}/{key} lost: the object already exists"

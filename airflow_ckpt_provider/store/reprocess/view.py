@@ -66,6 +66,8 @@ class StoreView:
         commits: list[int] = []
         done: set[int] = set()
         for info in store.blobs.list("commits/"):
+            if not info.size:  # an upload cut short: never written (StateReader._commit_record_keys)
+                continue
             if match := _COMMIT_RE.match(info.key):
                 commits.append(int(match.group(1)))
             elif match := _DONE_RE.match(info.key):
