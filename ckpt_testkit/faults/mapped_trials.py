@@ -176,7 +176,7 @@ def _run(trial: MappedTrial, harness: Installation, where: Path, result: TrialRe
     for proc in procs.values():
         proc.wait(timeout=1800)
     # `airflow tasks test` exits 0 whether the task succeeded or failed: the task's final state is in its log.
-    ok = {i: _succeeded(where / f"run-{i}.log") for i in TENANTS}
+    ok = {i: instance_succeeded(where / f"run-{i}.log") for i in TENANTS}
     other = 1 - trial.victim
     result.note(f"first runs: succeeded {ok} (victim map_index {trial.victim})")
     if not ok[other]:
@@ -196,7 +196,7 @@ def _run(trial: MappedTrial, harness: Installation, where: Path, result: TrialRe
     # The victim's retry: the same owner takes its open epoch over and skips what was sealed.
     retry = start_instance(harness, run_id, trial.victim, base, where / "retry.log")
     retry.wait(timeout=1800)
-    if not _succeeded(where / "retry.log"):
+    if not instance_succeeded(where / "retry.log"):
         result.violations.append(f"the victim's retry failed: {_tail(where / 'retry.log')}")
         return
     if sealed:
@@ -231,8 +231,9 @@ def start_instance(
         )
 
 
-def _succeeded(log: Path) -> bool:
-    """Did the task instance end in ``success`` (the last state update its log records)?"""
+def instance_succeeded(log: Path) -> bool:
+    """Did the task instance end in ``success`` (the last state update its log records)? ``airflow tasks
+    test`` exits 0 whether the task succeeded or failed (Airflow 3.3), so its exit code cannot say."""
     text = log.read_text(errors="replace") if log.exists() else ""
     states = [line.split("new_state=", 1)[1].split()[0] for line in text.splitlines() if "new_state=" in line]
     return bool(states) and states[-1] == "success"

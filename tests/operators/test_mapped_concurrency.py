@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from airflow_ckpt_provider.store import EpochStatus, open_store
-from ckpt_testkit.faults.mapped_trials import start_instance
+from ckpt_testkit.faults.mapped_trials import instance_succeeded, start_instance
 from tests.support.airflow_harness import AirflowHarness
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.timeout(2400)]
@@ -61,6 +61,8 @@ def test_two_instances_at_once_on_their_default_stores_both_succeed(
     codes = {i: proc.wait(timeout=1800) for i, proc in procs.items()}
     logs = {i: (tmp_path / f"instance-{i}.log").read_text() for i in ROWS}
     assert codes == {0: 0, 1: 0}, logs
+    # `airflow tasks test` exits 0 even when the task fails: the task's own last state says.
+    assert all(instance_succeeded(tmp_path / f"instance-{i}.log") for i in ROWS), logs
 
     base = airflow_harness.home / "checkpoints" / DAG_ID / "tenants" / run_id
     epochs = {}
@@ -95,6 +97,7 @@ def test_a_shared_checkpoint_uri_fences_the_other_instance_and_only_the_owner_ta
         assert first.poll() is None, "map index 0 should still be running"
         refused = (tmp_path / "second.log").read_text()
         assert "MappedInstanceConflictError" in refused and "map index 0" in refused, refused[-3000:]
+        assert not instance_succeeded(tmp_path / "second.log")
         epochs = store.list_epochs()
         assert [(e.number, e.status) for e in epochs] == [(1, EpochStatus.OPEN)]
         assert epochs[0].metadata["owner"]["map_index"] == 0
@@ -124,6 +127,7 @@ def test_a_shared_checkpoint_uri_fences_the_other_instance_and_only_the_owner_ta
     codes = {"retry": retry.wait(timeout=1800), "own": own.wait(timeout=1800)}
     log = (tmp_path / "retry.log").read_text()
     assert codes == {"retry": 0, "own": 0}, log[-3000:] + (tmp_path / "own.log").read_text()[-3000:]
+    assert instance_succeeded(tmp_path / "retry.log") and instance_succeeded(tmp_path / "own.log"), log[-3000:]
     assert f"skipping {len(sealed)} keys already done" in log, log[-3000:]
     epochs = store.list_epochs()
     assert [(e.number, e.status) for e in epochs] == [(1, EpochStatus.FAILED), (2, EpochStatus.SUCCEEDED)]
