@@ -103,6 +103,8 @@ def main() -> int:
         planner = Planner(seed)
         dealt = {"host": args.trials, "submit": args.submit_trials, "cluster": args.cluster_trials}
         campaign.report.expected = expected_cells(dealt, backends)
+        if args.mapped_trials >= len(mapped_trials.MAPPED_CRASH_POINTS):
+            campaign.report.expected |= {(p, mapped_trials.PATH) for p in mapped_trials.MAPPED_CRASH_POINTS}
         if args.only:
             return replay(args.only, campaign, planner, server, bucket, inputs, work)
         for backend in backends:

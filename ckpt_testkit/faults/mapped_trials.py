@@ -54,6 +54,8 @@ BAD_RECORD = "user.bad_record"
 #: The victim instance's whole process group SIGKILLed (its worker, spark-submit and executors).
 KILL_INSTANCE = "sigkill.instance"
 MAPPED_CRASH_POINTS = (BAD_RECORD, KILL_INSTANCE, *EXECUTOR_FAILPOINTS)
+#: The mapped trials' path in the campaign report.
+PATH = "mapped DAG"
 
 
 class Installation(Protocol):
@@ -117,7 +119,8 @@ def deal(seed: int, index: int) -> MappedTrial:
         kind=rng.choice(("raise", "exit")) if point in EXECUTOR_FAILPOINTS else "kill",
         bad_order=rng.randrange(rows // 4, rows),
         kill_after=round(rng.uniform(0.0, 1.5), 2),
-        hit=rng.choice((1, 2)),
+        # The first pass through the deck crashes at the first hit, so every point surely fires once.
+        hit=1 if index < len(points) else rng.choice((1, 2)),
         row_delay_ms=10 if point == KILL_INSTANCE else 2,
         engine="arrow" if point in EXECUTOR_FAILPOINTS else rng.choice(("arrow", "spark")),
     )
@@ -135,7 +138,7 @@ def install(harness: Installation, dags: Path) -> None:
 def run_trial(trial: MappedTrial, harness: Installation, work: Path) -> TrialResult:
     """Run one trial; the result lists the violations and whether the crash fired."""
     started = time.monotonic()
-    result = TrialResult(trial.trial_id, "local", trial.describe(), kind="mapped", path="mapped DAG")
+    result = TrialResult(trial.trial_id, "local", trial.describe(), kind="mapped", path=PATH)
     try:
         _run(trial, harness, work / f"t{trial.index}-{uuid.uuid4().hex[:6]}", result)
     except Exception as exc:  # the harness must report, not die: a crash here is a finding too

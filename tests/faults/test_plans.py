@@ -94,3 +94,12 @@ def test_replaying_a_trial_alone_deals_the_same_plan() -> None:
     dealt = [campaign.trial("local", i) for i in range(60)]
     assert Planner(20261127).trial("local", 41) == dealt[41]
     assert Planner(20261127).cluster_trial("s3", 11) == [campaign.cluster_trial("s3", i) for i in range(12)][11]
+
+
+def test_the_mapped_deck_deals_every_point_once_per_pass_at_its_first_hit() -> None:
+    from ckpt_testkit.faults import mapped_trials
+
+    points = mapped_trials.MAPPED_CRASH_POINTS
+    first = [mapped_trials.deal(20261127, i) for i in range(len(points))]
+    assert sorted(t.point for t in first) == sorted(points)
+    assert {t.hit for t in first} == {1}
