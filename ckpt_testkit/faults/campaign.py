@@ -223,6 +223,12 @@ class CampaignReport:
             lines[0] += f"; the decks dealt hold {held}, {held - len(missing)} of them fired"
             lines += [f"  expected, never fired: {point} on {path}" for point, path in missing]
         lines += [f"  armed, never fired: {point} on {path}" for point, path in never_fired]
+        by_backend, fired_by_backend = self._tally(lambda trial: trial.backend)
+        lines += [
+            f"  armed, never fired on the {backend} backend: {point}"
+            for point, backend in sorted(by_backend)
+            if not fired_by_backend[(point, backend)]
+        ]
         return lines
 
 

@@ -103,3 +103,11 @@ def test_the_mapped_deck_deals_every_point_once_per_pass_at_its_first_hit() -> N
     first = [mapped_trials.deal(20261127, i) for i in range(len(points))]
     assert sorted(t.point for t in first) == sorted(points)
     assert {t.hit for t in first} == {1}
+
+
+def test_the_first_pass_kills_an_executor_soon_after_the_first_checkpoint() -> None:
+    for backend in BACKENDS:
+        planner = Planner(20261127)
+        first = [planner.cluster_trial(backend, i) for i in range(len(deck_cells("cluster", backend)[0]))]
+        kills = [p.crash for p in first if p.crash.point == "sigkill.executor"]
+        assert kills and all((k.kill_after_first_checkpoint or 0.0) <= 0.3 for k in kills), kills
