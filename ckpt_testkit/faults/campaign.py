@@ -75,7 +75,7 @@ class TrialResult:
     seconds: float = 0.0
     degraded: bool = False
     kind: str = "failpoint"
-    #: The job's path in the report (:func:`path_label`, e.g. ``C:comp/S``; ``mapped DAG``); empty: none.
+    #: The job's path in the report (``TrialPlan.path``, e.g. ``C:*/S``; ``mapped DAG``); empty: none.
     path: str = ""
     #: Failed runs the progress oracle checked, and the tasks Spark recorded as finished in them.
     progress_checks: int = 0
@@ -137,7 +137,7 @@ class CampaignReport:
                 if counted:
                     lines.append(f"{kind} trials".ljust(width) + "".join(f"{counted[b]:>20}" for b in backends))
             lines.append("")
-            lines += self._by_path(width)
+            lines += self._by_path(width, armed, fired)
         faults = [t for t in self.trials if t.kind == "store-fault"]
         if faults:
             lines.append("Store faults (S3 store through the TCP proxy; output on local disk)")
@@ -191,7 +191,9 @@ class CampaignReport:
                     fired[(point, column(trial))] += int(did_fire)
         return armed, fired
 
-    def _by_path(self, width: int) -> list[str]:
+    def _by_path(
+        self, width: int, by_backend: Counter[tuple[str, str]], fired_by_backend: Counter[tuple[str, str]]
+    ) -> list[str]:
         """Armed/fired per crash point and job path (key mode / writer), both backends together."""
         paths = sorted({t.path for t in self.trials if t.path})
         if not paths:
@@ -211,9 +213,15 @@ class CampaignReport:
             "  paths: key mode (rows: several rows per key; uniq: unique row keys; comp: composite row keys; "
             "files: file keys) / writer (A: Arrow, S: Spark's own); C: on the standalone cluster (any key mode: *)"
         )
-        return [*lines, legend, "", *self._coverage(armed, fired), ""]
+        return [*lines, legend, "", *self._coverage(armed, fired, by_backend, fired_by_backend), ""]
 
-    def _coverage(self, armed: Counter[tuple[str, str]], fired: Counter[tuple[str, str]]) -> list[str]:
+    def _coverage(
+        self,
+        armed: Counter[tuple[str, str]],
+        fired: Counter[tuple[str, str]],
+        by_backend: Counter[tuple[str, str]],
+        fired_by_backend: Counter[tuple[str, str]],
+    ) -> list[str]:
         """Did every crash point fire on every path it applies to? Against the decks dealt through (expected)."""
         never_fired = sorted(cell for cell in armed if not fired[cell])
         lines = [f"Coverage: {sum(1 for c in armed if fired[c])} (crash point, path) cells fired of {len(armed)} armed"]
@@ -223,18 +231,12 @@ class CampaignReport:
             lines[0] += f"; the decks dealt hold {held}, {held - len(missing)} of them fired"
             lines += [f"  expected, never fired: {point} on {path}" for point, path in missing]
         lines += [f"  armed, never fired: {point} on {path}" for point, path in never_fired]
-        by_backend, fired_by_backend = self._tally(lambda trial: trial.backend)
         lines += [
             f"  armed, never fired on the {backend} backend: {point}"
             for point, backend in sorted(by_backend)
             if not fired_by_backend[(point, backend)]
         ]
         return lines
-
-
-def path_label(plan: TrialPlan) -> str:
-    """The trial's path in the report: ``[C:]mode/writer`` (:func:`ckpt_testkit.faults.plans.path_of`)."""
-    return plan.path
 
 
 def _fired(crash: Crash, outcome: RunOutcome) -> bool:
@@ -286,7 +288,7 @@ class Campaign:
 
     def run_trial(self, plan: TrialPlan) -> TrialResult:
         backend = self.backends[plan.backend]
-        result = TrialResult(plan.trial_id, plan.backend, plan.describe(), path=path_label(plan))
+        result = TrialResult(plan.trial_id, plan.backend, plan.describe(), path=plan.path)
         self.echo(f"trial {plan.describe()}")
         started = time.monotonic()
         store_uri, output_uri = backend.locate(plan.trial_id)

@@ -379,11 +379,7 @@ class Planner:
             # first crash surely fires (partitions stay pending) and the resume leaves an orphan: a worker
             # killed mid-write (Arrow), or a committed task's seal failing in the driver (Spark's writer).
             crash = dataclasses.replace(crash, hit=1)
-            resume_crash = (
-                Crash("spark.native.before_seal", "raise", 1)
-                if native_run
-                else Crash(rng.choice(ORPHAN_POINTS), "exit", 1)
-            )
+            resume_crash = self._orphan_left(rng, engine)
         policy = rng.choice((RetentionPolicy.DELETE_AFTER_SUCCESS, RetentionPolicy.RETAIN))
         if commit_crashes[0].point in SNAPSHOT_POINTS:
             policy = RetentionPolicy.RETAIN  # only retention's compaction writes a snapshot
@@ -412,6 +408,14 @@ class Planner:
             own_driver=own_driver,
             engine=engine,
         )
+
+    @staticmethod
+    def _orphan_left(rng: random.Random, engine: str) -> Crash:
+        """A resumed run's crash that leaves an orphan for the commit's orphan loop: a worker killed mid-write
+        (Arrow), or a committed task's seal failing in the driver (Spark's writer)."""
+        if engine == "spark":
+            return Crash("spark.native.before_seal", "raise", 1)
+        return Crash(rng.choice(ORPHAN_POINTS), "exit", 1)
 
     @staticmethod
     def _sure_to_fire(rng: random.Random, crash: Crash) -> Crash:
@@ -450,11 +454,7 @@ class Planner:
             policy = RetentionPolicy.RETAIN
         if commit_crashes[0].point in ORPHAN_COMMIT_POINTS and crash.point not in (SIGKILL, EXECUTOR_KILL):
             crash = dataclasses.replace(crash, hit=1)
-            resume_crash = (
-                Crash("spark.native.before_seal", "raise", 1)
-                if engine == "spark"
-                else Crash(rng.choice(ORPHAN_POINTS), "exit", 1)
-            )
+            resume_crash = self._orphan_left(rng, engine)
         return TrialPlan(
             campaign_seed=self.seed,
             backend=backend,
