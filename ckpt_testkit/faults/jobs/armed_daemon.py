@@ -4,7 +4,8 @@ The resident Spark host runs many jobs in one session, each with its own
 failpoints. Python workers are reused across jobs and read ``CKPT_FAILPOINTS``
 only at import, so before every task this daemon's workers re-read the file named
 by ``CKPT_FAULT_ARM_FILE`` (``{"run_id": …, "failpoints": …}``, written by the
-host before each job) and reload the registry when the run changed: every
+host before each job) and reload the registry when the run changed, once the
+task has arrived (a reused worker waits for it, maybe across runs): every
 task of a run sees that run's failpoints, hit counters restart at zero per run
 and worker, and nothing of an earlier run can fire.
 
@@ -47,6 +48,12 @@ def _arm() -> None:
 
 
 def armed_worker_main(infile: Any, outfile: Any) -> None:
+    # A reused worker comes back here as soon as its last task ends and may wait minutes for the next,
+    # which can belong to a later run: arm once the task has arrived (peek blocks for its first byte
+    # without consuming it), not when the wait begins. Armed at the wait's start, a worker reused from
+    # an unarmed run ran the next run's tasks unarmed (a crash "armed, never fired"), and a worker of
+    # an armed run carried its failpoints into the next job.
+    infile.peek(1)
     _arm()
     worker_main(infile, outfile)
 
