@@ -47,6 +47,7 @@ NATIVE_FAILPOINTS = ("spark.native.before_seal", "spark.native.after_seal")
 #: task committed but unsealed. The progress oracle allows that task, and only it.
 ONE_SEAL_POINTS = (
     "spark.native.before_seal",
+    "spark.native.before_seal.with_files",
     "store.after_stage_files",
     "store.after_stage_keys",
     "store.checkpoint.before_manifest",
@@ -68,6 +69,8 @@ ORPHAN_POINTS = EXECUTOR_FAILPOINTS[
 #: Retention failpoints reached only when the policy keeps keys (retain: the committed keys go into a snapshot).
 SNAPSHOT_POINTS = ("store.cleanup.after_snapshot_keys", "store.cleanup.after_snapshot_manifest")
 #: Commit failpoints that are reached only when there are orphans to delete.
+#: Spark's writer: the seal of a committed task that wrote files fails (an orphan for the commit, surely).
+SEAL_WITH_FILES = "spark.native.before_seal.with_files"
 ORPHAN_COMMIT_POINTS = ("store.commit.before_delete_orphans", "store.commit.during_delete_orphans")
 #: Failpoints of reprocess, rewind, undo and purge: dealt by ckpt_testkit/faults/reprocess_trials.py.
 REPROCESS_POINTS = REPROCESS_FAILPOINTS
@@ -370,7 +373,7 @@ class Planner:
             commit_crashes.append(Crash(rng.choice(COMMIT_FAILPOINTS), rng.choice(("raise", "exit")), 1))
         leaves_orphans = (
             crash.point == SIGKILL
-            or crash.point == "spark.native.before_seal"  # the committed task's files are never sealed
+            or crash.point == SEAL_WITH_FILES  # the committed task's files are never sealed
             or (crash.kind == "exit" and crash.point in ORPHAN_POINTS and crash.hit == 1)
         )
         if commit_crashes[0].point in ORPHAN_COMMIT_POINTS and not leaves_orphans:
@@ -412,9 +415,11 @@ class Planner:
     @staticmethod
     def _orphan_left(rng: random.Random, engine: str) -> Crash:
         """A resumed run's crash that leaves an orphan for the commit's orphan loop: a worker killed mid-write
-        (Arrow), or a committed task's seal failing in the driver (Spark's writer)."""
+        (Arrow), or the seal of a committed task *with files* failing in the driver (Spark's writer). The
+        first seal of a resumed run is often an empty task's (its keys were done): failing that one leaves
+        nothing (seed 20261127 at 168e1d1: store.commit.during_delete_orphans on comp/S, 3 armed, 0 fired)."""
         if engine == "spark":
-            return Crash("spark.native.before_seal", "raise", 1)
+            return Crash(SEAL_WITH_FILES, "raise", 1)
         return Crash(rng.choice(ORPHAN_POINTS), "exit", 1)
 
     @staticmethod
