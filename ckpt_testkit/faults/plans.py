@@ -68,9 +68,9 @@ ORPHAN_POINTS = EXECUTOR_FAILPOINTS[
 ]
 #: Retention failpoints reached only when the policy keeps keys (retain: the committed keys go into a snapshot).
 SNAPSHOT_POINTS = ("store.cleanup.after_snapshot_keys", "store.cleanup.after_snapshot_manifest")
-#: Commit failpoints that are reached only when there are orphans to delete.
 #: Spark's writer: the seal of a committed task that wrote files fails (an orphan for the commit, surely).
 SEAL_WITH_FILES = "spark.native.before_seal.with_files"
+#: Commit failpoints that are reached only when there are orphans to delete.
 ORPHAN_COMMIT_POINTS = ("store.commit.before_delete_orphans", "store.commit.during_delete_orphans")
 #: Failpoints of reprocess, rewind, undo and purge: dealt by ckpt_testkit/faults/reprocess_trials.py.
 REPROCESS_POINTS = REPROCESS_FAILPOINTS

@@ -269,9 +269,8 @@ class _Sealer:
         checkpoint_id = new_checkpoint_id()
         failpoint("spark.native.before_seal")
         failpoint(f"spark.native.before_seal.e{write.epoch}.p{partition}")
-        if files:  # a seal that fails here surely leaves files for the commit's orphan loop
-            failpoint("spark.native.before_seal.with_files")
         if files:
+            failpoint("spark.native.before_seal.with_files")  # failing here surely leaves an orphan
             store.stage_files(checkpoint_id, files)
         store.stage_keys(checkpoint_id, keys)
         sealed = store.checkpoint(checkpoint_id, epoch=write.epoch, partition=partition, metadata=metadata)
