@@ -43,11 +43,13 @@ COMPACTION_FAILPOINTS = (
 #: Failpoints of the native (Spark) writer: in the driver, around the seal of one committed task.
 #: Only file-key jobs with local output use that writer, so only the local backend deals them.
 NATIVE_FAILPOINTS = ("spark.native.before_seal", "spark.native.after_seal")
+#: Spark's writer: the seal of a committed task that wrote files fails (an orphan for the commit, surely).
+SEAL_WITH_FILES = "spark.native.before_seal.with_files"
 #: Failpoints inside one task's seal: raised in the driver (Spark's writer seals there), they leave that one
 #: task committed but unsealed. The progress oracle allows that task, and only it.
 ONE_SEAL_POINTS = (
     "spark.native.before_seal",
-    "spark.native.before_seal.with_files",
+    SEAL_WITH_FILES,
     "store.after_stage_files",
     "store.after_stage_keys",
     "store.checkpoint.before_manifest",
@@ -68,8 +70,6 @@ ORPHAN_POINTS = EXECUTOR_FAILPOINTS[
 ]
 #: Retention failpoints reached only when the policy keeps keys (retain: the committed keys go into a snapshot).
 SNAPSHOT_POINTS = ("store.cleanup.after_snapshot_keys", "store.cleanup.after_snapshot_manifest")
-#: Spark's writer: the seal of a committed task that wrote files fails (an orphan for the commit, surely).
-SEAL_WITH_FILES = "spark.native.before_seal.with_files"
 #: Commit failpoints that are reached only when there are orphans to delete.
 ORPHAN_COMMIT_POINTS = ("store.commit.before_delete_orphans", "store.commit.during_delete_orphans")
 #: Failpoints of reprocess, rewind, undo and purge: dealt by ckpt_testkit/faults/reprocess_trials.py.
@@ -371,16 +371,14 @@ class Planner:
         commit_crashes = [self._commit_crash(rng, f"{backend}/{kind}-commit/{mode}/{engine}", path_index)]
         if rng.random() < 0.3:
             commit_crashes.append(Crash(rng.choice(COMMIT_FAILPOINTS), rng.choice(("raise", "exit")), 1))
-        leaves_orphans = (
-            crash.point == SIGKILL
-            or crash.point == SEAL_WITH_FILES  # the committed task's files are never sealed
-            or (crash.kind == "exit" and crash.point in ORPHAN_POINTS and crash.hit == 1)
+        leaves_orphans = crash.point == SIGKILL or (
+            crash.kind == "exit" and crash.point in ORPHAN_POINTS and crash.hit == 1
         )
         if commit_crashes[0].point in ORPHAN_COMMIT_POINTS and not leaves_orphans:
             # Those failpoints sit in the loop over orphans: without one they can never fire (the first
             # campaign armed store.commit.during_delete_orphans 6 times on S3 and it fired 0 times). So the
             # first crash surely fires (partitions stay pending) and the resume leaves an orphan: a worker
-            # killed mid-write (Arrow), or a committed task's seal failing in the driver (Spark's writer).
+            # killed mid-write (Arrow), or the seal of a committed task with files failing (Spark's writer).
             crash = dataclasses.replace(crash, hit=1)
             resume_crash = self._orphan_left(rng, engine)
         policy = rng.choice((RetentionPolicy.DELETE_AFTER_SUCCESS, RetentionPolicy.RETAIN))

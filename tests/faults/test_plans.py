@@ -62,7 +62,7 @@ def test_commit_crashes_are_dealt_where_they_can_fire(kind: str) -> None:
         if first in SNAPSHOT_POINTS:  # only the retain policy writes a snapshot
             assert plan.policy is RetentionPolicy.RETAIN, plan.describe()
         crash = plan.crash
-        crash_leaves_one = crash.point in (SIGKILL, "sigkill.executor", SEAL_WITH_FILES) or (
+        crash_leaves_one = crash.point in (SIGKILL, "sigkill.executor") or (
             crash.kind == "exit" and crash.point in ORPHAN_POINTS and crash.hit == 1
         )
         if first in ORPHAN_COMMIT_POINTS and not crash_leaves_one:
