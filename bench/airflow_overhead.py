@@ -44,6 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from bench import quiet  # noqa: E402
+
 WORK = ROOT / "bench" / "work"
 RESULTS = ROOT / "bench" / "results"
 S3_CONN = "bench_s3"
@@ -247,8 +249,12 @@ def main() -> int:
     parser.add_argument("--keys", type=int, default=100, help="keys per checkpoint")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS / "airflow_overhead.json")
+    quiet.add_argument(parser)
     args = parser.parse_args()
+    machine = quiet.gate(args)
     result = run(_sizes(args.done), _sizes(args.s3_done), args.new, args.keys, args.repeats)
+    machine.finish()
+    result["machine"] = machine.record()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     print(f"wrote {args.out}")

@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from airflow_ckpt_provider.store import CheckpointStore, RetentionPolicy, Selection, open_store  # noqa: E402
+from bench import quiet  # noqa: E402
 from bench.store_scale import _measure, fill, load  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -94,9 +95,13 @@ def main() -> int:
     parser.add_argument("--s3", default="1000", help="checkpoint counts on the S3 server")
     parser.add_argument("--keys", type=int, default=100, help="keys per checkpoint")
     parser.add_argument("--out", type=Path, default=RESULTS / "reprocess_scale.json")
+    quiet.add_argument(parser)
     args = parser.parse_args()
+    machine = quiet.gate(args)
     sizes = [[int(x) for x in text.split(",") if x.strip()] for text in (args.local, args.s3)]
     result = run(sizes[0], sizes[1], args.keys)
+    machine.finish()
+    result["machine"] = machine.record()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1, default=str))
     print(f"load {result['load_start']} -> {result['load_end']}; wrote {args.out}")

@@ -64,6 +64,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from airflow_ckpt_provider.store import EpochStatus, RetentionPolicy, open_store  # noqa: E402
+from bench import quiet  # noqa: E402
 from ckpt_testkit.spark_cluster import SPARK_HOME, spark_env  # noqa: E402
 
 JOB = ROOT / "bench" / "jobs" / "sessions_job.py"
@@ -819,9 +820,13 @@ def main() -> int:
     parser.add_argument(
         "--no-decomposition", action="store_true", help="skip the in-session breakdown of a clean run (section 2)"
     )
+    quiet.add_argument(parser)
     args = parser.parse_args()
+    machine = quiet.gate(args)
     kills = [float(k) for k in args.kills.split(",")]
     result = run(args.scale, args.variants.split(","), kills, decompose=not args.no_decomposition)
+    machine.finish()
+    result["machine"] = machine.record()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     print(f"wrote {args.out}")

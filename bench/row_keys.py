@@ -51,6 +51,7 @@ from spark_overhead import generate, transform  # noqa: E402
 from airflow_ckpt_provider.spark import CheckpointedJob  # noqa: E402
 from airflow_ckpt_provider.spark.skip import done_keys_frame  # noqa: E402
 from airflow_ckpt_provider.store import new_checkpoint_id, open_store  # noqa: E402
+from bench import quiet  # noqa: E402
 from ckpt_testkit.spark_events import event_log_confs, peak_concurrency, write_task_intervals  # noqa: E402
 
 WORK = ROOT / "bench" / "work" / "row_keys"
@@ -235,7 +236,9 @@ def main() -> int:
         help="spark.sql.files.maxPartitionBytes for every run: 24 tasks (each a checkpoint) instead of 3",
     )
     parser.add_argument("--store-keys", default="1,5,10", help="millions of done keys for the store read")
+    quiet.add_argument(parser)
     args = parser.parse_args()
+    machine = quiet.gate(args)
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     load_at_start = os.getloadavg()
@@ -269,6 +272,7 @@ def main() -> int:
     reruns = {f: measure_rerun(spark, inputs, f, tasks, args.repeat, run_dir, events) for f in (0.5, 0.9)}
     store_read = measure_store_read(spark, [int(m) for m in args.store_keys.split(",") if m], run_dir)
     spark.stop()
+    machine.finish()
 
     report = {
         "input": {"files": len(inputs), "rows": len(inputs) * args.rows, "bytes": total_bytes, "tasks": tasks},
@@ -276,6 +280,7 @@ def main() -> int:
         "clean_seconds": clean,
         "reruns": {str(f): rows for f, rows in reruns.items()},
         "store_read": store_read,
+        "machine": machine.record(),
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "row_keys.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -33,6 +33,8 @@ BENCH = ROOT / "bench"
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
+from bench import quiet  # noqa: E402
+
 RESULTS = BENCH / "results"
 WORK = BENCH / "work"
 
@@ -180,7 +182,9 @@ def main() -> int:
     parser.add_argument("--scale", choices=("small", "full"), default="small")
     parser.add_argument("--only", default="resume,spark,store,airflow,dags")
     parser.add_argument("--keep", action="store_true", help="skip benchmarks whose JSON already exists")
+    quiet.add_argument(parser)
     args = parser.parse_args()
+    machine = quiet.gate(args)
     only = set(args.only.split(","))
     WORK.mkdir(parents=True, exist_ok=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -239,6 +243,8 @@ def main() -> int:
         write_json("dags_test.json", run_dags_test())
 
     meta["load_end"] = [round(x, 2) for x in os.getloadavg()]
+    machine.finish()
+    meta["machine"] = machine.record()
     write_json("meta.json", meta)
     import report
 

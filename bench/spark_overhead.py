@@ -42,6 +42,7 @@ from pyspark.sql import functions as F
 
 from airflow_ckpt_provider.spark import SOURCE_FILE_COLUMN, CheckpointedJob
 from airflow_ckpt_provider.spark.plan import native_layout
+from bench import quiet
 
 WORK = Path(__file__).resolve().parent / "work" / "spark_overhead"
 
@@ -171,7 +172,9 @@ def main() -> int:
         default=64 * 1024 * 1024,
         help="spark.sql.files.maxPartitionBytes (both runs): smaller tasks resume at a finer grain",
     )
+    quiet.add_argument(parser)
     args = parser.parse_args()
+    machine = quiet.gate(args)
 
     inputs = generate(args.files, args.rows)
     total_bytes = sum(os.path.getsize(p) for p in inputs)
@@ -238,7 +241,7 @@ def main() -> int:
         f"local[2], Spark's own Parquet scan, maxPartitionBytes {args.max_partition_bytes >> 20} MiB, "
         f"maxRecordsPerBatch {args.batch}; median of {args.repeat}"
     )
-    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    machine.finish()
     print()
     print(f"{'measure':<44}{'value':>12}{'target':>14}{'ok':>5}")
     print("-" * 75)

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from airflow_ckpt_provider.store import CheckpointStore, EpochStatus, RetentionPolicy, open_store
+from bench import quiet
 
 
 def timed(fn: Callable[[], Any], repeat: int = 3) -> tuple[float, Any]:
@@ -122,7 +123,9 @@ def main() -> int:
     parser.add_argument("--checkpoints", type=int, default=10_000)
     parser.add_argument("--keys", type=int, default=1_000)
     parser.add_argument("--backends", default="local,s3")
+    quiet.add_argument(parser)
     args = parser.parse_args()
+    machine = quiet.gate(args)
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="ckpt-bench-") as tmp:
@@ -154,6 +157,7 @@ def main() -> int:
     compacted = [r for r in rows if r["phase"].startswith("after")]
     met = all(r["seconds"] / r["floor_seconds"] <= 2.0 and r["requests"] <= 10 for r in compacted)
     print(f"\ntarget (after compaction: <= 2x floor, <= 10 requests/read): {'MET' if met else 'NOT MET'}")
+    machine.finish()
     return 0
 
 
