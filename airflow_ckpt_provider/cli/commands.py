@@ -186,13 +186,17 @@ def keys(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
 
 
 def commit(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
-    result = store.commit(output_roots=args.output_root or None, degraded=args.degraded)
+    result = store.commit(
+        output_roots=args.output_root or None,
+        degraded=args.degraded,
+        unknown_files="keep" if args.keep_unknown_files else "fail",
+    )
     if args.json:
         _json(io, result.to_json())
         return EXIT_OK
     render.fields(result.summary(), io.out)
     if result.unknown_files:
-        io.out.write("files under the output roots that no writer of this store recorded (kept; check them):\n")
+        io.out.write("files under the output roots that no writer of this store recorded (kept):\n")
         for path in result.unknown_files:
             io.out.write(f"  {path}\n")
     if result.kept_unprovable:

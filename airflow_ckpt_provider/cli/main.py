@@ -99,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the run was degraded: delete nothing that cannot be proven orphaned",
     )
+    commit.add_argument(
+        "--keep-unknown-files",
+        action="store_true",
+        help="commit although files no run of this store wrote lie under the output roots (kept, listed)",
+    )
     for name, help_text, handler in (
         ("clear", "delete every checkpoint: the next run reprocesses everything", commands.clear),
         (

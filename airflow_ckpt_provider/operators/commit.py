@@ -13,7 +13,7 @@ from airflow_ckpt_provider.hooks.config import CheckpointConfig
 from airflow_ckpt_provider.hooks.store_location import TaskStore, store_template_fields
 from airflow_ckpt_provider.operators import metrics
 from airflow_ckpt_provider.operators.base import CheckpointStoreBaseOperator
-from airflow_ckpt_provider.store import RetentionPolicy
+from airflow_ckpt_provider.store import RetentionPolicy, UnknownFiles
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -43,7 +43,10 @@ class CheckpointCommitOperator(CheckpointStoreBaseOperator):
     checkpoint, after checking that their keys are disjoint) and marks the checkpoints
     committed; phase 2 deletes orphans: files this store's writers recorded that no
     valid checkpoint owns (failed, duplicate and zombie attempts) and unsealed
-    checkpoint directories. Files with no record are reported, never deleted. Then
+    checkpoint directories. Files under the output roots that no writer of the store
+    recorded are never deleted: they fail the commit with ``UnknownOutputFilesError``
+    before anything changes (a reader would see them beside the committed files),
+    unless ``unknown_files="keep"``. Then
     ``delete_after_success`` deletes the checkpoint data, or ``retain`` compacts the
     committed keys into a snapshot for incremental runs. Idempotent: a retry after a
     crash finishes the job.
@@ -58,6 +61,8 @@ class CheckpointCommitOperator(CheckpointStoreBaseOperator):
         roots the writers recorded.
     :param retention_policy: ``delete_after_success`` or ``retain`` (default ``[ckpt]
         retention_policy``).
+    :param unknown_files: ``fail`` (default) or ``keep``: what to do with files under the output
+        roots that no run of this store wrote (templated). ``keep`` commits anyway and reports them.
     :param degraded: the run was degraded (checkpointing was off for a while): keep every
         file that cannot be proven orphaned. Templated. Default: the submit task's XCom.
         A degraded epoch recorded in the store counts as well.
@@ -68,7 +73,9 @@ class CheckpointCommitOperator(CheckpointStoreBaseOperator):
     output datasets and a ``checkpointCommit`` run facet (committed, skipped, deleted).
     """
 
-    template_fields: Sequence[str] = store_template_fields("output_roots", "retention_policy", "degraded")
+    template_fields: Sequence[str] = store_template_fields(
+        "output_roots", "retention_policy", "degraded", "unknown_files"
+    )
     ui_color = "#a4d8a4"
 
     def __init__(
@@ -77,9 +84,11 @@ class CheckpointCommitOperator(CheckpointStoreBaseOperator):
         output_roots: Sequence[str] | str | None = None,
         retention_policy: RetentionPolicy | str | None = None,
         degraded: bool | str | None = None,
+        unknown_files: UnknownFiles | str = UnknownFiles.FAIL,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.unknown_files = unknown_files
         self.output_roots = output_roots
         self.retention_policy = retention_policy
         self.degraded = degraded
@@ -134,7 +143,9 @@ class CheckpointCommitOperator(CheckpointStoreBaseOperator):
         degraded = self._degraded(task_store)
 
         started = time.monotonic()
-        result = store.commit(self._output_roots(), degraded=degraded)
+        result = store.commit(
+            self._output_roots(), degraded=degraded, unknown_files=UnknownFiles(str(self.unknown_files).strip().lower())
+        )
         removed = store.cleanup(policy)
         elapsed = dt.timedelta(seconds=time.monotonic() - started)
 
@@ -152,7 +163,7 @@ class CheckpointCommitOperator(CheckpointStoreBaseOperator):
         self._store_summaries.append(summary)
         self.log.info(
             "Committed epoch %d of %s%s%s: %d files (%d rows) authoritative, %d orphans deleted, %d bytes "
-            "freed, %d unknown files reported, %d kept (degraded); %s removed %d checkpoints",
+            "freed, %d unknown files kept, %d kept (degraded); %s removed %d checkpoints",
             result.epoch,
             uri,
             f" (map index {task_store.map_index})" if task_store.map_index >= 0 else "",
@@ -168,7 +179,8 @@ class CheckpointCommitOperator(CheckpointStoreBaseOperator):
         )
         if result.unknown_files:
             self.log.warning(
-                "Files under the output roots that no writer of this store recorded (kept; check them): %s",
+                "Files under the output roots that no writer of this store recorded (kept: %s): %s",
+                "the run was degraded" if result.degraded else 'unknown_files="keep"',
                 list(result.unknown_files)[:20],
             )
 

@@ -35,6 +35,7 @@ from airflow_ckpt_provider.store.errors import (
     UnknownEpochError,
     UnknownInputFileError,
     UnknownKeysError,
+    UnknownOutputFilesError,
     UnknownReprocessError,
     UnsafePathError,
 )
@@ -51,6 +52,7 @@ from airflow_ckpt_provider.store.model import (
     Progress,
     RetentionPolicy,
     StoreContents,
+    UnknownFiles,
 )
 from airflow_ckpt_provider.store.opener import open_blobs, open_store, public_options, secret_options
 from airflow_ckpt_provider.store.reprocess.model import (
@@ -113,8 +115,10 @@ __all__ = [
     "UnknownCheckpointError",
     "UnknownCommitError",
     "UnknownEpochError",
+    "UnknownFiles",
     "UnknownInputFileError",
     "UnknownKeysError",
+    "UnknownOutputFilesError",
     "UnknownReprocessError",
     "UnsafePathError",
     "new_checkpoint_id",

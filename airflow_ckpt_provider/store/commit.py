@@ -10,12 +10,13 @@ a crash in either phase finishes the job.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.store.compaction import Compactor
 from airflow_ckpt_provider.store.context import StoreContext
-from airflow_ckpt_provider.store.deletion import StoreDeleter
+from airflow_ckpt_provider.store.deletion import StoreDeleter, SweepPlan
 from airflow_ckpt_provider.store.deletion_guard import canonical_uri
 from airflow_ckpt_provider.store.epochs import EpochLog
 from airflow_ckpt_provider.store.errors import (
@@ -23,15 +24,33 @@ from airflow_ckpt_provider.store.errors import (
     NoEpochError,
     OverlappingKeysError,
     PreconditionFailedError,
+    UnknownOutputFilesError,
 )
 from airflow_ckpt_provider.store.keys import duplicate_keys
 from airflow_ckpt_provider.store.layout import commit_done_key, commit_key
-from airflow_ckpt_provider.store.model import CommitResult, EpochStatus, FileMetadata
+from airflow_ckpt_provider.store.model import CommitResult, EpochStatus, FileMetadata, UnknownFiles
 from airflow_ckpt_provider.store.records import commit_result_from_json, dumps, now
 from airflow_ckpt_provider.store.reprocess.lineage import write_lineage
 from airflow_ckpt_provider.store.reprocess.maintenance import refuse_unfinished_maintenance
 from airflow_ckpt_provider.store.reprocess.records import PLAN_FIELD
 from airflow_ckpt_provider.store.state import StateReader, StoreState, key_sources, segment_intents
+
+
+@dataclass
+class _OrphanPlan:
+    """A commit's phase 2, listed and sorted but not run: what it deletes, keeps and reports."""
+
+    state: StoreState
+    record: Mapping[str, Any]
+    committed_files: tuple[FileMetadata, ...]
+    listed: SweepPlan
+    unknown: tuple[str, ...]
+    kept: tuple[str, ...]
+    stale_ids: tuple[str, ...]
+    degraded: bool
+    roots: tuple[str, ...]
+    refused_records: list[str]
+    undeclared: tuple[str, ...]
 
 
 class Committer:
@@ -52,7 +71,9 @@ class Committer:
         self._deleter = deleter
         self._compactor = compactor
 
-    def commit(self, output_roots: Sequence[str] | None, *, degraded: bool) -> CommitResult:
+    def commit(
+        self, output_roots: Sequence[str] | None, *, degraded: bool, unknown_files: UnknownFiles = UnknownFiles.FAIL
+    ) -> CommitResult:
         # Fold what the job left loose first: the state read below is then a few segments.
         self._compactor.compact(min_loose=1)
         state = self._reader.read(keep_inline=True)
@@ -69,6 +90,7 @@ class Committer:
 
         existing = self._blobs.get_if_exists(record_key)
         written: tuple[FileMetadata, ...] | None = None  # the record's files, when this call wrote it
+        sweep: _OrphanPlan | None = None
         if existing is not None and existing[0]:  # empty: an upload cut short, by a commit that died (rewritten)
             record = self._context.parse_json(record_key, existing[0])
         else:
@@ -88,8 +110,6 @@ class Committer:
             files_by_id = self._reader.files_by_checkpoint(state.valid)
             files = [f for c in state.valid for f in files_by_id[c.checkpoint_id]]
             guard = self._deleter.guard(output_roots)
-            # Which checkpoint wrote which file, kept after compaction deletes the manifests (docs/reprocess.md).
-            write_lineage(self._blobs, epoch.number, state.valid, files_by_id, list(guard.root_uris))
             record = {
                 "epoch": epoch.number,
                 "checkpoint_ids": [c.checkpoint_id for c in state.valid],
@@ -99,38 +119,45 @@ class Committer:
                 # Kept with the commit record: the roots outlive epoch records that retention prunes.
                 "output_roots": list(guard.root_uris),
             }
+            # Listed before the record is written: unknown files refuse the commit with nothing changed.
+            sweep = self._plan_orphans(state, record, output_roots, degraded=bool(record["degraded"]), files=files)
+            self._refuse_unknown(sweep, unknown_files)
+            # Which checkpoint wrote which file, kept after compaction deletes the manifests (docs/reprocess.md).
+            write_lineage(self._blobs, epoch.number, state.valid, files_by_id, list(guard.root_uris))
             try:
                 self._blobs.put(record_key, dumps(record), if_absent=True)
                 written = tuple(files)
             except PreconditionFailedError:  # a concurrent commit won; use its record
                 record = self._context.read_json(record_key)
+                sweep = None
         # Writing the record marked every checkpoint it names committed, in one atomic write:
         # readers take the newest commit record as the authority (manifests are not rewritten).
         failpoint("store.commit.between_phases")
-        result = self._delete_orphans(
-            state,
-            record,
-            output_roots,
-            degraded=bool(record.get("degraded")) or degraded or epoch.degraded,
-            committed_files=written,
-        )
+        if sweep is None:  # a retry after a crash, or a concurrent commit's record
+            sweep = self._plan_orphans(
+                state, record, output_roots, degraded=bool(record.get("degraded")) or degraded or epoch.degraded
+            )
+            self._refuse_unknown(sweep, unknown_files)
+        result = self._delete_orphans(sweep, committed_files=written)
         self._blobs.put(done_key, dumps(result.to_json()))
         self._epochs.write_end(epoch.number, EpochStatus.COMMITTED, result.summary())
         return result
 
-    def _delete_orphans(
+    def _plan_orphans(
         self,
         state: StoreState,
         record: Mapping[str, Any],
         output_roots: Sequence[str] | None,
         *,
         degraded: bool,
-        committed_files: tuple[FileMetadata, ...] | None = None,
-    ) -> CommitResult:
-        """``committed_files``: the record's files as this call wrote them (else parsed from ``record``)."""
+        files: Sequence[FileMetadata] | None = None,
+    ) -> _OrphanPlan:
+        """List the output roots and sort what they hold against ``record`` (its files: ``files`` when
+        the caller has them parsed). Deletes nothing."""
         epoch_number = int(record["epoch"])
-        if committed_files is None:
-            committed_files = tuple(FileMetadata.from_json(f) for f in record["files"])
+        committed_files = (
+            tuple(files) if files is not None else tuple(FileMetadata.from_json(f) for f in record["files"])
+        )
         authoritative = {canonical_uri(f.path) for f in committed_files}
         valid_ids = set(state.valid_ids) | set(record["checkpoint_ids"])
         recorded = self._deleter.intents(skip=valid_ids, extra=segment_intents(state, skip=valid_ids))
@@ -182,31 +209,69 @@ class Committer:
                     return True
             return False
 
-        sweep = self._deleter.delete_recorded(guard, roots, candidates, known, doomed_by_name)
-        unknown = [p for p in sweep.unknown if p not in kept_by_name]
+        listed = self._deleter.plan_sweep(guard, roots, candidates, known, doomed_by_name)
+        unknown = [p for p in listed.unknown if p not in kept_by_name]
         kept.extend(sorted(kept_by_name))
-        refused_records += [f"{p}: refused by the deletion guard" for p in sweep.refused]
-
         kept_ids = {intents[p][0] for p in kept if p in intents} | set(kept_by_name.values())
         stale_ids = sorted(((state.sealed_ids() - valid_ids) | set(state.unsealed)) - kept_ids)
+        return _OrphanPlan(
+            state=state,
+            record=record,
+            committed_files=committed_files,
+            listed=listed,
+            unknown=tuple(sorted(unknown)),
+            kept=tuple(sorted(kept)),
+            stale_ids=tuple(stale_ids),
+            degraded=degraded,
+            roots=tuple(roots),
+            refused_records=refused_records,
+            undeclared=tuple(sorted(undeclared)),
+        )
+
+    def _refuse_unknown(self, plan: _OrphanPlan, policy: UnknownFiles) -> None:
+        """:class:`UnknownOutputFilesError` when the output holds files no writer of this store recorded,
+        unless the caller keeps them knowingly. A degraded run's writers could not record every file, so
+        its unknown files are kept and reported (the summary says the run was degraded)."""
+        if not plan.unknown or policy is UnknownFiles.KEEP or plan.degraded:
+            return
+        shown = "\n  ".join(plan.unknown[:20])
+        more = f"\n  ... and {len(plan.unknown) - 20} more" if len(plan.unknown) > 20 else ""
+        raise UnknownOutputFilesError(
+            f"{len(plan.unknown)} file(s) under the output roots of {self._context.uri} were written by no run of "
+            f"this store:\n  {shown}{more}\nA reader of the output would read them beside the "
+            f"{len(plan.committed_files)} file(s) this commit makes authoritative (duplicates, or another job's "
+            "data). Nothing was committed or deleted. Move them out of the output roots and retry the commit; if a "
+            "run with another store committed them, retract them there (`airflow-ckpt reprocess`); or keep them "
+            'knowingly: CheckpointCommitOperator(unknown_files="keep"), store.commit(unknown_files="keep") or '
+            "`airflow-ckpt commit --keep-unknown-files`",
+            plan.unknown,
+        )
+
+    def _delete_orphans(
+        self, plan: _OrphanPlan, *, committed_files: tuple[FileMetadata, ...] | None = None
+    ) -> CommitResult:
+        """Run the sweep ``plan`` listed and delete the stale checkpoint directories."""
+        sweep = self._deleter.run_sweep(plan.listed)
+        refused_records = [*plan.refused_records, *(f"{p}: refused by the deletion guard" for p in sweep.refused)]
+        state = plan.state
         # Directories only: a segment's rows of stale checkpoints stay (never valid again) until cleanup.
         state.require_attempts()
-        self._deleter.delete_checkpoint_dirs(sorted(set(stale_ids) & set(state.listed_dirs)))
+        self._deleter.delete_checkpoint_dirs(sorted(set(plan.stale_ids) & set(state.listed_dirs)))
         return CommitResult(
-            epoch=epoch_number,
-            committed_checkpoints=tuple(record["checkpoint_ids"]),
-            committed_files=committed_files,
+            epoch=int(plan.record["epoch"]),
+            committed_checkpoints=tuple(plan.record["checkpoint_ids"]),
+            committed_files=committed_files if committed_files is not None else plan.committed_files,
             deleted_files=tuple(sorted(sweep.deleted)),
-            deleted_checkpoints=tuple(stale_ids),
+            deleted_checkpoints=plan.stale_ids,
             aborted_uploads=tuple(sorted(sweep.aborted)),
-            unknown_files=tuple(sorted(unknown)),
-            kept_unprovable=tuple(sorted(kept)),
+            unknown_files=plan.unknown,
+            kept_unprovable=plan.kept,
             bytes_freed=sweep.bytes_freed,
-            degraded=degraded,
+            degraded=plan.degraded,
             already_committed=False,
-            output_roots=tuple(roots),
+            output_roots=plan.roots,
             refused_records=tuple(refused_records),
-            undeclared_output_files=tuple(sorted(undeclared)),
+            undeclared_output_files=plan.undeclared,
         )
 
 

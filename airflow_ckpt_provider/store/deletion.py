@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_ckpt_provider.failpoints import failpoint
-from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError
+from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError, BlobStore, PendingUpload
 from airflow_ckpt_provider.store.context import StoreContext
 from airflow_ckpt_provider.store.deletion_guard import (
     DeletionGuard,
@@ -54,6 +54,19 @@ class Sweep:
     #: Files a record marked for deletion that the guard refused (kept).
     refused: list[str] = field(default_factory=list)
     bytes_freed: int = 0
+
+
+@dataclass
+class SweepPlan:
+    """A listed, sorted sweep not run yet: per root, its blob store, the keys to delete and the
+    uploads to abort; ``sweep`` holds what was reported while listing (unknown, refused, bytes)."""
+
+    sweep: Sweep = field(default_factory=Sweep)
+    roots: list[tuple[BlobStore, list[str], list[PendingUpload]]] = field(default_factory=list)
+
+    @property
+    def unknown(self) -> list[str]:
+        return self.sweep.unknown
 
 
 class StoreDeleter:
@@ -149,14 +162,27 @@ class StoreDeleter:
         known: set[str],
         doomed_by_name: Callable[[str], bool] = lambda path: False,
     ) -> Sweep:
-        """List each output root once; delete files in ``doomed`` (or that ``doomed_by_name`` picks)
-        that ``guard`` allows; report the unrecorded ones and the refused ones.
+        """:meth:`plan_sweep`, then :meth:`run_sweep` at once (discard and clear: nothing to decide between)."""
+        return self.run_sweep(self.plan_sweep(guard, roots, doomed, known, doomed_by_name))
+
+    def plan_sweep(
+        self,
+        guard: DeletionGuard,
+        roots: Sequence[str],
+        doomed: Mapping[str, str],
+        known: set[str],
+        doomed_by_name: Callable[[str], bool] = lambda path: False,
+    ) -> SweepPlan:
+        """List each output root once and sort what it holds: files in ``doomed`` (or that
+        ``doomed_by_name`` picks) that ``guard`` allows are to be deleted; the refused ones and the
+        unrecorded ones (not in ``known``) are reported. Deletes nothing: a caller can still refuse
+        (the commit does, over unknown files) before :meth:`run_sweep`.
 
         ``roots``, ``doomed`` and ``known`` are canonical URIs (``deletion_guard.canonical_uri``);
         ``known``: paths that are authoritative or recorded, so not reported as unknown. A root the
         guard does not cover is not even listed.
         """
-        sweep = Sweep()
+        plan = SweepPlan()
         covered = [r for r in dict.fromkeys(roots) if any(_covers(g, r) for g in guard.root_uris)]
         # Listing is recursive: a root under another root would list (and delete) twice.
         covered = [r for r in covered if not any(r != o and _covers(o, r) for o in covered)]
@@ -168,25 +194,35 @@ class StoreDeleter:
                 if path in doomed or (path not in known and doomed_by_name(path)):
                     reason = guard.refusal(path)
                     if reason is not None:
-                        sweep.refused.append(path)
+                        plan.sweep.refused.append(path)
                         log.warning("not deleting %s", reason)
                         continue
                     to_delete.append(info.key)
-                    sweep.bytes_freed += info.size
+                    plan.sweep.bytes_freed += info.size
                 elif path not in known and not hidden(info.key):
-                    sweep.unknown.append(path)
+                    plan.sweep.unknown.append(path)
+            uploads: list[PendingUpload] = []
+            for upload in blobs.list_pending_uploads(""):
+                upload_path = canonical_uri(blobs.child_uri(upload.key))
+                marked = upload_path in doomed or (upload_path not in known and doomed_by_name(upload_path))
+                if marked and guard.allows(upload_path):
+                    uploads.append(upload)
+            plan.roots.append((blobs, to_delete, uploads))
+        return plan
+
+    def run_sweep(self, plan: SweepPlan) -> Sweep:
+        """Delete what :meth:`plan_sweep` picked (batches of 1,000 per root) and abort its uploads."""
+        sweep = plan.sweep
+        for blobs, to_delete, uploads in plan.roots:
             failpoint("store.commit.before_delete_orphans")
             for start in range(0, len(to_delete), DELETE_BATCH):
                 chunk = to_delete[start : start + DELETE_BATCH]
                 blobs.delete_many(chunk)
                 sweep.deleted.extend(canonical_uri(blobs.child_uri(k)) for k in chunk)
                 failpoint("store.commit.during_delete_orphans")
-            for upload in blobs.list_pending_uploads(""):
-                upload_path = canonical_uri(blobs.child_uri(upload.key))
-                marked = upload_path in doomed or (upload_path not in known and doomed_by_name(upload_path))
-                if marked and guard.allows(upload_path):
-                    blobs.abort_upload(upload)
-                    sweep.aborted.append(upload_path)
+            for upload in uploads:
+                blobs.abort_upload(upload)
+                sweep.aborted.append(canonical_uri(blobs.child_uri(upload.key)))
         return sweep
 
     def delete_output_files(

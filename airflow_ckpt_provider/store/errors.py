@@ -71,6 +71,20 @@ class CommitRefusedError(CheckpointError):
     """The commit cannot proceed safely (for example a key overlap); nothing was deleted."""
 
 
+class UnknownOutputFilesError(CommitRefusedError):
+    """Files under the output roots that no writer of this store recorded: a plain reader of the
+    output would read them beside the committed files (duplicates the store cannot see).
+
+    ``paths`` lists them (canonical URIs). Nothing was committed or deleted. Ways out: move them
+    away and retry; retract them where they were committed (``airflow-ckpt reprocess`` on the store
+    that wrote them); or keep them knowingly (``unknown_files="keep"``).
+    """
+
+    def __init__(self, message: str, paths: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.paths = paths
+
+
 class PreconditionFailedError(CheckpointError):
     """A conditional write lost: the object exists (create-if-absent) or changed (if-match).
 

@@ -17,6 +17,18 @@ class CheckpointStatus(enum.StrEnum):
     COMMITTED = "committed"
 
 
+class UnknownFiles(enum.StrEnum):
+    """What a commit does with files under its output roots that no writer of its store recorded.
+
+    ``FAIL`` (default): refuse the commit with :class:`UnknownOutputFilesError` (nothing committed or
+    deleted): a reader of the output would see them beside the committed files. ``KEEP``: commit,
+    keep them and report them in ``CommitResult.unknown_files`` (the caller vouches for them).
+    """
+
+    FAIL = "fail"
+    KEEP = "keep"
+
+
 class RetentionPolicy(enum.StrEnum):
     """What the commit keeps of the checkpoint data.
 

@@ -47,6 +47,7 @@ from airflow_ckpt_provider.store.model import (
     Progress,
     RetentionPolicy,
     StoreContents,
+    UnknownFiles,
 )
 from airflow_ckpt_provider.store.retention import Retention
 from airflow_ckpt_provider.store.state import StateReader, StoreState, key_sources
@@ -364,7 +365,13 @@ class CheckpointStore:
 
     # ------------------------------------------------------------------ commit (store/commit.py)
 
-    def commit(self, output_roots: Sequence[str] | None = None, *, degraded: bool = False) -> CommitResult:
+    def commit(
+        self,
+        output_roots: Sequence[str] | None = None,
+        *,
+        degraded: bool = False,
+        unknown_files: UnknownFiles | str = UnknownFiles.FAIL,
+    ) -> CommitResult:
         """Make the latest epoch's output authoritative, then delete its orphans.
 
         Phase 1 writes ``commits/{n}.json`` (every file of every valid checkpoint),
@@ -373,15 +380,20 @@ class CheckpointStore:
         ``output_roots`` (default: the roots writers recorded): files some writer of
         this store recorded an intent for that no valid checkpoint owns; aborts
         their incomplete uploads; deletes unsealed and invalid checkpoint
-        directories. A file with no intent record is reported in ``unknown_files``,
-        never deleted. In a degraded epoch (``degraded=True`` or a recorded trip),
-        files of that epoch's unsealed checkpoints are kept (``kept_unprovable``).
+        directories. A file under the output roots with no intent record of this store
+        (another job's, or a run whose store was elsewhere) is never deleted: by default
+        it refuses the commit with :class:`UnknownOutputFilesError` before phase 1
+        (nothing committed, nothing deleted: a reader would see it beside the committed
+        files); ``unknown_files="keep"`` commits and reports it in ``unknown_files``.
+        In a degraded epoch (``degraded=True`` or a recorded trip), files of that
+        epoch's unsealed checkpoints are kept (``kept_unprovable``), and unknown files
+        are kept and reported (its writers could not record every file).
 
         Idempotent and resumable: rerun after a crash in either phase finishes the
         job. Raises :class:`NoEpochError`, :class:`CommitRefusedError` (failed epoch,
-        overlapping keys) — nothing deleted in that case.
+        overlapping keys, unknown files) — nothing deleted in that case.
         """
-        return self._committer.commit(output_roots, degraded=degraded)
+        return self._committer.commit(output_roots, degraded=degraded, unknown_files=UnknownFiles(unknown_files))
 
     # ------------------------------------------------------------------ retention and clearing (store/retention.py)
 

@@ -28,6 +28,7 @@ from airflow_ckpt_provider.store import (
     NoEpochError,
     RetentionPolicy,
     UnknownCheckpointError,
+    UnknownOutputFilesError,
     new_checkpoint_id,
     open_store,
 )
@@ -284,7 +285,7 @@ def test_commit_deletes_exactly_the_orphans(backend: Backend) -> None:
     store = backend.store()
     # Any spelling of the output root works: a plain path, a trailing slash, s3a://.
     root = backend.output_uri.removeprefix("file://").replace("s3://", "s3a://") + "/"
-    result = store.commit([root])
+    result = store.commit([root], unknown_files="keep")
     assert names(result.deleted_files) == orphans
     assert {f.path.rsplit("/", 1)[-1] for f in result.committed_files} == good
     assert backend.output_names() == good | {foreign}
@@ -293,6 +294,29 @@ def test_commit_deletes_exactly_the_orphans(backend: Backend) -> None:
     assert store.check().ok
     assert all(c.status is CheckpointStatus.COMMITTED for c in store.valid_checkpoints())
     assert done_keys(store) == ["a0", "a1", "a2", "a3"]
+
+
+def test_unknown_files_refuse_the_commit_and_change_nothing(backend: Backend) -> None:
+    """A file no writer of this store recorded (a run whose store was elsewhere wrote the same output):
+    a reader would see it beside the committed files, so the commit fails, typed, and changes nothing."""
+    good, orphans, foreign = _scenario(backend)
+    store = backend.store()
+    before_output = backend.output_names()
+    with pytest.raises(UnknownOutputFilesError) as raised:
+        store.commit([backend.output_uri])
+    assert names(raised.value.paths) == {foreign}
+    assert isinstance(raised.value, CommitRefusedError)
+    message = str(raised.value)
+    for way_out in ("Move them out", "airflow-ckpt reprocess", 'unknown_files="keep"', foreign):
+        assert way_out in message
+    assert backend.output_names() == before_output == good | orphans | {foreign}
+    assert not [k for k in backend.store_keys() if k.startswith(("commits/", "lineage/"))]  # nothing committed
+    assert store.current_epoch() is not None and store.current_epoch().status is EpochStatus.SUCCEEDED
+    # Moved away: the same commit goes through.
+    backend.output_blobs().delete_many([foreign])
+    result = store.commit([backend.output_uri])
+    assert result.unknown_files == () and names(result.deleted_files) == orphans
+    assert backend.output_names() == good
 
 
 @pytest.mark.parametrize("failpoint", ["store.commit.between_phases", "store.commit.during_delete_orphans"])
@@ -304,7 +328,7 @@ def test_commit_killed_between_phases_then_resumed(backend: Backend, failpoint: 
         import json
         from airflow_ckpt_provider.store import open_store
         store = open_store({backend.store_uri!r}, **json.loads({json.dumps(json.dumps(backend.options))}))
-        store.commit([{backend.output_uri!r}])
+        store.commit([{backend.output_uri!r}], unknown_files="keep")
         """
     )
     proc = subprocess.run(
@@ -316,7 +340,7 @@ def test_commit_killed_between_phases_then_resumed(backend: Backend, failpoint: 
     )
     assert proc.returncode == failpoints.EXIT_CODE, proc.stderr
     assert good <= backend.output_names()  # nothing committed was lost mid-way
-    result = backend.store().commit([backend.output_uri])
+    result = backend.store().commit([backend.output_uri], unknown_files="keep")
     assert not result.already_committed
     assert backend.output_names() == good | {foreign}
     assert backend.store().commit([backend.output_uri]).already_committed
@@ -701,7 +725,7 @@ def test_commit_deletes_orphans_of_a_native_write_by_its_name_marker(backend: Ba
         backend.write_output(name)
     store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
 
-    result = store.commit()  # roots come from the name intent
+    result = store.commit(unknown_files="keep")  # roots come from the name intent
     assert names(result.deleted_files) == {f"part-00002{marker}a2-3.parquet", duplicate}
     assert names(result.unknown_files) == names(sorted(foreign))
     assert backend.output_names() == good | foreign

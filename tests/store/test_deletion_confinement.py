@@ -227,7 +227,7 @@ def test_short_name_marker_is_refused_on_write_and_ignored_on_read(backend: Back
     # would match every file there; it must match none (the file is reported, not deleted).
     backend.write_output("part-keep.parquet", b"written by somebody else")
     _raw_intent(store, {"epoch": epoch, "paths": [], "root": backend.output_uri, "name_marker": "."})
-    result = store.commit(output_roots=[backend.output_uri])
+    result = store.commit(output_roots=[backend.output_uri], unknown_files="keep")
     assert "part-keep.parquet" in backend.output_names()
     assert f"{backend.output_uri}/part-keep.parquet" in result.unknown_files
 
