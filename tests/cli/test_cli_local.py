@@ -112,10 +112,13 @@ def test_commit_deletes_orphans_and_reports(tmp_path: Path) -> None:
     orphan = out_dir / "part-orphan.parquet"
     store.record_intent("orphan-attempt", [orphan.as_uri()], epoch=1)
     orphan.write_bytes(b"half")
-    stray = out_dir / "stray.parquet"  # written by nobody this store knows: reported, kept
+    stray = out_dir / "stray.parquet"  # written by nobody this store knows: refuses the commit unless kept
     stray.write_bytes(b"?")
     store.end_epoch(1, status="succeeded")
     code, out, err = run("commit", uri, "--output-root", out_dir.as_uri())
+    assert code != EXIT_OK and str(stray.as_uri()) in err and "--keep-unknown-files" in err, (code, out, err)
+    assert orphan.exists() and not open_store(uri).progress().committed  # nothing changed
+    code, out, err = run("commit", uri, "--output-root", out_dir.as_uri(), "--keep-unknown-files")
     assert (code, err) == (EXIT_OK, "")
     assert re.search(r"^checkpoints_committed: +2$", out, re.M), out
     assert re.search(r"^orphans_deleted: +1$", out, re.M), out
