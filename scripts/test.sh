@@ -3,7 +3,19 @@
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -k contract`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh test
+
+# Headless Chromium + driver for the UI browser tests (Debian packages); CKPT_SKIP_BROWSER=1 skips
+# the install (those tests are then skipped).
+if [ "${CKPT_SKIP_BROWSER:-0}" != "1" ] && ! command -v chromedriver >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = "0" ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
+      || echo "test.sh: could not install chromium; browser tests will be skipped" >&2
+  else
+    echo "test.sh: chromium-driver not found and apt-get unavailable; browser tests will be skipped" >&2
+  fi
+fi
+
 export PYSPARK_PYTHON="$PWD/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
 export PATH="$PWD/.venv/bin:$PATH"
 mkdir -p test-output

@@ -165,3 +165,15 @@ def test_committed_jar_is_built_from_the_committed_source(tmp_path: Path) -> Non
     with zipfile.ZipFile(copy / "airflow_ckpt_provider/spark/jvm/airflow-ckpt-spark.jar") as archive:
         rebuilt = {n: archive.read(n) for n in archive.namelist() if n.endswith(".class")}
     assert rebuilt == committed, "the committed jar is stale: run scripts/build_jar.sh and commit the jar"
+
+
+def test_the_demo_installs_only_what_it_runs_and_the_browser_comes_with_the_tests() -> None:
+    """The demo's set-up installs Airflow, the Spark provider and PySpark, never the test extras
+    or a browser; the Chromium install of the UI tests lives in scripts/test.sh (so .ci/run has it)."""
+    setup = (ROOT / "scripts" / "setup.sh").read_text()
+    demo = (ROOT / "scripts" / "demo.sh").read_text()
+    tests = (ROOT / "scripts" / "test.sh").read_text()
+    assert "apt-get" not in setup and "chromium" not in setup.replace("scripts/test.sh", "")
+    assert "bash scripts/setup.sh demo" in demo
+    assert 'demo) EXTRAS="airflow,spark"' in setup
+    assert "bash scripts/setup.sh test" in tests and "apt-get install" in tests and "chromium-driver" in tests
