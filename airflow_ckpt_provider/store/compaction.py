@@ -23,6 +23,7 @@ while a job may be reading them) named as retired and deleted by a later compact
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -40,7 +41,7 @@ from airflow_ckpt_provider.store.context import StoreContext
 from airflow_ckpt_provider.store.deletion import StoreDeleter
 from airflow_ckpt_provider.store.errors import CorruptCheckpointError, PreconditionFailedError
 from airflow_ckpt_provider.store.keys import KEY_COLUMN
-from airflow_ckpt_provider.store.layout import manifest_key, parts_prefix
+from airflow_ckpt_provider.store.layout import attempt_prefix, manifest_key, parts_prefix
 from airflow_ckpt_provider.store.listing import checkpoint_records
 from airflow_ckpt_provider.store.model import Checkpoint, CheckpointStatus, FileMetadata
 from airflow_ckpt_provider.store.records import dumps, now
@@ -65,6 +66,9 @@ log = logging.getLogger(__name__)
 
 #: Segments of one level merged into one of the next.
 MERGE_FANIN = 8
+#: Loose checkpoints ``begin_epoch`` folds at most: a submit's critical path does bounded work and
+#: leaves the rest to the job's driver (docs/store-api.md, "The loose tail").
+SUBMIT_FOLD_LIMIT = 500
 
 
 @dataclass(frozen=True)
@@ -97,8 +101,17 @@ class Compactor:
         self._reader = reader
         self._deleter = deleter
 
-    def compact(self, *, min_loose: int = 1, merge: bool = True, delete_retired: bool = True) -> CompactionResult:
+    def compact(
+        self, *, min_loose: int = 1, merge: bool = True, delete_retired: bool = True, limit: int | None = None
+    ) -> CompactionResult:
         """Fold loose sealed manifests into a segment (when at least ``min_loose``), then merge segments.
+
+        ``limit``: fold at most that many loose checkpoints (a window of the loose ones, from a
+        random start, so that concurrent bounded compactions mostly fold different ones), delete at
+        most that many leftover directories, and merge only segments holding at most
+        ``MERGE_FANIN * limit`` checkpoints together: work bounded whatever the store holds, for a
+        caller on a critical path (``begin_epoch``, a sealing task keeping the loose tail short). It
+        lists ``checkpoints/`` and then only the attempt directories of the checkpoints it folds.
 
         Raises :class:`CorruptCheckpointError` when a segment the state names cannot be
         read (nothing is deleted then: which directories it covers is unknown).
@@ -106,12 +119,15 @@ class Compactor:
         state = self._reader.segment_state()
         segments = self._context.map(self._reader.load_segment, list(state.names))
         covered = _covered(segments)
-        listing = self._listing()
+        listing = self._listing() if limit is None else checkpoint_records(self._blobs, attempts=False)
         sealed = sorted(i for i, keys in listing.items() if manifest_key(i) in keys)
-        loose_ids = [i for i in sealed if i not in covered]
+        loose_ids = _window([i for i in sealed if i not in covered], limit)
         # A manifest mark_committed rewrote after its checkpoint was compacted: fold that status in again.
-        loose_ids += self._committed_since(sorted(i for i in sealed if covered.get(i) is False))
-        leftovers = sorted(i for i in listing if i in covered and i not in loose_ids)
+        recommitted = _window(sorted(i for i in sealed if covered.get(i) is False), limit)
+        loose_ids += self._committed_since(recommitted)
+        leftovers = _window(sorted(i for i in listing if i in covered and i not in loose_ids), limit)
+        if limit is not None:
+            listing = self._attempt_listing(listing, [*loose_ids, *leftovers])
         result = CompactionResult(segment=None, checkpoints=0)
         if loose_ids and len(loose_ids) >= min_loose:
             result = self._fold_loose(state, segments, loose_ids, listing, leftovers)
@@ -122,7 +138,8 @@ class Compactor:
             self._delete_dirs(leftovers, listing)
             result = CompactionResult(segment=None, checkpoints=0, deleted_dirs=len(leftovers))
         if merge:
-            merged = self._merge_levels(state, delete_retired=delete_retired)
+            max_rows = None if limit is None else MERGE_FANIN * limit
+            merged = self._merge_levels(state, delete_retired=delete_retired, max_rows=max_rows)
             result = CompactionResult(result.segment, result.checkpoints, merged, result.deleted_dirs, lost_race=False)
         elif delete_retired and state.retired:
             self._delete_retired(state)
@@ -133,6 +150,12 @@ class Compactor:
     def _listing(self) -> dict[str, list[str]]:
         """Every record under ``attempts/`` and ``checkpoints/`` by checkpoint id (store/listing.py)."""
         return checkpoint_records(self._blobs)
+
+    def _attempt_listing(self, listing: Mapping[str, list[str]], ids: Sequence[str]) -> dict[str, list[str]]:
+        """``listing`` (records under ``checkpoints/``) for ``ids`` only, with each one's records under
+        ``attempts/`` added: one listing per checkpoint folded, not one of every attempt of the store."""
+        found = self._context.map(lambda i: [b.key for b in self._blobs.list(attempt_prefix(i))], list(ids))
+        return {i: [*keys, *listing.get(i, [])] for i, keys in zip(ids, found, strict=True)}
 
     def _committed_since(self, ids: Sequence[str]) -> list[str]:
         def committed(checkpoint_id: str) -> str | None:
@@ -249,17 +272,23 @@ class Compactor:
 
     # ------------------------------------------------------------------ segments -> a bigger segment
 
-    def _merge_levels(self, state: SegmentState, *, delete_retired: bool) -> tuple[str, ...]:
+    def _merge_levels(
+        self, state: SegmentState, *, delete_retired: bool, max_rows: int | None = None
+    ) -> tuple[str, ...]:
+        """Merge ``MERGE_FANIN`` segments of a level into one of the next while a level has that many
+        (``max_rows``: only groups holding at most that many checkpoints in all)."""
         merged: list[str] = []
         while True:
             by_level: dict[int, list[SegmentRef]] = defaultdict(list)
             for ref in state.segments:
                 by_level[ref.level].append(ref)
-            full = sorted(level for level, refs in by_level.items() if len(refs) >= MERGE_FANIN)
-            if not full:
+            groups = [refs[:MERGE_FANIN] for _, refs in sorted(by_level.items()) if len(refs) >= MERGE_FANIN]
+            if max_rows is not None:
+                groups = [g for g in groups if sum(r.checkpoints for r in g) <= max_rows]
+            if not groups:
                 break
-            group = by_level[full[0]][:MERGE_FANIN]
-            replaced = self.merge(state, group, level=full[0] + 1, delete_retired=delete_retired)
+            group = groups[0]
+            replaced = self.merge(state, group, level=group[0].level + 1, delete_retired=delete_retired)
             if replaced is None:
                 break  # another compaction changed the state: it merges next time
             merged.extend(r.name for r in group)
@@ -324,6 +353,14 @@ class Compactor:
             return True
         level = max(r.level for r in state.segments)
         return self.merge(state, list(state.segments), level=level, delete_retired=True, drop=drop) is not None
+
+
+def _window(ids: list[str], limit: int | None) -> list[str]:
+    """``ids``, or ``limit`` consecutive ones of them from a random start."""
+    if limit is None or len(ids) <= limit:
+        return ids
+    start = random.randrange(len(ids) - limit + 1)
+    return ids[start : start + limit]
 
 
 def _covered(segments: Sequence[LoadedSegment]) -> dict[str, bool]:
@@ -430,6 +467,7 @@ class BackgroundCompaction:
 
     def _once(self, min_loose: int) -> None:
         try:
+            failpoint("store.compact.background")
             result = self._compact(min_loose=min_loose, delete_retired=False)
         except Exception as exc:  # best effort: the job's outcome never depends on compaction
             if not self._failing:

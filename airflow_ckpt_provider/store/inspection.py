@@ -41,7 +41,7 @@ class Inspector:
     def progress(self) -> Progress:
         # No counter depends on which checkpoints are committed: the commit record (megabytes for a big
         # job) is not read; whether the epoch is committed is one listing of commits/.
-        return self._progress_of(self._reader.read(with_commits=False, with_attempts=False))
+        return self._progress_of(self._reader.read(with_commits=False, with_attempts=False, keep_files=False))
 
     def _progress_of(self, state: StoreState) -> Progress:
         epoch = state.latest

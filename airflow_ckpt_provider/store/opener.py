@@ -9,9 +9,10 @@ from typing import Any
 from airflow_ckpt_provider.store.blobs.base import BlobStore
 from airflow_ckpt_provider.store.errors import InvalidStoreUriError
 from airflow_ckpt_provider.store.store import CheckpointStore
+from airflow_ckpt_provider.store.tail import DEFAULT_MAX_LOOSE
 
 #: Options that configure the store itself rather than its blob backend.
-STORE_OPTIONS = ("breaker_max_failures", "max_workers")
+STORE_OPTIONS = ("breaker_max_failures", "max_workers", "max_loose_manifests")
 #: Options that hold secrets: never log them, never put them on a command line.
 SECRET_OPTIONS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
 _S3_OPTIONS = (
@@ -67,7 +68,9 @@ def open_store(
     ``endpoint_url``, ``region_name``, ``aws_access_key_id``, ``aws_secret_access_key``,
     ``aws_session_token`` or ``boto3_session`` (S3); ``timeout_seconds`` (per request,
     default 10), ``max_attempts`` (retries, default 3), ``breaker_max_failures``
-    (default 3), ``max_workers`` (parallel reads, default 16). ``wrap_blobs`` wraps the
+    (default 3), ``max_workers`` (parallel reads, default 16), ``max_loose_manifests``
+    (the bound sealing tasks keep the loose manifests under, default 2,000; 0: no bound,
+    store/tail.py). ``wrap_blobs`` wraps the
     object layer of the store and of every output location it opens (the UI bounds its
     requests in time this way). Raises :class:`InvalidStoreUriError`; reachability errors
     surface on first use.
@@ -92,6 +95,10 @@ def open_store(
         else 3,
         max_workers=int(options.get("max_workers") or 16),
         blob_opener=opener,
+        # 0 turns the bound off (the driver alone compacts), so it is a value too.
+        max_loose_manifests=int(options["max_loose_manifests"])
+        if options.get("max_loose_manifests") is not None
+        else DEFAULT_MAX_LOOSE,
     )
 
 

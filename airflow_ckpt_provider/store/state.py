@@ -141,7 +141,14 @@ class StateReader:
         found = self.manifest_and_etag(checkpoint_id)
         return None if found is None else found[0]
 
-    def manifest_and_etag(self, checkpoint_id: str) -> tuple[Checkpoint, str] | None:
+    def manifest_and_etag(
+        self, checkpoint_id: str, *, keep_inline: bool = True, keep_files: bool = True
+    ) -> tuple[Checkpoint, str] | None:
+        """The manifest and its etag, or None if the checkpoint is not sealed (no manifest, or an empty one).
+
+        ``keep_inline=False``: ``inline_keys`` is ``b""`` when the manifest carries keys (not decoded);
+        ``keep_files=False``: ``inline_files`` is None (the files are read from the parts if asked):
+        what a reader of keys or counts skips decoding."""
         key = manifest_key(checkpoint_id)
         found = self._blobs.get_if_exists(key)
         if found is None or not found[0]:
@@ -150,6 +157,10 @@ class StateReader:
             # sealed: readers skip it, and the commit deletes it with the rest of its attempt.
             return None
         data = self._context.parse_json(key, found[0])
+        if not keep_inline and data.get("inline_keys") is not None:
+            data["inline_keys"] = ""  # b"" once decoded: inline, not kept
+        if not keep_files:
+            data.pop("inline_files", None)
         try:
             return Checkpoint.from_json(data), found[1]
         except (KeyError, TypeError, ValueError) as exc:
@@ -212,6 +223,7 @@ class StateReader:
         with_commits: bool = True,
         keep_inline: bool = False,
         with_attempts: bool = True,
+        keep_files: bool = True,
     ) -> StoreState:
         """Read the store's metadata once: epochs, loose manifests, then the state object and its segments.
 
@@ -223,6 +235,8 @@ class StateReader:
         ``with_commits=False`` the commit record (validity depends on neither): fewer
         requests for key readers. ``keep_inline`` keeps the manifests' inline key copies
         (the commit needs every key; other callers drop them to save memory).
+        ``keep_files=False`` does not decode the loose manifests' inline file lists (a state's
+        files are then read from their parts if asked for: for readers of keys and counts).
         ``with_attempts=False`` does not list ``attempts/``: ``unsealed`` and ``listed_dirs``
         then hold only directories of stores written before manifest format 2. Validity,
         keys and counts do not depend on it; what deletes or audits must list them
@@ -237,7 +251,7 @@ class StateReader:
             warm = side.submit(self._warm_segments)
             epochs_read = side.submit(self._latest_epoch, with_status)
             commit_read = side.submit(self.newest_commit_record) if with_commits else None
-            found = self._loose_manifests(tolerate_corrupt, keep_inline, with_attempts)
+            found = self._loose_manifests(tolerate_corrupt, keep_inline, with_attempts, keep_files)
             loose, etags, no_manifest, corrupt, ids = found
             warm.result()
             segment_state, segments, corrupt_segments = self.segments(tolerate_corrupt=tolerate_corrupt)
@@ -277,7 +291,7 @@ class StateReader:
         return files, latest, self.snapshot(latest)
 
     def _loose_manifests(
-        self, tolerate_corrupt: bool, keep_inline: bool, with_attempts: bool
+        self, tolerate_corrupt: bool, keep_inline: bool, with_attempts: bool, keep_files: bool = True
     ) -> tuple[dict[str, Checkpoint], dict[str, str], list[str], dict[str, str], list[str]]:
         """The sealed manifests under ``checkpoints/`` (with etags), the directories without one, the corrupt
         ones, and every directory listed.
@@ -293,9 +307,7 @@ class StateReader:
 
         def load(checkpoint_id: str) -> tuple[str, tuple[Checkpoint, str] | None, str | None]:
             try:
-                found = self.manifest_and_etag(checkpoint_id)
-                if found is not None and found[0].inline_keys is not None and not keep_inline:
-                    found = (dataclasses.replace(found[0], inline_keys=b""), found[1])  # b"": inline, not kept
+                found = self.manifest_and_etag(checkpoint_id, keep_inline=keep_inline, keep_files=keep_files)
                 return checkpoint_id, found, None
             except CorruptCheckpointError as exc:
                 if not tolerate_corrupt:
@@ -443,7 +455,9 @@ class StateReader:
         with ThreadPoolExecutor(max_workers=1) as side:
             warm = side.submit(self._warm_segment_keys)
             # The manifests carry small checkpoints' keys: keep them rather than fetch them twice.
-            state = self.read(with_status=False, with_commits=False, keep_inline=True, with_attempts=False)
+            state = self.read(
+                with_status=False, with_commits=False, keep_inline=True, with_attempts=False, keep_files=False
+            )
             warmed = warm.result()
         return self.read_keys(key_sources(state), warmed)
 

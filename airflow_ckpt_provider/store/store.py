@@ -26,7 +26,12 @@ import pyarrow as pa
 from airflow_ckpt_provider.store.blobs.base import BlobStore
 from airflow_ckpt_provider.store.breaker import CircuitBreaker
 from airflow_ckpt_provider.store.commit import Committer
-from airflow_ckpt_provider.store.compaction import BackgroundCompaction, CompactionResult, Compactor
+from airflow_ckpt_provider.store.compaction import (
+    SUBMIT_FOLD_LIMIT,
+    BackgroundCompaction,
+    CompactionResult,
+    Compactor,
+)
 from airflow_ckpt_provider.store.context import StoreContext
 from airflow_ckpt_provider.store.deletion import StoreDeleter
 from airflow_ckpt_provider.store.deletion_guard import DeletionGuard
@@ -51,6 +56,7 @@ from airflow_ckpt_provider.store.model import (
 )
 from airflow_ckpt_provider.store.retention import Retention
 from airflow_ckpt_provider.store.state import StateReader, StoreState, key_sources
+from airflow_ckpt_provider.store.tail import DEFAULT_MAX_LOOSE, LooseTail
 from airflow_ckpt_provider.store.writers import CheckpointWriters
 
 if TYPE_CHECKING:
@@ -90,6 +96,7 @@ class CheckpointStore:
         breaker_max_failures: int = 3,
         max_workers: int = 16,
         blob_opener: Callable[[str], BlobStore] | None = None,
+        max_loose_manifests: int = DEFAULT_MAX_LOOSE,
     ) -> None:
         self.blobs = blobs
         self.options: dict[str, Any] = dict(options or {})
@@ -100,7 +107,12 @@ class CheckpointStore:
         self.state_reader = StateReader(self.context, self.epoch_log)
         self.deleter = StoreDeleter(self.context, self.epoch_log, self.state_reader)
         self.compactor = Compactor(self.context, self.state_reader, self.deleter)
-        self._writers = CheckpointWriters(self.context, self.breaker, self.epoch_log, self.state_reader)
+        #: Loose checkpoints ``begin_epoch`` folds at most (its work stays bounded; the driver folds the rest).
+        self.submit_fold_limit = SUBMIT_FOLD_LIMIT
+        self.loose_tail = LooseTail(self.context, self.compactor, max_loose=max_loose_manifests)
+        self._writers = CheckpointWriters(
+            self.context, self.breaker, self.epoch_log, self.state_reader, self.loose_tail
+        )
         self._committer = Committer(self.context, self.state_reader, self.epoch_log, self.deleter, self.compactor)
         self._retention = Retention(self.context, self.state_reader, self.epoch_log, self.deleter, self.compactor)
         self._inspector = Inspector(self.context, self.state_reader, self.deleter)
@@ -236,8 +248,9 @@ class CheckpointStore:
         its own open epoch (a retry of the same task). Two racing callers: exactly
         one wins, the other gets :class:`EpochConflictError`. Not idempotent.
 
-        First folds the loose manifests into a segment (see :meth:`compact`), so the
-        state it reads, and every read until the next run seals, is a few objects.
+        First folds up to ``submit_fold_limit`` (500) loose manifests into a segment (see
+        :meth:`compact`); the rest stay loose for the job's driver to fold, so the submit's
+        work is bounded however far compaction fell behind (a driver killed while compacting).
 
         ``output_roots``: the directories the epoch's job writes output under, recorded in the
         epoch record. Deletions (commit, discard, clear, retention) never reach output outside
@@ -246,9 +259,9 @@ class CheckpointStore:
         (:meth:`declare_output_root`). Raises :class:`InvalidOutputRootError` for a root that is
         not an absolute ``file://``/``s3://`` directory or that overlaps the store root.
         """
-        self.compactor.compact(min_loose=1)
+        self.compactor.compact(min_loose=1, limit=self.submit_fold_limit)
         return self.epoch_log.begin(
-            self.state_reader.read(with_attempts=False),
+            self.state_reader.read(with_attempts=False, keep_files=False),
             owner=owner,
             expected_partitions=expected_partitions,
             metadata=metadata,
@@ -315,7 +328,9 @@ class CheckpointStore:
 
     def key_sources(self) -> list[KeySource]:
         """Parts holding every done key (snapshot and valid checkpoints); picklable, for parallel reads."""
-        return key_sources(self.state_reader.read(with_status=False, with_commits=False, with_attempts=False))
+        return key_sources(
+            self.state_reader.read(with_status=False, with_commits=False, with_attempts=False, keep_files=False)
+        )
 
     def read_key_source(self, source: KeySource) -> pa.Table:
         """Read one part (on any machine that can open this store). Raises :class:`CorruptCheckpointError`."""
@@ -333,7 +348,7 @@ class CheckpointStore:
     def key_type(self) -> str | None:
         """The Arrow type (as a string) of the store's done keys, or None if there are none."""
         return self.state_reader.key_type(
-            self.state_reader.read(with_status=False, with_commits=False, with_attempts=False)
+            self.state_reader.read(with_status=False, with_commits=False, with_attempts=False, keep_files=False)
         )
 
     def get_checkpointed_files(self) -> list[FileMetadata]:

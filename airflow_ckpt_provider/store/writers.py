@@ -38,13 +38,22 @@ from airflow_ckpt_provider.store.layout import MANIFEST_FORMAT, attempt_prefix, 
 from airflow_ckpt_provider.store.model import Checkpoint, CheckpointStatus, FileMetadata, sequence_of_files
 from airflow_ckpt_provider.store.records import PendingCheckpoint, dumps, now
 from airflow_ckpt_provider.store.state import StateReader
+from airflow_ckpt_provider.store.tail import LooseTail
 
 
 class CheckpointWriters:
     """What task attempts write: intents before output files, key and file parts, the sealing manifest."""
 
-    def __init__(self, context: StoreContext, breaker: CircuitBreaker, epochs: EpochLog, reader: StateReader) -> None:
+    def __init__(
+        self,
+        context: StoreContext,
+        breaker: CircuitBreaker,
+        epochs: EpochLog,
+        reader: StateReader,
+        tail: LooseTail | None = None,
+    ) -> None:
         self._context = context
+        self._tail = tail
         self._blobs = context.blobs
         self._breaker = breaker
         self._epochs = epochs
@@ -192,6 +201,8 @@ class CheckpointWriters:
     ) -> Checkpoint | None:
         validate_checkpoint_id(checkpoint_id)
         result: list[Checkpoint] = []
+        if self._tail is not None and not self._breaker.tripped:
+            self._tail.before_seal()  # keeps the loose manifests under their bound (store/tail.py)
 
         def seal() -> None:
             with self._lock:
