@@ -28,6 +28,25 @@ main before a change: it works with the store API of both).
         [--s3-staged] [--skip commit,cleanup]
     .venv/bin/python bench/store_scale.py --merge run1.json run2.json --out bench/results/store_scale.json
 
+``--tail`` measures what issue 33 asks of a store whose compaction fell behind (the driver that was
+compacting was killed), instead of the table above:
+
+* ``--sizes`` (default 2000,20000) checkpoints sealed through the public API (100 keys and one file
+  each, one epoch, no driver compaction), then on a freshly opened store each: ``get_checkpointed_keys``,
+  ``progress``, ``begin_epoch`` (the resume; it folds at most ``submit_fold_limit``) and ``commit([])``,
+  requests counted beside each time, and the growth from the smallest size to the largest. Two stores per
+  size: ``unbounded`` (``max_loose_manifests=0``: every manifest stays loose, what an earlier version or a
+  killed driver left) and ``bounded`` (the default bound: sealing tasks fold batches);
+* ``--concurrent`` (default 100000) checkpoints sealed by ``--sealers`` (32) threads, each with its own
+  store client (as 32 executors), no driver: the loose tail's maximum (a watcher lists ``checkpoints/``
+  every half second, and each client's own counts) against the bound.
+
+    .venv/bin/python bench/store_scale.py --tail [--sizes 2000,20000] [--concurrent 100000] [--sealers 32]
+        [--backends local,s3] [--s3-staged] [--allow-noisy] [--out bench/results/store_tail.json]
+
+Every mode refuses to run when the 1-minute load average at its start is above 1.5 (bench/quiet.py),
+unless ``--allow-noisy`` (then every line printed is marked noisy); the load at start and end is recorded.
+
 ``--s3-staged`` fills each S3 store on local disk (its output files on the S3 server), with the driver's
 compaction beside the sealing tasks as in a real job, then copies the store's objects to the bucket with
 parallel PUTs: the same objects a finished job leaves, without about 11 S3 round trips per checkpoint
@@ -69,6 +88,7 @@ from airflow_ckpt_provider.store import (  # noqa: E402
     open_store,
 )
 from airflow_ckpt_provider.store.blobs.base import BlobStore  # noqa: E402
+from bench import quiet  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 FAILED_EVERY = 100
@@ -383,6 +403,270 @@ def run(
     return result
 
 
+# ---------------------------------------------------------------------- --tail: compaction fell behind
+
+TAIL_OPERATIONS = ("keys_read", "progress", "begin_epoch", "commit")
+#: Issue 33's targets: with 20,000 loose manifests, begin_epoch <= 3 s local and <= 10 s on S3, keys <= 2 s
+#: local; growth from 2,000 to 20,000 loose <= 4x for every read.
+TAIL_TARGETS = {("local", "begin_epoch"): 3.0, ("s3", "begin_epoch"): 10.0, ("local", "keys_read"): 2.0}
+TAIL_MAX_GROWTH = 4.0
+
+
+def seal_plain(store: CheckpointStore, output: str, checkpoints: int, keys: int, *, workers: int = 32) -> float:
+    """``checkpoints`` sealed through the public API in one epoch (100 keys and one file metadata each, as the
+    issue measured; no output file, no driver compaction); the epoch ends succeeded. Returns the seconds."""
+    epoch = _begin(store, "bench", output)
+
+    def one(index: int) -> None:
+        checkpoint_id = str(uuid.uuid4())
+        store.stage_keys(checkpoint_id, pa.array(range(index * keys, (index + 1) * keys), pa.int64()))
+        store.stage_files(checkpoint_id, [FileMetadata(f"{output}/part-{index:06d}.parquet", 100, keys, "parquet")])
+        store.checkpoint(checkpoint_id, epoch=epoch, partition=index)
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(one, range(checkpoints)))
+    store.end_epoch(epoch, status=EpochStatus.SUCCEEDED)
+    return time.perf_counter() - started
+
+
+def loose_now(store: CheckpointStore) -> int:
+    return len(store.blobs.list_dirs("checkpoints/"))
+
+
+def tail_reads(
+    backend: str,
+    uri: str,
+    output: str,
+    options: dict[str, Any],
+    n: int,
+    keys: int,
+    variant: str,
+    stage: Path | None,
+    max_loose: int | None = None,
+) -> dict[str, Any]:
+    """One store of ``n`` sealed checkpoints (``variant``: unbounded or bounded tail), then each read on a
+    freshly opened store."""
+    bound = {"max_loose_manifests": 0 if variant == "unbounded" else max_loose}
+    filler = open_store(stage.as_uri() if stage is not None else uri, **options, **bound)
+    print(f"[tail] {backend} {variant} {n:,}: sealing ... ({quiet.sample().describe()})", flush=True)
+    row: dict[str, Any] = {"backend": backend, "variant": variant, "checkpoints": n, "keys": n * keys}
+    row["fill_seconds"] = seal_plain(filler, output, n, keys)
+    row["fill_folds"] = filler.loose_tail.folds
+    filler.close()
+    if stage is not None:
+        row["upload"] = upload_tree(stage, uri, options)
+
+    def opener() -> CheckpointStore:
+        return open_store(uri, **options)
+
+    row["loose_before"] = loose_now(opener())
+    row["keys_read"] = _measure(opener, lambda s: s.get_checkpointed_keys().num_rows)
+    row["progress"] = _measure(opener, lambda s: s.progress().valid_checkpoints)
+    row["begin_epoch"] = _measure(opener, lambda s: len(s.begin_epoch(owner="resume", takeover=True).base))
+    row["loose_after_begin"] = loose_now(opener())
+    opener().end_epoch(2, status=EpochStatus.SUCCEEDED)
+    row["commit"] = _measure(opener, lambda s: len(s.commit([]).committed_checkpoints))
+    for op in ("keys_read",):
+        assert row[op]["value"] == n * keys, row[op]
+    for op in ("progress", "begin_epoch", "commit"):
+        assert row[op]["value"] == n, (op, row[op])
+    print(
+        f"[tail] {backend} {variant} {n:,}: {row['loose_before']:,} loose | "
+        + " | ".join(f"{op} {row[op]['seconds']:.2f} s ({row[op]['requests']:,} req)" for op in TAIL_OPERATIONS),
+        flush=True,
+    )
+    return row
+
+
+def concurrent_seal(
+    backend: str,
+    uri: str,
+    output: str,
+    options: dict[str, Any],
+    n: int,
+    keys: int,
+    sealers: int,
+    max_loose: int | None = None,
+) -> dict[str, Any]:
+    """``n`` checkpoints sealed by ``sealers`` threads, each with its own store client (its own loose tail, as
+    one executor each), no driver compacting: the loose tail's maximum against the bound."""
+    clients = [open_store(uri, **options, max_loose_manifests=max_loose) for _ in range(sealers)]
+    bound = clients[0].loose_tail.max_loose
+    epoch = _begin(clients[0], "bench", output)
+    watcher_store = open_store(uri, **options)
+    seen: list[int] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.5):
+            seen.append(loose_now(watcher_store))
+
+    def sealer(index: int) -> None:
+        store = clients[index]
+        for task in range(index, n, sealers):
+            checkpoint_id = str(uuid.uuid4())
+            store.stage_keys(checkpoint_id, pa.array(range(task * keys, (task + 1) * keys), pa.int64()))
+            store.stage_files(checkpoint_id, [FileMetadata(f"{output}/part-{task:06d}.parquet", 100, keys, "parquet")])
+            store.checkpoint(checkpoint_id, epoch=epoch, partition=task)
+
+    print(f"[tail] {backend} {n:,} by {sealers} sealers: sealing ... ({quiet.sample().describe()})", flush=True)
+    before = sum(c.blobs.request_count for c in clients)
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    started = time.perf_counter()
+    try:
+        with ThreadPoolExecutor(sealers) as pool:
+            list(pool.map(sealer, range(sealers)))
+    finally:
+        stop.set()
+        watcher.join()
+    seconds = time.perf_counter() - started
+    requests = sum(c.blobs.request_count for c in clients) - before
+    tail_max = max([*seen, *(c.loose_tail.max_seen for c in clients), 0])
+    row = {
+        "backend": backend,
+        "checkpoints": n,
+        "sealers": sealers,
+        "bound": bound,
+        "seconds": seconds,
+        "requests": requests,
+        "requests_per_checkpoint": requests / max(n, 1),
+        "tail_max": tail_max,
+        "tail_samples": len(seen),
+        "loose_at_end": loose_now(watcher_store),
+        "folds": sum(c.loose_tail.folds for c in clients),
+        "folded": sum(c.loose_tail.folded for c in clients),
+    }
+    progress = open_store(uri, **options).progress()
+    assert progress.valid_checkpoints == n, progress
+    print(
+        f"[tail] {backend} {n:,} by {sealers}: {seconds:.1f} s, {requests:,} req ({row['requests_per_checkpoint']:.1f}"
+        f"/checkpoint), loose tail max {tail_max:,} (bound {bound:,}), {row['folds']} folds",
+        flush=True,
+    )
+    return row
+
+
+def tail_growth(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each backend and variant: time and requests at the largest size over the smallest."""
+    out = []
+    keys = sorted({(r["backend"], r["variant"]) for r in rows})
+    for backend, variant in keys:
+        sized = sorted(
+            (r for r in rows if (r["backend"], r["variant"]) == (backend, variant)), key=lambda r: r["checkpoints"]
+        )
+        if len(sized) < 2:
+            continue
+        small, big = sized[0], sized[-1]
+        for op in TAIL_OPERATIONS:
+            out.append(
+                {
+                    "backend": backend,
+                    "variant": variant,
+                    "operation": op,
+                    "from": small["checkpoints"],
+                    "to": big["checkpoints"],
+                    "time_growth": big[op]["seconds"] / max(small[op]["seconds"], 1e-9),
+                    "request_growth": big[op]["requests"] / max(small[op]["requests"], 1),
+                }
+            )
+    return out
+
+
+def run_tail(
+    sizes: list[int],
+    concurrent: int,
+    sealers: int,
+    backends: list[str],
+    keys: int,
+    *,
+    s3_staged: bool = False,
+    stage_dir: Path | None = None,
+    max_loose: int | None = None,
+    on_row: Callable[[dict[str, Any]], None] = lambda result: None,
+) -> dict[str, Any]:
+    """Issue 33's measurements (module doc, ``--tail``); ``max_loose``: the bound (None: the store's default)."""
+    result: dict[str, Any] = {"commit": _commit_of(ROOT), "keys_per_checkpoint": keys, "reads": [], "concurrent": []}
+    (ROOT / "bench" / "work").mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="ckpt-store-tail-", dir=ROOT / "bench" / "work") as tmp:
+        server = None
+        try:
+            for backend in backends:
+                if backend == "s3" and server is None:
+                    from ckpt_testkit.seaweed import SeaweedServer
+
+                    server = SeaweedServer(Path(tmp) / "seaweed")
+                    server.start()
+                for n in sizes:
+                    for variant in ("unbounded", "bounded"):
+                        name = f"{variant}-{n}-{uuid.uuid4().hex[:6]}"
+                        stage = None
+                        if backend == "local":
+                            uri, output, options = f"file://{tmp}/{name}/store", f"file://{tmp}/{name}/out", {}
+                        else:
+                            assert server is not None
+                            bucket = server.create_bucket(f"tail-{name}".lower())
+                            uri, output, options = f"s3://{bucket}/store", f"s3://{bucket}/out", server.options()
+                            if s3_staged:
+                                stage = Path(stage_dir or tmp) / f"stage-{name}" / "store"
+                        row = tail_reads(backend, uri, output, options, n, keys, variant, stage, max_loose)
+                        result["reads"].append(row)
+                        if stage is not None:
+                            shutil.rmtree(stage.parent, ignore_errors=True)
+                        on_row(result)
+                if concurrent:
+                    name = f"concurrent-{uuid.uuid4().hex[:6]}"
+                    if backend == "local":
+                        uri, output, options = f"file://{tmp}/{name}/store", f"file://{tmp}/{name}/out", {}
+                    else:
+                        assert server is not None
+                        bucket = server.create_bucket(f"tail-{name}".lower())
+                        uri, output, options = f"s3://{bucket}/store", f"s3://{bucket}/out", server.options()
+                    result["concurrent"].append(
+                        concurrent_seal(backend, uri, output, options, concurrent, keys, sealers, max_loose)
+                    )
+                    on_row(result)
+        finally:
+            if server is not None:
+                server.close()
+    result["growth"] = tail_growth(result["reads"])
+    return result
+
+
+def print_tail(result: dict[str, Any]) -> None:
+    print()
+    print("| backend | tail | sealed | loose | " + " | ".join(TAIL_OPERATIONS) + " |")
+    print("|---|---|---|---|" + "---|" * len(TAIL_OPERATIONS))
+    for row in result["reads"]:
+        cells = [f"{row[op]['seconds']:.2f} s ({row[op]['requests']:,} req)" for op in TAIL_OPERATIONS]
+        print(
+            f"| {row['backend']} | {row['variant']} | {row['checkpoints']:,} | {row['loose_before']:,} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    if result["growth"]:
+        print()
+        print(f"growth (target <= {TAIL_MAX_GROWTH:g}x for every read):")
+        for g in result["growth"]:
+            verdict = "met" if g["time_growth"] <= TAIL_MAX_GROWTH else "NOT met"
+            print(
+                f"  {g['backend']} {g['variant']} {g['operation']} {g['from']:,} -> {g['to']:,}: "
+                f"time {g['time_growth']:.1f}x, requests {g['request_growth']:.1f}x ({verdict})"
+            )
+    for (backend, op), limit in TAIL_TARGETS.items():
+        for row in result["reads"]:
+            if row["backend"] == backend and row["checkpoints"] >= 20_000:
+                verdict = "met" if row[op]["seconds"] <= limit else "NOT met"
+                print(f"  target {backend} {op} <= {limit:g} s at {row['checkpoints']:,} ({row['variant']}): {verdict}")
+    for row in result["concurrent"]:
+        verdict = "met" if row["tail_max"] <= row["bound"] else "NOT met"
+        print(
+            f"  {row['backend']}: {row['checkpoints']:,} sealed by {row['sealers']}: loose tail max {row['tail_max']:,}"
+            f" (bound {row['bound']:,}: {verdict}), {row['requests_per_checkpoint']:.1f} requests/checkpoint"
+        )
+
+
 def _sizes(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
@@ -428,6 +712,15 @@ def main() -> int:
         help="where --s3-staged stages (default: the run's temp dir; /dev/shm spares the local disk's fsyncs)",
     )
     parser.add_argument("--skip", default="", help="operations left unmeasured: commit (and cleanup), cleanup")
+    parser.add_argument("--tail", action="store_true", help="measure a store whose compaction fell behind (issue 33)")
+    parser.add_argument("--sizes", default="2000,20000", help="--tail: checkpoints sealed before the reads")
+    parser.add_argument("--concurrent", type=int, default=100_000, help="--tail: checkpoints sealed concurrently")
+    parser.add_argument("--sealers", type=int, default=32, help="--tail: concurrent sealers, one client each")
+    parser.add_argument("--backends", default="local,s3", help="--tail: local, s3 or both")
+    parser.add_argument(
+        "--max-loose", type=int, default=None, help="--tail: the bound of the bounded stores (default: the store's)"
+    )
+    quiet.add_argument(parser)
     parser.add_argument(
         "--merge",
         type=Path,
@@ -443,6 +736,9 @@ def main() -> int:
         args.out.write_text(json.dumps(merged, indent=1, default=str))
         print(f"wrote {args.out}")
         return 0
+    machine = quiet.gate(args)
+    if args.tail:
+        return _main_tail(args, machine)
     skip = frozenset(x.strip() for x in args.skip.split(",") if x.strip())
     if not skip <= {"commit", "cleanup"}:
         parser.error(f"--skip takes commit and/or cleanup, not {sorted(skip)}")
@@ -452,12 +748,45 @@ def main() -> int:
 
     def write(result: dict[str, Any]) -> None:
         result["measured"] = {"date": started, "commit": result["commit"]}
+        result["machine"] = machine.record()
         out.write_text(json.dumps(result, indent=1, default=str))
 
     sizes = _sizes(args.local), _sizes(args.s3)
     result = run(
         *sizes, args.keys, args.label, on_row=write, s3_staged=args.s3_staged, stage_dir=args.stage_dir, skip=skip
     )
+    machine.finish()
+    write(result)
+    print(f"wrote {out}")
+    return 0
+
+
+def _main_tail(args: argparse.Namespace, machine: quiet.Quiet) -> int:
+    out = args.out or RESULTS / "store_tail.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
+    def write(result: dict[str, Any]) -> None:
+        result["measured"] = {"date": started, "commit": result["commit"]}
+        result["machine"] = machine.record()
+        out.write_text(json.dumps(result, indent=1, default=str))
+
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if not set(backends) <= {"local", "s3"}:
+        raise SystemExit(f"--backends takes local and/or s3, not {backends}")
+    result = run_tail(
+        _sizes(args.sizes),
+        args.concurrent,
+        args.sealers,
+        backends,
+        args.keys,
+        s3_staged=args.s3_staged,
+        stage_dir=args.stage_dir,
+        max_loose=args.max_loose,
+        on_row=write,
+    )
+    print_tail(result)
+    machine.finish()
     write(result)
     print(f"wrote {out}")
     return 0
