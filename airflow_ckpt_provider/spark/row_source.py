@@ -16,6 +16,14 @@ byte range of a split file), filters
 buckets whose checkpoint saw an identical listing (no new key can fall into them),
 and anti-joins the done keys only when some valid checkpoint or the compacted
 snapshot is vouched for by neither.
+
+A record vouches only for input its task read **unfiltered** (``"complete": true``): a
+task whose rows passed the anti-join, whose bucket was filtered, or that was handed a
+file the rerun had pruned holds only the keys that were pending then, not every key of
+its bucket or files, so it seals no input record. Without that rule, once a reprocess
+(or rewind) removed the older checkpoints that held the rest, the later one still
+vouched for the whole bucket or file, and the rerun skipped the keys it was meant to
+rewrite (issue 34). A shortcut must be as exact as what it replaces.
 """
 
 from __future__ import annotations
@@ -72,6 +80,11 @@ class RowSource:
     #: Unique keys: read a file source in at least this many tasks (each task is a checkpoint).
     min_tasks: int | None = None
     source_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    #: What this run filtered out of the source before the writer's tasks (see :class:`InputRecords`):
+    #: the done keys were anti-joined, these file identities pruned, these buckets filtered.
+    anti_joined: bool = False
+    pruned: frozenset[str] = field(default=frozenset(), repr=False)
+    skipped_buckets: frozenset[int] = frozenset()
 
     @property
     def digest(self) -> str | None:
@@ -80,25 +93,66 @@ class RowSource:
 
 @dataclass(frozen=True)
 class InputRecords:
-    """What each writer task covered, for the checkpoint it seals (picklable: shipped to Arrow tasks)."""
+    """What each writer task covered, for the checkpoint it seals (picklable: shipped to Arrow tasks).
+
+    Built only for a source whose done keys were not anti-joined (:func:`input_records`); a
+    task gets no record when what it read was filtered anyway: its bucket was skipped, or
+    the bucket's rows came from files pruned (``pruned``), or Spark handed it a file the
+    rerun pruned by a row filter rather than at planning.
+    """
 
     digest: str
     buckets: int | None = None
     task_files: tuple[tuple[FilePiece, ...], ...] | None = field(default=None, repr=False)
+    skipped_buckets: frozenset[int] = frozenset()
+    pruned: frozenset[str] = field(default=frozenset(), repr=False)
 
     def for_partition(self, partition: int) -> dict[str, Any] | None:
         if self.buckets is not None:
-            return {"digest": self.digest, "bucket": partition, "buckets": self.buckets, "hash": BUCKET_HASH}
+            if self.pruned or partition in self.skipped_buckets:
+                return None
+            return {
+                "digest": self.digest,
+                "bucket": partition,
+                "buckets": self.buckets,
+                "hash": BUCKET_HASH,
+                "complete": True,
+            }
         if self.task_files is None or partition >= len(self.task_files):
             return None
         pieces = self.task_files[partition]
+        if any(p.file.identity in self.pruned for p in pieces):
+            return None
         whole = sorted({p.file.path: p.file for p in pieces if p.whole}.values(), key=lambda f: f.path)
         split = sorted((p for p in pieces if not p.whole), key=lambda p: (p.file.path, p.start))
         return {
             "digest": self.digest,
             "files": [f.to_json() for f in whole],
             "pieces": [[*p.file.to_json(), p.start, p.length] for p in split],
+            "complete": True,
         }
+
+
+def input_records(
+    source: RowSource,
+    *,
+    buckets: int | None = None,
+    task_files: tuple[tuple[FilePiece, ...], ...] | None = None,
+) -> InputRecords | None:
+    """The input records of ``source``'s writer tasks, or None when none of them may vouch for its input:
+    no listing (not a plain file scan), or the done keys were anti-joined (each task then holds only the
+    keys pending in this run, not every key of what it read)."""
+    if not source.digest or source.anti_joined:
+        return None
+    if buckets is None and task_files is None:
+        return None
+    return InputRecords(
+        source.digest,
+        buckets=buckets,
+        task_files=task_files,
+        skipped_buckets=source.skipped_buckets,
+        pruned=source.pruned,
+    )
 
 
 @dataclass(frozen=True)
@@ -121,9 +175,10 @@ class DoneInput:
 def resolve_done_input(valid: Iterable[Checkpoint], *, snapshot_keys: int, source: RowSource) -> DoneInput:
     """Which done input ``source`` can skip by its records, and whether the done keys must be anti-joined.
 
-    A file is skipped when it is unchanged and valid checkpoints read all of it (whole, or
-    each byte range Spark split it into). A bucket is filtered when its checkpoint saw an
-    input listing identical to this one and the same bucket count. Any valid checkpoint
+    Only complete records count (``"complete": true``: the task read its input unfiltered,
+    see :class:`InputRecords`). A file is skipped when it is unchanged and valid checkpoints
+    read all of it (whole, or each byte range Spark split it into). A bucket is filtered when
+    its checkpoint saw an input listing identical to this one and the same bucket count. Any valid checkpoint
     with keys that neither vouches for (another input, a file not all done, no record),
     and keys in the compacted snapshot, need the anti-join (against every done key:
     exact, and the store reads them in parallel).
@@ -135,7 +190,7 @@ def resolve_done_input(valid: Iterable[Checkpoint], *, snapshot_keys: int, sourc
     sizes: dict[str, int] = {}
     for checkpoint in valid:
         record = checkpoint.metadata.get(INPUT_RECORD) if isinstance(checkpoint.metadata, Mapping) else None
-        record = record if isinstance(record, Mapping) else None
+        record = record if isinstance(record, Mapping) and record.get("complete") is True else None
         records.append((checkpoint, record))
         for file, start, length in _covered(record, current):
             coverage.setdefault(file.identity, []).append((start, start + length))

@@ -15,6 +15,7 @@ from airflow_ckpt_provider.spark.row_source import (
     INPUT_RECORD,
     InputRecords,
     RowSource,
+    input_records,
     listing_digest,
     resolve_done_input,
 )
@@ -92,7 +93,13 @@ def test_a_split_file_is_skipped_only_when_every_piece_is_done() -> None:
 def test_buckets_are_skipped_only_on_an_identical_input_and_bucket_count() -> None:
     listing = (A, B)
     record = InputRecords(listing_digest(listing), buckets=8).for_partition(3)
-    assert record == {"digest": listing_digest(listing), "bucket": 3, "buckets": 8, "hash": BUCKET_HASH}
+    assert record == {
+        "digest": listing_digest(listing),
+        "bucket": 3,
+        "buckets": 8,
+        "hash": BUCKET_HASH,
+        "complete": True,
+    }
     done = [_checkpoint(3, record)]
     same = resolve_done_input(done, snapshot_keys=0, source=RowSource(("k",), False, 8, listing=listing))
     assert same.buckets == {3} and not same.needs_keys
@@ -116,3 +123,36 @@ def test_keys_decide_without_records_or_with_compacted_keys() -> None:
 def test_an_empty_checkpoint_without_a_record_needs_no_keys() -> None:
     resolved = resolve_done_input([_checkpoint(0, None, keys=0)], snapshot_keys=0, source=_unique(A))
     assert not resolved.needs_keys
+
+
+def test_a_task_whose_input_was_filtered_vouches_for_nothing() -> None:
+    """Issue 34: a task that read its bucket or files after an anti-join (or with its bucket skipped, or
+    handed a pruned file) holds only the keys pending then; its record must not vouch for the whole
+    bucket or file once a reprocess removed the checkpoints holding the rest."""
+    listing = (A, B)
+    digest = listing_digest(listing)
+    source = RowSource(("k",), False, 8, listing=listing)
+    assert input_records(source, buckets=8) is not None
+    anti_joined = RowSource(("k",), False, 8, listing=listing, anti_joined=True)
+    assert input_records(anti_joined, buckets=8) is None
+    assert input_records(RowSource(("id",), True, None, listing=listing, anti_joined=True), task_files=((),)) is None
+    skipped = InputRecords(digest, buckets=8, skipped_buckets=frozenset({3}))
+    assert skipped.for_partition(3) is None and skipped.for_partition(2) is not None
+    assert InputRecords(digest, buckets=8, pruned=frozenset({A.identity})).for_partition(2) is None
+    handed_pruned = InputRecords(
+        digest, task_files=((FilePiece(A, 0, 100),), (FilePiece(B, 0, 100),)), pruned=frozenset({A.identity})
+    )
+    assert handed_pruned.for_partition(0) is None and handed_pruned.for_partition(1) is not None
+
+
+def test_a_record_not_marked_complete_does_not_vouch() -> None:
+    listing = (A,)
+    record = _files_record(listing, FilePiece(A, 0, 100))
+    del record["complete"]
+    resolved = resolve_done_input([_checkpoint(0, record)], snapshot_keys=0, source=_unique(*listing))
+    assert resolved.prune == frozenset() and resolved.needs_keys and resolved.vouched == 0
+    bucket = {"digest": listing_digest(listing), "bucket": 3, "buckets": 8, "hash": BUCKET_HASH}
+    as_bucket = resolve_done_input(
+        [_checkpoint(3, bucket)], snapshot_keys=0, source=RowSource(("k",), False, 8, listing=listing)
+    )
+    assert as_bucket.buckets == frozenset() and as_bucket.needs_keys

@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from airflow_ckpt_provider.spark.job.context import JobContext
 from airflow_ckpt_provider.spark.keys import SOURCE_KEY_COLUMN
 from airflow_ckpt_provider.spark.plan import PlanShape, plan_shape, row_key_lineage, scan_files
-from airflow_ckpt_provider.spark.row_source import InputRecords
+from airflow_ckpt_provider.spark.row_source import InputRecords, input_records
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +73,8 @@ def row_key_partitioning(job: JobContext, df: DataFrame) -> Partitioned | None:
     if lineage.hashed is not None:
         count = None if lineage.coalesced else lineage.hashed
         inputs = None
-        if source is not None and source.digest and source.buckets and source.buckets == count:
-            inputs = InputRecords(source.digest, buckets=source.buckets)
+        if source is not None and source.buckets and source.buckets == count:
+            inputs = input_records(source, buckets=source.buckets)
         shape = PlanShape(True, count, None, f"repartitioned by the source key into {lineage.hashed}")
         return Partitioned(df, shape, False, inputs, unique)
     if source is None or not (source.unique or source.grouped):
@@ -86,7 +86,7 @@ def row_key_partitioning(job: JobContext, df: DataFrame) -> Partitioned | None:
             task_files = scan_files(lineage.scan, context._jvm, context._gateway)
         except Exception as exc:  # an internal API that moved costs the input records, not the write
             log.info("could not read the scan's files per task (%s); checkpoints record keys only", exc)
-    inputs = InputRecords(source.digest, task_files=task_files) if source.digest and task_files else None
+    inputs = input_records(source, task_files=task_files) if task_files else None
     why = "each key is in one row" if source.unique else "the source is grouped by key"
     count = len(task_files) if task_files is not None else None
     return Partitioned(df, PlanShape(True, count, None, f"no shuffle: {why}"), False, inputs, unique)

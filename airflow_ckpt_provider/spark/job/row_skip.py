@@ -84,12 +84,11 @@ def skip_completed(
     pruned = without_files(source_df, done.prune)
     if pruned is None:
         pruned, done = source_df, dataclasses.replace(done, prune=frozenset(), needs_keys=True)
-    source = dataclasses.replace(source, min_tasks=pending_tasks(source, done.prune))
     with_key = job.keys.add_source_key(pruned, columns, source.source_id)
-    job.keys.row_sources[source.source_id] = source
     if buckets is not None:
         with_key = without_buckets(with_key, buckets, done.buckets)
     log.info("skip_completed(%s): %s", list(columns), done.describe())
+    frame = None
     if done.needs_keys:
         frame = done_keys_frame(
             job.spark,
@@ -99,6 +98,15 @@ def skip_completed(
             num_keys=progress.keys_done,
         )
         with_key = anti_join(with_key, frame)
+    # What was filtered decides which writer tasks may record their input as read whole (row_source).
+    source = dataclasses.replace(
+        source,
+        min_tasks=pending_tasks(source, done.prune),
+        anti_joined=frame is not None,
+        pruned=done.prune,
+        skipped_buckets=done.buckets if buckets is not None else frozenset(),
+    )
+    job.keys.row_sources[source.source_id] = source
     if buckets is not None:
         # After the anti-join: its own shuffle (when the keys are many) may be split by adaptive
         # execution; a repartition to a fixed number is never split or coalesced.
