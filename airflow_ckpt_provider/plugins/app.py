@@ -17,8 +17,8 @@ JSON (what the pages show, and the actions):
   (plugins/confirmation.py); the same rights and body; changes nothing.
 
 Each mapped task instance has its own store (docs/airflow.md, "Mapped tasks"): ``map_index``
-selects it. Without one (or with anything that is not a number: the UI leaves ``{MAP_INDEX}``
-unfilled for a task that is not mapped) a mapped task shows its lowest map index.
+selects it. The tab's page without one takes the map index from the UI page that framed it
+(``.../mapped/{i}/...`` in the ``Referer``); else a mapped task shows its lowest map index.
 
 How a request runs (docs/security.md): the metadata DB is read in short sessions (who may see
 what, which store the task's operator names); the store is read on the view's own bounded
@@ -58,6 +58,7 @@ from airflow_ckpt_provider.plugins.confirmation import confirmation_payload
 from airflow_ckpt_provider.plugins.flow import (
     audit_ref,
     context_json,
+    framing_map_index,
     located,
     parse_map_index,
     ref_json,
@@ -391,13 +392,17 @@ async def post_discard_preview(body: ActionBody, user: GetUserDep) -> JSONRespon
 
 @router.get("/ui/task", response_class=HTMLResponse, include_in_schema=False)
 async def task_page(
+    request: Request,
     user: GetUserDep,
     dag_id: IdQuery,
     run_id: IdQuery,
     task_id: IdQuery,
     map_index: MapIndexQuery = None,
 ) -> HTMLResponse:
-    code, body = await task_payload(user, dag_id, task_id, run_id, parse_map_index(map_index))
+    index = parse_map_index(map_index)
+    if index < 0:  # the tab's own href: the map index is in the path of the page that framed it
+        index = framing_map_index(request.headers.get("referer"), dag_id, run_id, task_id)
+    code, body = await task_payload(user, dag_id, task_id, run_id, index)
     return HTMLResponse(pages.render_task(body), status_code=code)
 
 

@@ -3,10 +3,11 @@
 * a FastAPI app mounted at ``/checkpoints`` (see :mod:`.app`);
 * a "Checkpoints" tab on the task-instance page and one on the DAG page. Both are
   ``external_views``: the UI shows the plugin's page in a same-origin iframe, fills
-  ``{DAG_ID}``, ``{RUN_ID}``, ``{TASK_ID}`` and, on a mapped task instance's page,
-  ``{MAP_INDEX}`` into ``href`` (elsewhere it stays as written: the view then reads
-  it as "not mapped" or, for a mapped task, its lowest map index), and the browser sends
-  the UI's session cookie along, so the page is authorized like the UI itself.
+  ``{DAG_ID}``, ``{RUN_ID}`` and ``{TASK_ID}`` into ``href``, and the browser sends the
+  UI's session cookie along, so the page is authorized like the UI itself. ``href`` has no
+  ``{MAP_INDEX}``: Airflow 3.3 fills it only on a mapped task instance's page and leaves it
+  as written on every other one. The view takes the map index from the page that framed
+  it instead (the ``Referer``, ``.../tasks/{task}/mapped/{i}/...``; see :mod:`.app`).
 
 Every Airflow process loads plugins (scheduler, workers, DAG processor), but only
 the API server asks for ``fastapi_apps``; the app (and FastAPI with it) is built
@@ -27,7 +28,7 @@ URL_PREFIX = "/checkpoints"
 # so the views also work when Airflow is served under a path ([api] base_url).
 TASK_VIEW = {
     "name": "Checkpoints",
-    "href": "checkpoints/ui/task?dag_id={DAG_ID}&run_id={RUN_ID}&task_id={TASK_ID}&map_index={MAP_INDEX}",
+    "href": "checkpoints/ui/task?dag_id={DAG_ID}&run_id={RUN_ID}&task_id={TASK_ID}",
     "destination": "task_instance",
     "url_route": "checkpoints",
 }

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cache
 from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
 
 from fastapi import HTTPException, status
 from sqlalchemy.orm import Session
@@ -48,10 +49,28 @@ def user_name(user: Any) -> str | None:
 
 
 def parse_map_index(value: str | None) -> int:
-    """A ``map_index`` query value: a number >= 0, else -1 (absent, or the UI's unfilled
-    ``{MAP_INDEX}`` placeholder of a task that is not mapped)."""
+    """A ``map_index`` query value: a number >= 0, else -1 (absent, or not a number)."""
     text = (value or "").strip()
     return int(text) if text.isdigit() and len(text) <= 9 else -1
+
+
+def framing_map_index(referer: str | None, dag_id: str, run_id: str, task_id: str) -> int:
+    """The map index of the Airflow page that framed the task view, else -1.
+
+    The tab's ``href`` cannot carry the map index (the UI fills ``{MAP_INDEX}`` on a mapped
+    instance's page only, and leaves it unfilled elsewhere), but the iframe's request names
+    the page it was loaded from: ``.../dags/{dag}/runs/{run}/tasks/{task}/mapped/{i}/...``.
+    Only that exact task instance's path counts; any other page, or none (a proxy's
+    ``Referrer-Policy: no-referrer``), reads as not mapped (a mapped task then shows its
+    lowest map index, with links to the others)."""
+    if not referer:
+        return -1
+    segments = [unquote(s) for s in urlsplit(referer).path.split("/")]
+    wanted = ["dags", dag_id, "runs", run_id, "tasks", task_id, "mapped"]
+    for start in range(len(segments) - len(wanted)):
+        if segments[start : start + len(wanted)] == wanted:
+            return parse_map_index(segments[start + len(wanted)])
+    return -1
 
 
 def locate(

@@ -12,6 +12,7 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -65,7 +66,8 @@ def test_plugin_is_registered_with_both_views(ui_server: ApiServer) -> None:
     views = {v["destination"]: v for v in plugin["external_views"]}
     assert views["task_instance"]["href"].startswith("checkpoints/ui/task?")
     assert "{DAG_ID}" in views["task_instance"]["href"] and "{TASK_ID}" in views["task_instance"]["href"]
-    assert "map_index={MAP_INDEX}" in views["task_instance"]["href"]
+    # Airflow fills {MAP_INDEX} on a mapped instance's page only: the href must not carry it.
+    assert "{MAP_INDEX}" not in views["task_instance"]["href"] and "map_index" not in views["task_instance"]["href"]
     assert views["dag"]["url_route"] == "dag-checkpoints"
 
 
@@ -364,6 +366,17 @@ def test_each_map_index_has_its_own_view_row_and_clear(ui_server: ApiServer) -> 
         commit = admin.get("/checkpoints/api/task", params=mapped_params(run_id, MAPPED_COMMIT) | {"map_index": "1"})
         missing = admin.get("/checkpoints/api/task", params=mapped_params(run_id, MAPPED_TASK) | {"map_index": "7"})
         page = admin.get("/checkpoints/ui/task", params=mapped_params(run_id, MAPPED_TASK) | {"map_index": "1"})
+        # The tab's href has no map index: the page takes it from the UI page that framed it.
+        instance_page = f"dags/{MAPPED_DAG}/runs/{quote(run_id)}/tasks/{MAPPED_TASK}/mapped/1/plugin/checkpoints"
+        framed_by = f"{ui_server.base_url}/{instance_page}"
+        framed = admin.get(
+            "/checkpoints/ui/task", params=mapped_params(run_id, MAPPED_TASK), headers={"Referer": framed_by}
+        )
+        other_task = admin.get(
+            "/checkpoints/ui/task",
+            params=mapped_params(run_id, MAPPED_TASK),
+            headers={"Referer": framed_by.replace(f"/tasks/{MAPPED_TASK}/", "/tasks/other/")},
+        )
         dag = admin.get("/checkpoints/api/dag", params={"dag_id": MAPPED_DAG, "limit": 50}).json()
         cleared = admin.post(
             "/checkpoints/api/task/clear",
@@ -380,6 +393,8 @@ def test_each_map_index_has_its_own_view_row_and_clear(ui_server: ApiServer) -> 
     assert missing.status_code == 404 and "map indexes 0..1" in missing.json()["detail"]
     assert page.status_code == 200 and 'data-testid="map-index">[1]' in page.text
     assert "map_index=0" in page.text  # a link to the other instance
+    assert framed.status_code == 200 and 'data-testid="map-index">[1]' in framed.text
+    assert other_task.status_code == 200 and 'data-testid="map-index">[0]' in other_task.text  # not this task's page
     rows = sorted((s for s in dag["stores"] if s["run_id"] == run_id and s["task_id"] == MAPPED_TASK), key=str)
     by_index = {s["map_index"]: s for s in rows}
     assert sorted(by_index) == [0, 1], rows

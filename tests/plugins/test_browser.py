@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 from airflow_ckpt_provider.display.units import human_bytes
 from airflow_ckpt_provider.store import open_store
 from tests.cli.sample_store import fill_store
-from tests.support.api_server import DAG_ID, PASSWORDS, SPARK_TASK, ApiServer
+from tests.support.api_server import DAG_ID, MAPPED_DAG, MAPPED_TASK, PASSWORDS, SPARK_TASK, ApiServer
 
 pytestmark = [pytest.mark.browser, pytest.mark.airflow]
 
@@ -237,3 +238,53 @@ def test_dag_view_and_viewer_cannot_clear(ui_server: ApiServer, browser: WebDriv
     wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "[data-testid=read-only]")))
     assert not browser.find_element(By.CSS_SELECTOR, "[data-testid=clear-button]").is_enabled()
     assert len(open_store(root.as_uri()).list_checkpoints()) == 2
+
+
+def test_the_tab_url_has_no_unfilled_placeholder_and_a_mapped_tab_shows_its_own_store(
+    ui_server: ApiServer, browser: WebDriver
+) -> None:
+    """Airflow fills ``{MAP_INDEX}`` in a tab's href on a mapped instance's page only: the iframe
+    of an unmapped task must not carry it, and a mapped instance's tab must still show the store
+    of its own map index (taken from the page that framed it)."""
+    run_id = f"browser_{uuid.uuid4().hex[:8]}"
+    ui_server.trigger_run(run_id)
+    fill_store(ui_server.default_store_path(run_id).as_uri(), (ui_server.home / "out" / run_id).as_uri())
+    ti_params = {"dag_id": DAG_ID, "run_id": run_id, "task_id": SPARK_TASK}
+    mapped_run = f"browser_{uuid.uuid4().hex[:8]}"
+    ui_server.trigger_run(mapped_run, MAPPED_DAG)
+    base = ui_server.default_store_path(mapped_run, MAPPED_TASK, MAPPED_DAG)
+    for map_index, partitions in ((0, 3), (1, 1)):
+        fill_store(
+            (base / f"map_index={map_index}").as_uri(),
+            (ui_server.home / "out" / mapped_run / str(map_index)).as_uri(),
+            partitions=partitions,
+            owner=f"{MAPPED_DAG}/{MAPPED_TASK}/{mapped_run}/map_index={map_index}",
+        )
+    wait = WebDriverWait(browser, 60)
+    log_in(browser, ui_server, "admin")
+    # A server's first store read loads pyarrow; on a loaded machine that can outlast the view's
+    # 5 s deadline ("cannot be reached"): read once over the API until it answers, then browse.
+    with ui_server.client("admin") as client:
+        deadline = time.monotonic() + 180
+        while "report" not in client.get("/checkpoints/api/task", params=ti_params).json():
+            assert time.monotonic() < deadline, "the view never read the store"
+            time.sleep(2)
+
+    browser.get(f"{ui_server.base_url}/dags/{DAG_ID}/runs/{run_id}/tasks/{SPARK_TASK}/plugin/checkpoints")
+    frame = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "iframe[title=Checkpoints]")))
+    source = str(frame.get_attribute("src"))
+    assert "{" not in source and "MAP_INDEX" not in source, source
+    browser.switch_to.frame(frame)
+    wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "[data-testid=keys-done]")))
+    assert not browser.find_elements(By.CSS_SELECTOR, "[data-testid=map-index]")
+    browser.switch_to.default_content()
+
+    instance = f"dags/{MAPPED_DAG}/runs/{mapped_run}/tasks/{MAPPED_TASK}/mapped/1/plugin/checkpoints"
+    browser.get(f"{ui_server.base_url}/{instance}")
+    frame = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "iframe[title=Checkpoints]")))
+    source = str(frame.get_attribute("src"))
+    assert "{" not in source and "MAP_INDEX" not in source, source
+    browser.switch_to.frame(frame)
+    wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "[data-testid=keys-done]")))
+    assert text_of(browser, "map-index") == "[1]"
+    assert text_of(browser, "keys-done") == "50"  # map index 1's store (map index 0 holds 150)
