@@ -537,12 +537,14 @@ def concurrent_seal(
         "loose_at_end": loose_now(watcher_store),
         "folds": sum(c.loose_tail.folds for c in clients),
         "folded": sum(c.loose_tail.folded for c in clients),
+        "lost_races": sum(c.loose_tail.lost_races for c in clients),
     }
     progress = open_store(uri, **options).progress()
     assert progress.valid_checkpoints == n, progress
     print(
         f"[tail] {backend} {n:,} by {sealers}: {seconds:.1f} s, {requests:,} req ({row['requests_per_checkpoint']:.1f}"
-        f"/checkpoint), loose tail max {tail_max:,} (bound {bound:,}), {row['folds']} folds",
+        f"/checkpoint), loose tail max {tail_max:,} (bound {bound:,}), {row['folds']} folds "
+        f"({row['lost_races']} lost a race)",
         flush=True,
     )
     return row

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -66,6 +67,8 @@ log = logging.getLogger(__name__)
 
 #: Segments of one level merged into one of the next.
 MERGE_FANIN = 8
+#: How often a fold that lost the race on the state object adds its segment to the newer state instead.
+_REBASES = 16
 #: Loose checkpoints ``begin_epoch`` folds at most: a submit's critical path does bounded work and
 #: leaves the rest to the job's driver (docs/store-api.md, "The loose tail").
 SUBMIT_FOLD_LIMIT = 500
@@ -181,23 +184,63 @@ class Compactor:
             if leftovers:
                 self._delete_dirs(leftovers, listing)
             return CompactionResult(segment=None, checkpoints=0, deleted_dirs=len(leftovers))
-        name = new_segment_name(state.generation + 1)
-        ref = self._write_segment(name, 0, read)
-        failpoint("store.compact.after_segment")
-        new_state = SegmentState(
-            generation=state.generation + 1,
-            segments=(*state.segments, ref),
-            retired=state.retired,
-            updated_at=now(),
-        )
-        if not self._replace_state(state, new_state):
-            self._deleter.delete_segments([name])
-            log.info("compaction of %s lost a race; its %d checkpoints stay loose", self._context.uri, len(read))
+        name, read = self._land(state, read)
+        if name is None:
+            log.info("compaction of %s lost a race; its checkpoints stay loose", self._context.uri)
             return CompactionResult(segment=None, checkpoints=0, lost_race=True)
         failpoint("store.compact.after_state")
         done = sorted({r.checkpoint.checkpoint_id for r in read} | set(leftovers))
         self._delete_dirs(done, listing)
         return CompactionResult(segment=name, checkpoints=len(read), deleted_dirs=len(done))
+
+    def _land(self, state: SegmentState, read: list[_Loose]) -> tuple[str | None, list[_Loose]]:
+        """Write a segment of ``read`` and replace ``state`` with it plus that segment (conditional write).
+        Returns the segment's name and what it holds, or (None, []) if it was not added.
+
+        When another compaction replaced the state first, the segment goes into the newer state instead, if
+        that state only added or merged rows since (same lineage): concurrent folds (sealers of several
+        processes keeping the tail short) then all land. Checkpoints a newer segment already holds are
+        left out of a rewritten segment (from what was read: nothing is read again)."""
+        base, pending, tries = state, read, 0
+        while pending and tries <= _REBASES:
+            name = new_segment_name(base.generation + 1)
+            ref = self._write_segment(name, 0, pending)
+            failpoint("store.compact.after_segment")
+            ids = {r.checkpoint.checkpoint_id for r in pending}
+            while tries <= _REBASES:
+                tries += 1
+                if self._replace_state(base, _successor(base, segments=(*base.segments, ref), retired=base.retired)):
+                    return name, pending
+                current = self._reader.segment_state()
+                taken = self._taken_since(state, current, ids)
+                if taken is None or taken:
+                    self._deleter.delete_segments([name])
+                if taken is None:
+                    return None, []
+                base = current
+                if taken:
+                    pending = [r for r in pending if r.checkpoint.checkpoint_id not in taken]
+                    break
+            else:
+                self._deleter.delete_segments([name])
+        return None, []
+
+    def _taken_since(self, read: SegmentState, current: SegmentState, ids: set[str]) -> set[str] | None:
+        """Which of ``ids`` the segments ``current`` added since ``read`` hold; None if ``current`` did more
+        than add or merge rows (rows dropped by a discard, the state deleted by a clear: fold from scratch)."""
+        if current.etag is None or not read.lineage or current.lineage != read.lineage:
+            return None
+        known = set(read.names)
+        try:
+            added = [self._reader.load_segment(n) for n in current.names if n not in known]
+        except (CorruptCheckpointError, BlobNotFoundError):
+            return None
+        wanted = pa.array(sorted(ids), pa.string())
+        taken: set[str] = set()
+        for segment in added:
+            held = segment.summary.column("checkpoint_id")
+            taken.update(held.filter(pc.is_in(held, value_set=wanted)).to_pylist())
+        return taken
 
     def _read_loose(self, checkpoint_id: str, keys: Sequence[str]) -> _Loose | None:
         """A loose checkpoint's manifest, files, keys and intents; None if it cannot be read whole (it stays loose)."""
@@ -320,11 +363,11 @@ class Compactor:
         name = new_segment_name(state.generation + 1)
         ref = self._put_segment(name, level, manifests, keys)
         names = {r.name for r in group}
-        new_state = SegmentState(
-            generation=state.generation + 1,
+        new_state = _successor(
+            state,
             segments=(*tuple(r for r in state.segments if r.name not in names), ref),
             retired=(*state.retired, *sorted(names)),
-            updated_at=now(),
+            new_lineage=bool(drop),
         )
         if not self._replace_state(state, new_state):
             self._deleter.delete_segments([name])
@@ -341,7 +384,7 @@ class Compactor:
     def _delete_retired(self, state: SegmentState) -> SegmentState:
         """Delete the retired segments, then drop them from the state (a crash between: deleted again)."""
         self._deleter.delete_segments(list(state.retired))
-        cleaned = SegmentState(generation=state.generation + 1, segments=state.segments, retired=(), updated_at=now())
+        cleaned = _successor(state, segments=state.segments, retired=())
         if self._replace_state(state, cleaned):
             return self._reader.segment_state()
         return self._reader.segment_state()
@@ -355,12 +398,28 @@ class Compactor:
         return self.merge(state, list(state.segments), level=level, delete_retired=True, drop=drop) is not None
 
 
+def _successor(
+    state: SegmentState, *, segments: tuple[SegmentRef, ...], retired: tuple[str, ...], new_lineage: bool = False
+) -> SegmentState:
+    """The state that replaces ``state``: next generation, same lineage unless rows are dropped or there
+    was no state object (or one written before lineages)."""
+    keep = state.lineage and state.etag is not None and not new_lineage
+    return SegmentState(
+        generation=state.generation + 1,
+        segments=segments,
+        retired=retired,
+        updated_at=now(),
+        lineage=state.lineage if keep else uuid.uuid4().hex,
+    )
+
+
 def _window(ids: list[str], limit: int | None) -> list[str]:
-    """``ids``, or ``limit`` consecutive ones of them from a random start."""
+    """``ids``, or ``limit`` consecutive ones of them from a random start (wrapping round, so that every id
+    is as likely to be taken), sorted."""
     if limit is None or len(ids) <= limit:
         return ids
-    start = random.randrange(len(ids) - limit + 1)
-    return ids[start : start + limit]
+    start = random.randrange(len(ids))
+    return sorted((ids[start:] + ids[:start])[:limit])
 
 
 def _covered(segments: Sequence[LoadedSegment]) -> dict[str, bool]:

@@ -128,15 +128,22 @@ class SegmentState:
     retired: tuple[str, ...] = ()
     updated_at: str = ""
     etag: str | None = field(default=None, compare=False)
+    #: Stays the same while states only add rows (folds) or move them (merges); a new one when rows are
+    #: dropped (discard) or the state object is created again (after a clear): a fold that lost the race
+    #: may add its segment to a newer state only of the same lineage (store/compaction.py).
+    lineage: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "format_version": STATE_FORMAT,
             "generation": self.generation,
             "segments": [s.to_json() for s in self.segments],
             "retired": list(self.retired),
             "updated_at": self.updated_at,
         }
+        if self.lineage:
+            data["lineage"] = self.lineage
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], etag: str | None) -> SegmentState:
@@ -146,6 +153,7 @@ class SegmentState:
             retired=tuple(str(n) for n in data.get("retired", ())),
             updated_at=str(data.get("updated_at", "")),
             etag=etag,
+            lineage=str(data.get("lineage", "")),
         )
 
     @property

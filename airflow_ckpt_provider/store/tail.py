@@ -6,14 +6,15 @@ in the background, but a driver killed while its tasks seal (or one that falls b
 sealing threads) leaves them piling up. So sealers share the work, as Delta writes a
 checkpoint every N commits: every ``check_every`` seals, a process counts the loose
 manifests (one listing of ``checkpoints/``' directories: on S3 a request per 1,000), and
-when they reach half the bound it folds a bounded batch of them into a segment *before*
-sealing (back-pressure). One fold at a time per process: the other sealers of the process
+when they reach half the bound it folds batches of an eighth of the bound into segments
+*before* sealing (back-pressure). One fold at a time per process: the other sealers of the process
 that come due meanwhile wait for it, then count again. Best effort: a fold that fails is
 logged and the seal goes on (docs/store-api.md, "The loose tail").
 
 The bound holds per process as ``trigger + sealing threads * check_every`` (a thread seals
-at most ``check_every`` times between two counts); several processes folding at once may
-lose the race on the state object, and then fold again (up to ``_FOLDS_PER_CHECK`` times).
+at most ``check_every`` times between two counts). Several processes folding at once mostly
+fold different checkpoints (small batches from random starts), and a fold that loses the race
+on the state object adds its segment to the newer state (store/compaction.py, ``_land``).
 """
 
 from __future__ import annotations
@@ -55,12 +56,19 @@ class LooseTail:
         self._stuck_at: int | None = None
         self.folds = 0
         self.folded = 0
+        self.lost_races = 0
         self.max_seen = 0
 
     @property
     def trigger(self) -> int:
         """The count at which a sealer folds (half the bound: room for the seals between two counts)."""
         return max(1, self.max_loose // 2)
+
+    @property
+    def batch(self) -> int:
+        """What one fold takes at most: a quarter of the trigger, so that sealers of several processes
+        folding at once mostly take different checkpoints (their folds then all land)."""
+        return max(1, self.trigger // 4)
 
     def count(self) -> int:
         """Loose checkpoint directories now (one listing)."""
@@ -90,10 +98,11 @@ class LooseTail:
             if count < self.trigger or (self._stuck_at is not None and count < self._stuck_at + self.trigger):
                 return
             failpoint("store.tail.before_fold")
-            result = self._compactor.compact(min_loose=1, limit=self.trigger, delete_retired=False)
+            result = self._compactor.compact(min_loose=1, limit=self.batch, delete_retired=False)
             self.folds += 1
             self.folded += result.checkpoints
             if result.lost_race:
+                self.lost_races += 1
                 continue  # another process folded meanwhile: count again
             if not (result.checkpoints or result.deleted_dirs):
                 self._stuck_at = count
