@@ -152,6 +152,13 @@ class SparkStandaloneCluster:
 
     def executor_pids(self) -> list[int]:
         """The executor JVMs the workers of this cluster launched (children of the worker JVMs)."""
+        return self._worker_children(b"CoarseGrainedExecutorBackend")
+
+    def driver_pids(self) -> list[int]:
+        """The driver JVMs of cluster-mode submits the workers of this cluster launched."""
+        return self._worker_children(b"org.apache.spark.deploy.worker.DriverWrapper")
+
+    def _worker_children(self, marker: bytes) -> list[int]:
         workers = {proc.pid for proc in self._procs[1:] if proc.poll() is None}
         found = []
         for entry in Path("/proc").iterdir():
@@ -162,7 +169,7 @@ class SparkStandaloneCluster:
                 command = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
             except (OSError, IndexError, ValueError):
                 continue
-            if parent in workers and b"CoarseGrainedExecutorBackend" in command:
+            if parent in workers and marker in command:
                 found.append(int(entry.name))
         return sorted(found)
 

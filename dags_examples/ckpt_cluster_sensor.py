@@ -12,11 +12,29 @@ to submit Spark's own ``PythonRunner`` as the main class with the script as its 
 argument (the second is the ``--py-files`` list, empty here). With YARN or Kubernetes,
 submit the ``.py`` file directly instead.
 
-Connection ``spark_cluster``, e.g. ``AIRFLOW_CONN_SPARK_CLUSTER='{"conn_type": "spark",
-"host": "spark://master-host", "port": 7077, "extra": {"deploy-mode": "cluster",
-"rest-port": 6066}}'``; the master needs ``spark.master.rest.enabled=true`` so that a
-retry can re-attach to a running driver. Drivers and executors must see the output
-directory and the store (here local paths: one machine; use ``s3://`` on a real cluster).
+If the driver dies (killed, out of memory, a port it cannot bind), the sensor fails within one
+poll with the driver's state and the store's progress: it asks the master for the driver's
+status as the Spark provider does. Clear the submit task then: it resumes from the sealed
+partitions. ``no_progress_timeout`` covers what the master cannot tell.
+
+Environment:
+
+* connection ``spark_cluster``, e.g. ``AIRFLOW_CONN_SPARK_CLUSTER='{"conn_type": "spark",
+  "host": "spark://master-host", "port": 7077, "extra": {"deploy-mode": "cluster",
+  "rest-port": 6066}}'``, in the environment of the worker and of the triggerer (which asks
+  the master for the driver's state), or in the metadata DB;
+* the master started with ``spark.master.rest.enabled=true`` (``SPARK_MASTER_OPTS``): the
+  sensor reads the driver's state there, and a retry re-attaches to a running driver;
+* ``PYSPARK_PYTHON``: the Python the driver and executors run, with pyspark and this package
+  installed, at that path on every Spark worker host. Read where the task runs (the worker
+  parses this file again), so set it in the Airflow worker's environment (with the
+  LocalExecutor: the scheduler's); unset, the Airflow worker's own Python is used;
+* ``spark-submit`` on the worker's ``PATH`` (pyspark's ``bin``), and ``SPARK_HOME`` if it is
+  not pyspark's;
+* drivers and executors must see this file's ``jobs/`` directory, the output directory and
+  the store (here local paths: one machine; use ``s3://`` on a real cluster); the triggerer
+  reads the store too;
+* optional ``CKPT_EXAMPLE_LAKE`` (default ``$AIRFLOW_HOME/lake``).
 """
 
 from __future__ import annotations
@@ -25,6 +43,7 @@ import datetime as dt
 import glob
 import importlib.util
 import os
+import sys
 
 from airflow.sdk import DAG, Param
 
@@ -81,7 +100,7 @@ with DAG(
             "{{ params.partitions }}",
         ],
         conf={
-            "spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", "python3"),
+            "spark.pyspark.python": os.environ.get("PYSPARK_PYTHON") or sys.executable,
             "spark.driver.memory": "512m",
             "spark.executor.memory": "512m",
             "spark.ui.enabled": "false",
@@ -96,6 +115,7 @@ with DAG(
         deferrable=True,
         poke_interval=5,
         timeout=dt.timedelta(hours=2),
+        no_progress_timeout=dt.timedelta(minutes=30),  # no partition sealed for that long: give up
     )
     commit = CheckpointCommitOperator(task_id="commit", spark_task_id="submit_to_cluster", output_roots=[OUTPUT])
     submit >> wait >> commit

@@ -7,10 +7,17 @@ the commit keeps the committed file keys, compacted into one snapshot, so the ne
 reads one object to know what it can skip. A run that fails half-way resumes from the
 files it did ingest.
 
-Needs an ``aws`` connection ``ckpt_s3`` (keys; for S3-compatible servers the extra
-``{"endpoint_url": "http://host:port"}``) and ``CKPT_EXAMPLE_BUCKET`` (default
-``ckpt-examples``). Spark reads and writes S3 through pyarrow in its Python workers
-(no Hadoop S3A jars needed).
+Environment:
+
+* an ``aws`` connection ``ckpt_s3`` (keys; for S3-compatible servers the extra
+  ``{"endpoint_url": "http://host:port"}``), in the worker's environment or the metadata DB;
+* ``CKPT_EXAMPLE_BUCKET`` (default ``ckpt-examples``): an existing bucket, set where the DAG
+  is parsed and where the task runs (the dag-processor's and the worker's environment);
+* connection ``spark_default`` (e.g. ``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark",
+  "host": "local[*]"}'``), ``spark-submit`` on the worker's ``PATH`` and ``PYSPARK_PYTHON``
+  (or ``python3`` on the ``PATH``) a Python with pyspark and this package.
+
+Spark reads and writes S3 through pyarrow in its Python workers (no Hadoop S3A jars needed).
 """
 
 from __future__ import annotations

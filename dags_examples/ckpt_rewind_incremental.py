@@ -9,6 +9,8 @@ run of ``ckpt_incremental_ingest`` (with the fixed job) ingests exactly those la
 The task logs the preview (runs, files, bytes and every lake file it moves) first, and refuses,
 changing nothing, when more than ``max_files`` lake files would move. Until the next ingestion run,
 ``airflow-ckpt undo`` puts everything back; ``airflow-ckpt purge`` deletes the quarantined files.
+
+Environment: the ``ckpt_s3`` connection and ``CKPT_EXAMPLE_BUCKET`` of example 2 (no Spark).
 """
 
 from __future__ import annotations

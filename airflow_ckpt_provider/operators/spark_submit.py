@@ -36,6 +36,7 @@ from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.operators import metrics
 from airflow_ckpt_provider.store import CheckpointStore, Epoch, EpochFencedError, EpochStatus
 from airflow_ckpt_provider.store.owner import OWNER_METADATA_KEY, EpochOwner, MappedInstanceConflictError
+from airflow_ckpt_provider.triggers.driver import DriverRef
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -348,6 +349,14 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
                 "map_index": self._owner(context).map_index,
                 "epoch": handoff.epoch,
                 "driver_id": self._external_id,
+                # How a sensor asks the cluster whether this driver is still there (triggers/driver.py).
+                "driver": DriverRef(
+                    conn_id=self._conn_id,
+                    external_id=str(self._external_id),
+                    deploy_mode=self._deploy_mode,
+                    yarn_track_via_rm_api=bool(self._yarn_track_via_rm_api),
+                    track_driver_via_k8s_api=bool(self._track_driver_via_k8s_api),
+                ).to_json(),
                 "detached": True,
                 XCOM_DEGRADED: self._epoch_degraded(store, handoff.epoch),
             }

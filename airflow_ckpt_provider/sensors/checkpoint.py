@@ -10,11 +10,13 @@ from airflow_ckpt_provider.sensors.base import CheckpointStoreBaseSensor
 from airflow_ckpt_provider.store import CheckpointError
 from airflow_ckpt_provider.triggers.checkpoint import (
     CheckpointTrigger,
+    ProgressWatch,
     WaitFor,
     describe,
     is_done,
     progress_summary,
 )
+from airflow_ckpt_provider.triggers.driver import DriverRef, driver_state
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -36,6 +38,14 @@ class CheckpointSensor(CheckpointStoreBaseSensor):
         or ``"committed"``. Named ``wait_for`` because ``mode`` is the sensor mode
         (poke/reschedule) of every Airflow sensor.
     :param deferrable: wait in the triggerer instead of a worker slot (default True).
+    :param watch_driver: when ``spark_task_id`` submitted detached (``wait_for_completion=False``),
+        ask the cluster for its driver's state at every poll, as the Spark provider does (the
+        standalone master's REST status, YARN's ResourceManager, the Kubernetes driver pod), and
+        fail as soon as the driver ended without the store being done, with the driver's state and
+        the store's progress (default True).
+    :param no_progress_timeout: fail when the store's counts (epoch, sealed partitions, keys done)
+        have not moved for this long (seconds or a timedelta; default None: wait up to ``timeout``).
+        For launchers the sensor cannot ask (client mode, a job submitted elsewhere).
 
     Returns (XCom) the progress summary at the time the condition held.
     """
@@ -48,27 +58,66 @@ class CheckpointSensor(CheckpointStoreBaseSensor):
         wait_for: WaitFor | str = WaitFor.PARTITIONS,
         deferrable: bool = True,
         poke_interval: dt.timedelta | float = 30,
+        watch_driver: bool = True,
+        no_progress_timeout: dt.timedelta | float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(poke_interval=poke_interval, **kwargs)
         self.wait_for = WaitFor(wait_for)
         self.deferrable = deferrable
+        self.watch_driver = watch_driver
+        self.no_progress_timeout = (
+            no_progress_timeout.total_seconds()
+            if isinstance(no_progress_timeout, dt.timedelta)
+            else None
+            if no_progress_timeout is None
+            else float(no_progress_timeout)
+        )
         self._resolved_uri: str | None = None
         self._summary: dict[str, Any] | None = None
+        self._driver: DriverRef | None = None
+        self._watch: ProgressWatch | None = None
 
     def _uri(self, context: Context) -> str:
         if self._resolved_uri is None:
             self._resolved_uri = self.store_uri(context)
         return self._resolved_uri
 
+    def _driver_of_submit(self, context: Context) -> DriverRef | None:
+        """The detached driver of ``spark_task_id`` (None: not detached, or not ours to watch)."""
+        if not self.watch_driver or self.checkpoint_uri:
+            return None
+        result = self.submit_task_result(context)
+        return DriverRef.from_json((result or {}).get("driver")) if result and result.get("detached") else None
+
     def poke(self, context: Context) -> bool:
-        progress = CheckpointHook(self._uri(context), aws_conn_id=self.aws_conn_id).get_progress()
+        hook = CheckpointHook(self._uri(context), aws_conn_id=self.aws_conn_id)
+        progress = hook.get_progress()
         summary = progress_summary(progress)
         self.log.info("Checkpoint progress: %s", describe(summary))
         self._summary = summary
-        return is_done(progress, self.wait_for)
+        if is_done(progress, self.wait_for):
+            return True
+        if self._watch is None:
+            self._watch = ProgressWatch(self.wait_for, self.no_progress_timeout)
+        state = None
+        if self._driver is not None:
+            try:
+                state = driver_state(self._driver)
+                self.log.info("Driver %s: %s", self._driver.external_id, state.status)
+            except Exception as exc:  # the launcher is unreachable: keep waiting
+                self.log.warning("Could not read the state of driver %s: %s", self._driver.external_id, exc)
+        driver_id = "" if self._driver is None else self._driver.external_id
+        if self._watch.reason_to_stop(summary, state, driver_id) is not None:
+            progress = hook.get_progress()  # the driver may have sealed its last partitions as it ended
+            if is_done(progress, self.wait_for):
+                self._summary = progress_summary(progress)
+                return True
+            raise CheckpointError(self._watch.final_reason(progress_summary(progress), state, driver_id))
+        return False
 
     def execute(self, context: Context) -> Any:
+        self._driver = self._driver_of_submit(context)
         if not self.deferrable:
             super().execute(context)
             return self._summary
@@ -80,6 +129,8 @@ class CheckpointSensor(CheckpointStoreBaseSensor):
                 wait_for=self.wait_for.value,
                 aws_conn_id=self.aws_conn_id,
                 poll_interval=self.poke_interval,
+                driver=None if self._driver is None else self._driver.to_json(),
+                no_progress_timeout=self.no_progress_timeout,
             ),
             method_name="execute_complete",
             timeout=dt.timedelta(seconds=self.timeout),

@@ -6,6 +6,9 @@
 * Durable re-attach: an attempt dies (failpoint) after its driver was accepted; Airflow's
   retry re-attaches to that driver through SparkSubmitOperator's durable mode and must
   keep the driver's epoch: one epoch, one driver, the output committed once.
+* A dead driver: the detached driver is killed (SIGKILL) while the sensor waits in the
+  trigger; the sensor fails within its poll interval plus a margin, naming the driver's
+  state and the store's progress, instead of waiting for its 2-hour timeout.
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ import datetime as dt
 import glob
 import json
 import os
+import signal
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -135,3 +141,43 @@ def test_retry_reattaches_to_the_running_driver_and_keeps_its_epoch(
     commit = airflow_harness.xcom("ckpt_reattach", run.run_id, "commit")
     assert commit["rows_committed"] == 20_000
     assert len(_event_ids(output)) == 20_000
+
+
+def test_a_dead_driver_fails_the_sensor_within_its_poll_interval(
+    airflow_harness: AirflowHarness, rest_cluster: tuple[SparkStandaloneCluster, int], tmp_path: Path
+) -> None:
+    cluster, rest_port = rest_cluster
+    airflow_harness.install_dag(EXAMPLES / "ckpt_cluster_sensor.py", EXAMPLES / "jobs")
+    killed_at: list[float] = []
+
+    def kill_the_driver(proc: subprocess.Popen[str], output: Path) -> None:
+        """Once the sensor waits in the trigger and the driver runs, kill the driver's JVM."""
+        deadline = time.monotonic() + 600
+        while proc.poll() is None and time.monotonic() < deadline:
+            drivers = cluster.driver_pids()
+            if drivers and "running trigger in line" in output.read_text(errors="replace"):
+                for pid in drivers:
+                    os.kill(pid, signal.SIGKILL)
+                killed_at.append(time.monotonic())
+                return
+            time.sleep(0.5)
+
+    run = airflow_harness.run_dag(
+        "ckpt_cluster_sensor",
+        logical_date=dt.datetime(2024, 9, 3, tzinfo=dt.UTC),
+        # Enough events that the driver is still at work when it is killed.
+        conf={"events": 2_000_000, "partitions": 4},
+        env=_cluster_env(cluster, rest_port, tmp_path / "lake"),
+        while_running=kill_the_driver,
+        timeout=900,
+    )
+    ended_at = time.monotonic()
+    assert killed_at, run.output[-5000:]
+    assert run.state == "failed", run.output[-5000:]
+    tasks = airflow_harness.task_instances("ckpt_cluster_sensor", run.run_id)
+    assert tasks["submit_to_cluster"][0] == "success" and tasks["wait_for_partitions"][0] == "failed"
+    # Poll interval 5 s; the sensor's one retry (5 s later) fails at its first poke; the margin
+    # covers the master noticing the dead JVM and a loaded 2-core machine.
+    assert ended_at - killed_at[0] < 5 + 5 + 90, f"{ended_at - killed_at[0]:.0f} s after the kill"
+    assert "the Spark driver driver-" in run.output and "ended with state FAILED" in run.output
+    assert "partitions sealed" in run.output.split("ended with state FAILED", 1)[1][:400]
