@@ -1,17 +1,33 @@
 """Example 1 — the embedded default: a local checkpoint store, Spark ``local[*]``.
 
 A daily batch keyed by ``event_id``. No configuration is needed: the store lives at
-``$AIRFLOW_HOME/checkpoints/ckpt_daily_events/process_events/<run_id>``. Trigger a run
-with ``{"fail_partition": 6}`` to put a bad record in partition 6: the job's own UDF
-raises on it and the job fails, keeping every partition that finished. Clear the failed
-task (or let it retry) once the record is fixed (``fail_partition`` back to -1): the next
-submit skips every event the first attempt checkpointed. ``{"fail_in": "writer"}`` makes
-the writer of that partition die halfway through its file instead; the commit then
-deletes the half-written file. The retention policy (``delete_after_success``) removes
-the checkpoints after the commit.
+``$AIRFLOW_HOME/checkpoints/ckpt_daily_events/process_events/<run_id>``. The retention
+policy (``delete_after_success``) removes the checkpoints after the commit.
 
-Spark connection: ``spark_default`` (for example
-``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[*]"}'``).
+Play a failure and its fix from the UI alone:
+
+* Trigger a run with ``{"fail_partition": 6}``: Spark partition 6 holds a record whose amount
+  is ``"N/A"``; the job's own UDF raises on it and the job fails, keeping every partition that
+  finished. The task log names the event and the fix: correct the record in the Airflow
+  Variable ``ckpt_daily_events_corrections`` (Admin > Variables), a JSON object such as
+  ``{"20240601000174999": "0.00"}`` (event id -> raw amount). The task's next try — its
+  retry (``retries=2``, 30 s apart), or Clear once its retries are spent — reads the Variable
+  again and skips every event the failed attempts checkpointed; the commit deletes what they
+  left behind. A run's params cannot change on Clear, so the fix lives in the data's own
+  correction list, not in the run's conf.
+* Trigger a run with ``{"fail_partition": 6, "fail_in": "writer"}``: on its first try only,
+  the writer of partition 6 dies halfway through its file (like a killed executor); the retry
+  resumes by itself and the commit deletes the half-written file.
+
+Environment:
+
+* connection ``spark_default``, e.g. ``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark",
+  "host": "local[*]"}'`` (environment of the worker, or the metadata DB);
+* ``spark-submit`` on the worker's ``PATH`` (pyspark's ``bin``) and Java 17; ``PYSPARK_PYTHON``
+  (else ``python3`` on the ``PATH``) a Python with pyspark and this package;
+* optional ``CKPT_EXAMPLE_LAKE`` (default ``$AIRFLOW_HOME/lake``), set where the DAG is parsed
+  and where the task runs;
+* optional Airflow Variable ``ckpt_daily_events_corrections`` (see above; absent: no corrections).
 """
 
 from __future__ import annotations
@@ -29,6 +45,7 @@ LAKE = os.environ.get("CKPT_EXAMPLE_LAKE") or os.path.join(
     os.path.expanduser(os.environ.get("AIRFLOW_HOME", "~/airflow")), "lake"
 )
 OUTPUT = os.path.join(LAKE, "daily_events", "day={{ ds }}")
+CORRECTIONS_VARIABLE = "ckpt_daily_events_corrections"
 
 with DAG(
     "ckpt_daily_events",
@@ -39,11 +56,16 @@ with DAG(
     tags=["checkpointed-spark", "example"],
     params={
         "fail_partition": Param(-1, type="integer", description="Spark partition with a bad record (-1: none)"),
-        "fail_in": Param("udf", enum=["udf", "writer"], description="what the bad record breaks"),
+        "fail_in": Param(
+            "udf",
+            enum=["udf", "writer"],
+            description="udf: the UDF raises until the record is corrected; writer: the writer dies (first try only)",
+        ),
         "events": Param(200_000, type="integer", minimum=1, description="events in the day"),
         "partitions": Param(8, type="integer", minimum=1, description="Spark partitions (checkpoints)"),
     },
-    default_args={"retry_delay": dt.timedelta(seconds=5)},
+    # A retry resumes where the last attempt stopped; 30 s leave time to correct a record first.
+    default_args={"retries": 2, "retry_delay": dt.timedelta(seconds=30)},
 ) as dag:
     process_events = CheckpointedSparkSubmitOperator(
         task_id="process_events",
@@ -62,6 +84,11 @@ with DAG(
             "{{ params.fail_partition }}",
             "--fail-in",
             "{{ params.fail_in }}",
+            # Rendered again at every try: a record corrected meanwhile is read by the next try.
+            "--corrections",
+            "{{ var.json.get('" + CORRECTIONS_VARIABLE + "', {}) | tojson }}",
+            "--try-number",
+            "{{ ti.try_number }}",
         ],
         conf={
             "spark.sql.shuffle.partitions": "{{ params.partitions }}",

@@ -6,17 +6,29 @@ each tenant's output. Every tenant's ``order_no`` starts at 0, so the tenants' k
 overlap, and that is fine: each mapped instance has its own store by default
 (``$AIRFLOW_HOME/checkpoints/ckpt_tenant_orders/orders/<run_id>/map_index=<i>``), its own
 epochs, resume, XCom plan and result, and each mapped commit works on the store of the
-same map index. Trigger a run with ``{"bad_order": "beta:137"}`` to make tenant beta's
-transformation fail on one record; clear the failed instance and only beta's remaining
-orders are processed (alpha and gamma are done).
+same map index.
+
+Play a failure and its fix from the UI alone: trigger a run with ``{"bad_order": "beta:137"}``
+and tenant beta's transformation fails on that order (alpha and gamma finish and commit). The
+task log says how to correct it: in the Airflow Variable ``ckpt_tenant_orders_corrections``
+(Admin > Variables), a JSON object such as ``{"beta:137": 12.5}`` (``tenant:order_no`` -> the
+order's total). The failed instance's next try — its retry (``retries=2``, 30 s apart), or
+Clear — processes only beta's remaining orders.
 
 To choose the store of each instance yourself, template ``checkpoint_uri`` with the map
 index, e.g. ``checkpoint_uri="s3://my-bucket/ckpt/{{ dag.dag_id }}/{{ ds }}/{{ ti.map_index }}"``.
 Two instances given one store fail fast (``MappedInstanceConflictError``) instead of
 skipping each other's keys.
 
-Spark connection: ``spark_default`` (for example
-``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[*]"}'``).
+Environment:
+
+* connection ``spark_default``, e.g. ``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark",
+  "host": "local[*]"}'`` (environment of the worker, or the metadata DB);
+* ``spark-submit`` on the worker's ``PATH`` (pyspark's ``bin``) and Java 17; ``PYSPARK_PYTHON``
+  (else ``python3`` on the ``PATH``) a Python with pyspark and this package;
+* optional ``CKPT_EXAMPLE_LAKE`` (default ``$AIRFLOW_HOME/lake``), set where the DAG is parsed
+  and where the task runs;
+* optional Airflow Variable ``ckpt_tenant_orders_corrections`` (see above; absent: no corrections).
 """
 
 from __future__ import annotations
@@ -34,6 +46,7 @@ LAKE = os.environ.get("CKPT_EXAMPLE_LAKE") or os.path.join(
     os.path.expanduser(os.environ.get("AIRFLOW_HOME", "~/airflow")), "lake"
 )
 TENANTS = {"alpha": 3_000, "beta": 4_000, "gamma": 5_000}  # tenant -> orders per day
+CORRECTIONS_VARIABLE = "ckpt_tenant_orders_corrections"
 
 
 def output_of(tenant: str) -> str:
@@ -48,7 +61,8 @@ with DAG(
     catchup=False,
     tags=["checkpointed-spark", "example"],
     params={"bad_order": Param("", type="string", description="tenant:order_no whose record fails ('' none)")},
-    default_args={"retry_delay": dt.timedelta(seconds=5)},
+    # A retry resumes where the last attempt stopped; 30 s leave time to correct a record first.
+    default_args={"retries": 2, "retry_delay": dt.timedelta(seconds=30)},
 ) as dag:
     orders = CheckpointedSparkSubmitOperator.partial(
         task_id="orders",
@@ -64,6 +78,8 @@ with DAG(
                 "--day", "{{ ds }}",
                 "--output", output_of(tenant),
                 "--bad-order", "{{ params.bad_order }}",
+                # Rendered again at every try: an order corrected meanwhile is read by the next try.
+                "--corrections", "{{ var.json.get('" + CORRECTIONS_VARIABLE + "', {}) | tojson }}",
             ]
             for tenant, count in TENANTS.items()
         ]

@@ -1,16 +1,19 @@
 """End-to-end demo of example DAG 1 (``ckpt_daily_events``) on a fresh AIRFLOW_HOME.
 
-1. a DAG run whose Spark job fails: a bad record in one partition makes the job's own
-   UDF raise (``--fail-in writer``: that partition's writer dies halfway through its
-   file instead, leaving a half-written file);
-2. the same DAG run again, the record fixed (same run id: its task instances are
-   cleared and re-run); the second submit skips every event the first attempt
-   checkpointed;
-3. the commit deletes whatever the failed attempt left behind;
-4. a summary: skipped, processed, cleaned, and a check that every event is in the
-   output exactly once.
+One DAG run, played the way a user plays it from the UI (the run's params never change):
 
-Each DAG run is a ``dag.test()`` in its own process, against a SQLite metadata DB.
+1. its Spark job fails on the first try: a bad record in one partition makes the job's own
+   UDF raise, and the error names the record and the fix (``--fail-in writer``: that
+   partition's writer dies halfway through its file instead, on the first try only);
+2. the record is corrected where the DAG reads corrections, the Airflow Variable
+   ``ckpt_daily_events_corrections`` (``airflow variables set``, as from Admin > Variables),
+   while the task waits for its retry;
+3. Airflow's retry resumes the job: it skips every event the first try checkpointed; the
+   commit deletes whatever the failed try left behind;
+4. a summary: skipped, processed, cleaned, and a check that every event is in the output
+   exactly once.
+
+The run is a ``dag.test()`` in its own process, against a SQLite metadata DB.
 
     python scripts/demo.py [--events 200000] [--partitions 8] [--fail-partition 6] [--fail-in udf|writer] [--home DIR]
 """
@@ -21,6 +24,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -35,6 +39,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DAG_ID = "ckpt_daily_events"
 SPARK_TASK = "process_events"
 DAY = dt.datetime(2024, 6, 1, tzinfo=dt.UTC)
+CORRECTIONS_VARIABLE = "ckpt_daily_events_corrections"
+#: How the job's UDF names the bad record (dags_examples/jobs/daily_events.py).
+BAD_RECORD = re.compile(r"event (\d+) has the amount '[^']*', not a number")
 
 
 def airflow_env(home: Path) -> dict[str, str]:
@@ -66,44 +73,45 @@ def run_dag_in_this_process(conf_json: str, result_path: str) -> None:
     Path(result_path).write_text(json.dumps({"run_id": dag_run.run_id, "state": str(state)}))
 
 
-def run_dag(env: dict[str, str], home: Path, conf: dict[str, Any], log_name: str) -> dict[str, Any]:
-    result_path = home / f"{log_name}.json"
-    log_path = home / f"{log_name}.log"
-    started = time.monotonic()
-    with open(log_path, "w", encoding="utf-8") as log:
-        subprocess.run(
-            [sys.executable, __file__, "--child", json.dumps(conf), str(result_path)],
+def start_dag_run(env: dict[str, str], home: Path, conf: dict[str, Any]) -> tuple[subprocess.Popen[bytes], Path]:
+    """The DAG run, in its own process (``dag.test()``): its log file fills as it runs."""
+    log_path = home / "dag_run.log"
+    with open(log_path, "wb") as log:
+        child = subprocess.Popen(
+            [sys.executable, __file__, "--child", json.dumps(conf), str(home / "dag_run.json")],
             env=env,
             cwd=home,
             stdout=log,
             stderr=subprocess.STDOUT,
-            check=False,
         )
-    if not result_path.exists():
-        sys.exit(f"demo: the DAG run did not finish; see {log_path}")
-    result: dict[str, Any] = json.loads(result_path.read_text())
-    result["seconds"] = time.monotonic() - started
-    result["log"] = str(log_path)
-    return result
+    return child, log_path
 
 
-def xcom(home: Path, run_id: str, task_id: str, key: str = "return_value") -> Any:
-    with closing(sqlite3.connect(home / "airflow.db")) as db:
-        row = db.execute(
-            "SELECT value FROM xcom WHERE dag_id=? AND run_id=? AND task_id=? AND key=?",
-            (DAG_ID, run_id, task_id, key),
-        ).fetchone()
-    return json.loads(row[0]) if row else None
+def query(home: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    with closing(sqlite3.connect(home / "airflow.db", timeout=30)) as db:
+        return list(db.execute(sql, params))
+
+
+def spark_task_state(home: Path) -> tuple[str | None, int]:
+    """(state, try number) of the Spark task in the one DAG run of this AIRFLOW_HOME."""
+    rows = query(home, "SELECT state, try_number FROM task_instance WHERE dag_id=? AND task_id=?", DAG_ID, SPARK_TASK)
+    return rows[0] if rows else (None, 0)
+
+
+def xcom(home: Path, task_id: str, key: str = "return_value") -> Any:
+    rows = query(home, "SELECT value FROM xcom WHERE dag_id=? AND task_id=? AND key=?", DAG_ID, task_id, key)
+    return json.loads(rows[0][0]) if rows else None
 
 
 def _failure_cause(log: Path) -> str:
-    """The user-facing error of the failed job, from the DAG run's log (the last Python error line)."""
+    """The user-facing error of the failed job, from the DAG run's log (the last Python error)."""
     causes = [
-        line.strip()
+        line[line.index(kind) :].strip()
         for line in log.read_text(errors="replace").splitlines()
-        if line.strip().startswith(("ValueError:", "RuntimeError:", "PythonException:"))
+        for kind in ("ValueError: ",)
+        if kind in line
     ]
-    return causes[-1][:160] if causes else ""
+    return causes[-1][:400] if causes else ""
 
 
 def output_files(output: Path) -> list[Path]:
@@ -146,58 +154,96 @@ def main() -> None:
     )
     print(f"airflow db migrate: {time.monotonic() - started:.1f} s")
 
-    conf = {"events": args.events, "partitions": args.partitions}
+    conf = {
+        "events": args.events,
+        "partitions": args.partitions,
+        "fail_partition": args.fail_partition,
+        "fail_in": args.fail_in,
+    }
     output = home / "lake" / "daily_events" / f"day={DAY.date().isoformat()}"
 
-    what = "the job's UDF raising on it" if args.fail_in == "udf" else "its writer dying mid-file"
+    what = "the job's UDF raising on it" if args.fail_in == "udf" else "its writer dying mid-file (first try only)"
     print(f"\n[1] DAG run with a bad record in partition {args.fail_partition} of {args.partitions}, {what} ...")
-    first = run_dag(env, home, {**conf, "fail_partition": args.fail_partition, "fail_in": args.fail_in}, "run1")
-    plan1 = xcom(home, first["run_id"], SPARK_TASK, "checkpoint_plan")
-    if first["state"] != "failed" or plan1 is None:
-        sys.exit(f"demo: expected the first run to fail in the Spark job, got {first['state']}; see {first['log']}")
-    store = open_store(plan1["checkpoint_uri"])
-    progress = store.progress()
-    files_after_failure = output_files(output)
-    print(f"    run {first['run_id']}: {first['state']} in {first['seconds']:.0f} s")
-    cause = _failure_cause(Path(first["log"]))
-    if cause:
-        print(f"    cause: {cause}")
-    print(f"    store {store.uri}")
-    print(
-        f"    epoch {plan1['epoch']}: {progress.valid_checkpoints} partitions sealed, "
-        f"{progress.keys_done} of {args.events} events checkpointed; "
-        f"{len(files_after_failure)} Parquet files on disk"
-    )
+    started = time.monotonic()
+    child, log_path = start_dag_run(env, home, conf)
+    handled_tries: set[int] = set()
+    corrected: dict[str, str] = {}
+    while child.poll() is None:
+        time.sleep(1)
+        state, tries = spark_task_state(home)
+        if state != "up_for_retry" or tries in handled_tries:
+            continue
+        handled_tries.add(tries)
+        plan = xcom(home, SPARK_TASK, "checkpoint_plan")
+        progress = open_store(plan["checkpoint_uri"]).progress()
+        print(f"    try {tries}: failed after {time.monotonic() - started:.0f} s; Airflow retries it in 30 s")
+        cause = _failure_cause(log_path)
+        if cause:
+            print(f"    cause: {cause}")
+        print(f"    store {plan['checkpoint_uri']}")
+        print(
+            f"    epoch {plan['epoch']}: {progress.valid_checkpoints} partitions sealed, "
+            f"{progress.keys_done} of {args.events} events checkpointed; "
+            f"{len(output_files(output))} Parquet files on disk"
+        )
+        bad = BAD_RECORD.search(cause)
+        if bad and not corrected:
+            corrected = {bad.group(1): "0.00"}
+            print(
+                f"\n[2] The record corrected in the Airflow Variable {CORRECTIONS_VARIABLE} (as from Admin > Variables)"
+            )
+            value = json.dumps(corrected)
+            subprocess.run(
+                [sys.executable, "-m", "airflow", "variables", "set", CORRECTIONS_VARIABLE, value],
+                env=env,
+                cwd=home,
+                check=True,
+                capture_output=True,
+            )
+            print(f"    airflow variables set {CORRECTIONS_VARIABLE} '{value}'")
+    result_path = home / "dag_run.json"
+    if not result_path.exists():
+        sys.exit(f"demo: the DAG run did not finish; see {log_path}")
+    run = json.loads(result_path.read_text())
+    state, tries = spark_task_state(home)
+    step = 3 if corrected else 2
+    print(f"\n[{step}] Airflow's retry resumed the job (try {tries} of {SPARK_TASK}) ...")
+    if run["state"] != "success":
+        sys.exit(f"demo: the DAG run ended {run['state']}; see {log_path}")
+    print(f"    run {run['run_id']}: {run['state']} in {time.monotonic() - started:.0f} s")
 
-    print("\n[2] The same DAG run again, the record fixed (cleared: same run id, same store) ...")
-    second = run_dag(env, home, {**conf, "fail_partition": -1, "fail_in": args.fail_in}, "run2")
-    if second["state"] != "success":
-        sys.exit(f"demo: the resumed run ended {second['state']}; see {second['log']}")
-    plan2 = xcom(home, second["run_id"], SPARK_TASK, "checkpoint_plan")
-    job = xcom(home, second["run_id"], SPARK_TASK)
-    commit = xcom(home, second["run_id"], "commit")
-    print(f"    run {second['run_id']}: {second['state']} in {second['seconds']:.0f} s")
-
-    event_ids = [i for p in output_files(output) for i in pq.read_table(p, columns=["event_id"]).column(0).to_pylist()]
+    plan = xcom(home, SPARK_TASK, "checkpoint_plan")
+    job = xcom(home, SPARK_TASK)
+    commit = xcom(home, "commit")
+    table = pq.read_table(output, columns=["event_id", "amount"]).to_pydict()
+    event_ids = table["event_id"]
     rows, distinct = len(event_ids), len(set(event_ids))
     summary = [
         ("events in the day", args.events),
-        ("checkpoints sealed by the failed attempt", plan2["checkpoints_skipped"]),
-        ("events skipped on resume", plan2["keys_skipped"]),
+        ("tries of the Spark task", tries),
+        ("checkpoints sealed by the failed tries", plan["checkpoints_skipped"]),
+        ("events skipped on resume", plan["keys_skipped"]),
         ("events processed on resume", job["keys"]),
         ("files committed", commit["files_committed"]),
         ("rows committed", commit["rows_committed"]),
-        ("orphans of the failed attempt deleted", commit["orphans_deleted"]),
+        ("orphans of the failed tries deleted", commit["orphans_deleted"]),
         ("bytes freed", commit["bytes_freed"]),
         ("unknown files (kept, reported)", commit["unknown_files"]),
         ("checkpoints removed by retention", commit["checkpoints_removed_by_retention"]),
         ("output rows / distinct event ids", f"{rows} / {distinct}"),
     ]
-    print("\n[3] Summary")
+    amounts = dict(zip(event_ids, table["amount"], strict=True))
+    for event_id in corrected:
+        summary.append((f"amount of the corrected event {event_id}", amounts.get(int(event_id))))
+    print(f"\n[{step + 1}] Summary")
     width = max(len(name) for name, _ in summary)
     for name, value in summary:
         print(f"    {name:<{width}}  {value}")
-    ok = rows == distinct == args.events and commit["unknown_files"] == 0
+    ok = (
+        rows == distinct == args.events
+        and commit["unknown_files"] == 0
+        and all(amounts.get(int(event_id)) == float(raw) for event_id, raw in corrected.items())
+    )
     print("\n" + ("OK: every event is in the output exactly once." if ok else "MISMATCH: see the logs above."))
     sys.exit(0 if ok else 1)
 

@@ -10,19 +10,23 @@ checkpoint, and a failure anywhere keeps the tasks that finished.
 ``--fail-partition P`` puts a bad record in Spark partition P (an amount of ``"N/A"``):
 
 * ``--fail-in udf`` (default): the job's own UDF raises on it, the way a real job meets
-  bad input; the job fails, the finished partitions stay checkpointed, and the task
-  that failed removed what it had written;
-* ``--fail-in writer``: the writer of partition P dies halfway through its file instead
-  (``os._exit``, like a killed executor), leaving a half-written file that only the
-  commit can remove.
+  bad input, and says how to correct it: ``--corrections`` (a JSON object, event id ->
+  raw amount; the DAG passes its Airflow Variable ``ckpt_daily_events_corrections``) replaces
+  a record's raw amount before it is parsed. Until the record is corrected every attempt
+  fails on it; the finished partitions stay checkpointed, and the task that failed removed
+  what it had written;
+* ``--fail-in writer``: on the first try only (``--try-number 1``), the writer of partition P
+  dies halfway through its file (``os._exit``, like a killed executor), leaving a
+  half-written file that only the commit can remove; the retry resumes by itself.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -55,12 +59,25 @@ def day_of_events(spark: SparkSession, day: str, count: int, partitions: int, ba
     )
 
 
-def _parse_amount(raw: str) -> float:
-    """The job's own parsing step: ``float("N/A")`` raises ValueError, failing the task (and the job)."""
-    return float(raw)
+CORRECTIONS_VARIABLE = "ckpt_daily_events_corrections"
 
 
-parse_amount = F.udf(_parse_amount, DoubleType())
+def amount_parser(corrections: dict[str, str]) -> Callable[[int, str], float]:
+    """The job's own parsing step, with the user's corrections applied first: an amount that is
+    not a number raises ValueError, failing the task (and the job), and says how to correct it."""
+
+    def parse(event_id: int, raw: str) -> float:
+        raw = corrections.get(str(event_id), raw)
+        try:
+            return float(raw)
+        except ValueError:
+            raise ValueError(
+                f"event {event_id} has the amount {raw!r}, not a number. Correct it in the Airflow Variable "
+                f'{CORRECTIONS_VARIABLE} (Admin > Variables), e.g. {{"{event_id}": "0.00"}}: '
+                "the task's next try (a retry, or Clear) resumes with the corrected record"
+            ) from None
+
+    return parse
 
 
 def crashing_in_partition(sink: ParquetSink, partition: int, delay_seconds: float = 3.0) -> WriterFn:
@@ -93,7 +110,11 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--fail-partition", type=int, default=-1, help="partition with a bad record (-1: none)")
     parser.add_argument("--fail-in", choices=("udf", "writer"), default="udf", help="what the bad record breaks")
+    parser.add_argument("--corrections", default="{}", help="JSON object: event id -> corrected raw amount")
+    parser.add_argument("--try-number", type=int, default=1, help="the Airflow task's try (the writer fails on 1)")
     args = parser.parse_args()
+    corrections = {str(k): str(v) for k, v in (json.loads(args.corrections) or {}).items()}
+    parse_amount = F.udf(amount_parser(corrections), DoubleType())
 
     spark = SparkSession.builder.appName(f"daily_events {args.day}").getOrCreate()
     job = CheckpointedJob.from_spark(spark)
@@ -102,9 +123,11 @@ def main() -> None:
     events = day_of_events(spark, args.day, args.events, args.partitions, bad_partition)
     # event_id identifies one event: no shuffle, every task that finishes is a checkpoint.
     todo = job.skip_completed(events, key="event_id", unique=True)
-    enriched = todo.withColumn("category", F.upper("category")).withColumn("amount", parse_amount("raw_amount"))
+    enriched = todo.withColumn("category", F.upper("category")).withColumn(
+        "amount", parse_amount("event_id", "raw_amount")
+    )
     enriched = enriched.drop("raw_amount")
-    if args.fail_in == "writer" and args.fail_partition >= 0:
+    if args.fail_in == "writer" and args.fail_partition >= 0 and args.try_number == 1:
         job.write(enriched, crashing_in_partition(ParquetSink(), args.fail_partition), output=args.output)
     else:
         job.write_parquet(enriched, args.output)

@@ -31,7 +31,8 @@ from airflow_ckpt_provider.store import EpochStatus, open_store
 from ckpt_testkit.spark_cluster import SPARK_HOME, SparkStandaloneCluster, free_port
 from tests.support.airflow_harness import AirflowHarness
 
-pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.cluster]
+# The first test also starts the cluster (master, REST server, two workers): 900 s ran out at load 20.
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(1800)]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "dags_examples"
 DAGS = Path(__file__).resolve().parents[1] / "support" / "dags"
