@@ -31,8 +31,9 @@ def test_deferrable_sensor_waits_in_the_trigger(airflow_harness: AirflowHarness,
     sealed_at: list[float] = []
 
     def write_partitions(proc: subprocess.Popen[str], output: Path) -> None:
-        # Seal only once the sensor has poked, found nothing, and deferred to the trigger.
-        deadline = time.monotonic() + 120
+        # Seal only once the sensor has poked, found nothing, and deferred to the trigger. At load 20 the
+        # DAG run took 4 min to reach the trigger: the deadline counts from the run's start.
+        deadline = time.monotonic() + 600
         while "running trigger in line" not in output.read_text() and proc.poll() is None:
             if time.monotonic() > deadline:
                 return
@@ -51,7 +52,7 @@ def test_deferrable_sensor_waits_in_the_trigger(airflow_harness: AirflowHarness,
         logical_date=dt.datetime(2024, 4, 1, tzinfo=dt.UTC),
         env={"SENSOR_STORE": uri},
         while_running=write_partitions,
-        timeout=300,
+        timeout=900,
     )
     assert run.state == "success", run.output[-4000:]
     assert len(sealed_at) == 3

@@ -15,5 +15,5 @@ with DAG("ckpt_sensor", schedule=None, catchup=False) as dag:
         wait_for="partitions",
         deferrable=True,
         poke_interval=1,
-        timeout=300,
+        timeout=900,
     )
