@@ -40,6 +40,15 @@ def _store_arguments() -> argparse.ArgumentParser:
         default=-1,
         help="map index of a mapped task instance (each has its own store; default -1: not mapped)",
     )
+    where.add_argument(
+        "--output-root",
+        action="append",
+        default=[],
+        metavar="URI",
+        help="an output directory of the store's job (repeat for several): deletions, moves and restores stay "
+        "under these, whatever the store's records declare. Default: the DAG's output_roots with --dag-id, "
+        "else the roots the store records in its own scheme and bucket",
+    )
     s3 = parent.add_argument_group(
         "S3 options (credentials come from the environment or --aws-conn-id, never from flags)"
     )
@@ -87,13 +96,6 @@ def build_parser() -> argparse.ArgumentParser:
     keys.add_argument("--limit", type=int, default=100, help="print at most N keys (default 100, 0: all)")
     commit = add("commit", "commit the valid checkpoints and delete orphaned output files", commands.commit)
     commit.add_argument("uri", nargs="?", metavar="URI", help="store URI")
-    commit.add_argument(
-        "--output-root",
-        action="append",
-        default=[],
-        metavar="URI",
-        help="output directory to sweep for orphans (repeat for several)",
-    )
     commit.add_argument(
         "--degraded",
         action="store_true",
@@ -143,6 +145,7 @@ def _target(args: argparse.Namespace) -> StoreTarget:
         endpoint_url=args.endpoint_url,
         region=args.region,
         timeout_seconds=args.timeout_seconds,
+        output_roots=tuple(args.output_root),
     )
 
 

@@ -190,9 +190,9 @@ def selection_from(args: argparse.Namespace) -> Selection:
             raise CheckpointError(f"cannot read --keys-file {args.keys_file}: {exc.strerror}") from exc
     if args.json_keys:
         try:
-            keys = [json.loads(k) for k in keys]
+            keys = [_json_key(k) for k in keys]
         except json.JSONDecodeError as exc:
-            raise CheckpointError(f"--json-keys: {exc.doc!r} is not JSON ({exc.msg})") from exc
+            raise CheckpointError(f"--json-keys: {_shown(exc.doc)} is not JSON ({exc.msg})") from exc
     try:
         return Selection(
             keys=keys,
@@ -287,3 +287,19 @@ def _report(result: ReprocessResult, args: argparse.Namespace, io: Io, plan: Rep
             "The next run processes the pending keys. Until then `airflow-ckpt undo` restores everything; "
             "`airflow-ckpt purge` deletes the quarantined files.\n"
         )
+
+
+def _json_key(text: str) -> object:
+    """One ``--json-keys`` value; :class:`CheckpointError` (exit 2, one line) for what JSON cannot hold
+    as a key: nesting Python cannot parse, or an integer of thousands of digits."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else " ".join(str(exc).split())[:120]
+        raise CheckpointError(f"--json-keys: {_shown(text)} is not a usable key ({reason})") from None
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 60 else repr(text[:60]) + f"... ({len(text)} characters)"

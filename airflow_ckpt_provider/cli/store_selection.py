@@ -33,6 +33,8 @@ class StoreTarget:
     endpoint_url: str | None = None
     region: str | None = None
     timeout_seconds: float | None = None
+    #: ``--output-root``: the output roots the person vouches for (docs/security.md, "The trust model").
+    output_roots: tuple[str, ...] = ()
 
     @property
     def names_task_instance(self) -> bool:
@@ -82,6 +84,10 @@ class ResolvedTarget:
     uri: str
     aws_conn_id: str | None = None
     source: str = "given on the command line"
+    #: The output roots the store is opened with: the person's ``--output-root``, else the DAG's
+    #: ``output_roots`` for a task instance (empty: it declares none), else None (the store's own
+    #: records, within its scheme and bucket).
+    output_roots: tuple[str, ...] | None = None
 
 
 def resolve_target(target: StoreTarget) -> ResolvedTarget:
@@ -90,19 +96,25 @@ def resolve_target(target: StoreTarget) -> ResolvedTarget:
     ``[ckpt]`` default location (a note on stderr says so). Raises
     :class:`~airflow_ckpt_provider.hooks.task_store.StoreLocationUnknownError`."""
     target.validate()
+    given = target.output_roots or None
     if not target.names_task_instance:
         assert target.uri is not None
-        return ResolvedTarget(target.uri)
+        return ResolvedTarget(target.uri, output_roots=given)
+    from airflow_ckpt_provider.hooks.declared_roots import declared_output_roots
     from airflow_ckpt_provider.hooks.task_store import SOURCE_DEFAULT, configured_store
 
     assert target.dag_id and target.task_id and target.run_id
     found = None
+    # Without a readable DB the DAG's declaration is unknown: nothing is declared, so output files are kept.
+    roots: tuple[str, ...] = given or ()
     try:
         from airflow.utils.session import create_session
 
         with create_session(scoped=False) as session:
             _check_map_index(session, target)
             found = configured_store(session, target.dag_id, target.task_id, target.run_id, map_index=target.map_index)
+            if given is None:
+                roots = declared_output_roots(session, target.dag_id, target.task_id, target.run_id, target.map_index)
     except CheckpointError:
         raise
     except Exception as exc:  # no metadata DB here (not configured, not migrated, unreachable)
@@ -112,10 +124,10 @@ def resolve_target(target: StoreTarget) -> ResolvedTarget:
             "location of the task instance; if its operator names a checkpoint_uri, pass that URI instead\n"
         )
     if found is None:
-        return ResolvedTarget(_default_store_uri(target, target.aws_conn_id), None, SOURCE_DEFAULT)
+        return ResolvedTarget(_default_store_uri(target, target.aws_conn_id), None, SOURCE_DEFAULT, roots)
     if found.source != SOURCE_DEFAULT or found.spark_task_id is not None:
-        return ResolvedTarget(found.uri, found.aws_conn_id, found.source)
-    return ResolvedTarget(_default_store_uri(target, found.aws_conn_id), found.aws_conn_id, found.source)
+        return ResolvedTarget(found.uri, found.aws_conn_id, found.source, roots)
+    return ResolvedTarget(_default_store_uri(target, found.aws_conn_id), found.aws_conn_id, found.source, roots)
 
 
 def _check_map_index(session: Any, target: StoreTarget) -> None:
@@ -167,7 +179,8 @@ def open_target(target: StoreTarget) -> CheckpointStore:
     is named but cannot be found is an error, never boto3's default chain.
     """
     if not (target.names_task_instance or target.aws_conn_id):
-        return open_store(resolve_uri(target), **target.store_options())
+        plain = resolve_target(target)
+        return open_store(plain.uri, trusted_output_roots=plain.output_roots, **target.store_options())
     # Airflow logs to stdout (e.g. "credentials retrieved"); stdout belongs to the result
     # (``--json`` must stay parseable), so Airflow's output goes to stderr.
     with contextlib.redirect_stdout(sys.stderr):
@@ -189,4 +202,4 @@ def open_target(target: StoreTarget) -> CheckpointStore:
                 f"no usable credentials from connection {hook.aws_conn_id!r} ({type(exc).__name__}: {exc}); "
                 "define it as AIRFLOW_CONN_<ID> with keys, or use AWS_* environment variables"
             ) from exc
-    return open_store(resolved.uri, **(options | target.store_options()))
+    return open_store(resolved.uri, trusted_output_roots=resolved.output_roots, **(options | target.store_options()))

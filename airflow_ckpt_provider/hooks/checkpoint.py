@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
@@ -71,12 +72,27 @@ class CheckpointHook(BaseHook):
         aws_conn_id: str | None = None,
         config: CheckpointConfig | None = None,
         connection_lookup: ConnectionLookup = task_connection,
+        trusted_output_roots: Sequence[str] | None = None,
     ) -> None:
         super().__init__()
         self.config = config or CheckpointConfig.load()
         self.checkpoint_uri = checkpoint_uri
         self.aws_conn_id = aws_conn_id or self.config.aws_conn_id
         self._connection_lookup = connection_lookup
+        #: The output roots the DAG declares for this store (docs/security.md, "The trust model").
+        self.trusted_output_roots = None if trusted_output_roots is None else tuple(trusted_output_roots)
+
+    def with_trusted_output_roots(self, roots: Sequence[str] | None) -> CheckpointHook:
+        """This hook's store, opened with the output roots the DAG declares (None: this hook itself)."""
+        if roots is None:
+            return self
+        return CheckpointHook(
+            self.uri,
+            aws_conn_id=self.aws_conn_id,
+            config=self.config,
+            connection_lookup=self._connection_lookup,
+            trusted_output_roots=roots,
+        )
 
     @staticmethod
     def resolve_uri(
@@ -211,7 +227,7 @@ class CheckpointHook(BaseHook):
 
     @cached_property
     def _store(self) -> CheckpointStore:
-        return open_store(self.uri, **self.store_options)
+        return open_store(self.uri, trusted_output_roots=self.trusted_output_roots, **self.store_options)
 
     def get_store(self) -> CheckpointStore:
         """The store (opened once per hook; nothing is created until the first write)."""

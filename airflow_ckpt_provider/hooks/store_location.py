@@ -182,9 +182,41 @@ class CheckpointStoreMixin:
         return task_stores(context, self.checkpoint_uri, self.spark_task_id, self.aws_conn_id)
 
     def checkpoint_hook(self, context: Context, config: CheckpointConfig | None = None) -> CheckpointHook:
-        """A hook on this task instance's store, with this task's connection."""
-        return CheckpointHook(self.store_uri(context), aws_conn_id=self.aws_conn_id, config=config)
+        """A hook on this task instance's store, with this task's connection and the DAG's output roots."""
+        return self.store_hook(self.store_uri(context), context, config)
+
+    def store_hook(self, uri: str, context: Context, config: CheckpointConfig | None = None) -> CheckpointHook:
+        """A hook on the store ``uri``, opened with the output roots the DAG declares for it
+        (:meth:`dag_output_roots`): records in the store only narrow them (docs/security.md)."""
+        hook = CheckpointHook(uri, aws_conn_id=self.aws_conn_id, config=config)
+        return hook.with_trusted_output_roots(self.dag_output_roots(context))
+
+    def dag_output_roots(self, context: Context) -> list[str] | None:
+        """The output roots this task and its Spark task declare (see :func:`dag_output_roots`)."""
+        return dag_output_roots(self, self.spark_task_id, context)
 
     def submit_task_result(self, context: Context) -> Mapping[str, Any] | None:
         """The return value of ``spark_task_id`` in this DAG run (None if it has not finished)."""
         return submit_task_result(context, self.spark_task_id)
+
+
+def dag_output_roots(task: Any, spark_task_id: str | None, context: Context) -> list[str] | None:
+    """The ``output_roots`` ``task`` and its ``spark_task_id`` declare in the DAG, rendered for this
+    run; None when neither declares any (then the store's records count within its scheme and
+    bucket). Never read from the store or XCom (docs/security.md, "The trust model")."""
+    roots: list[str] = []
+    declared = False
+    tasks: list[Any] = [task]
+    dag = getattr(task, "dag", None)
+    if spark_task_id and dag is not None and dag.has_task(spark_task_id):
+        tasks.append(dag.get_task(spark_task_id))
+    for each in tasks:
+        partial = getattr(each, "partial_kwargs", None)
+        value = partial.get("output_roots") if isinstance(partial, Mapping) else getattr(each, "output_roots", None)
+        if value is None or value == "" or value == []:
+            continue
+        if each is not task:  # the task's own fields are rendered already
+            value = each.render_template(value, context)
+        declared = True
+        roots.extend([value] if isinstance(value, str) else [str(v) for v in value])
+    return roots if declared else None

@@ -79,6 +79,10 @@ class _DagVersions:
         self._lock = threading.Lock()
 
     def task(self, session: Session, dag_id: str, task_id: str, version_id: Any) -> Any | None:
+        return getattr(self.dag(session, dag_id, version_id), "task_dict", {}).get(task_id)
+
+    def dag(self, session: Session, dag_id: str, version_id: Any) -> Any | None:
+        """The deserialized DAG of version ``version_id`` (else the DAG's latest), or None."""
         from airflow.models.serialized_dag import SerializedDagModel
 
         model = None
@@ -99,7 +103,7 @@ class _DagVersions:
                 self._cache[key] = dag
                 while len(self._cache) > _DAG_CACHE_SIZE:
                     self._cache.popitem(last=False)
-        return getattr(dag, "task_dict", {}).get(task_id)
+        return dag
 
 
 _DAG_VERSIONS = _DagVersions()

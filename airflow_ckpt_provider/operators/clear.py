@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.hooks.store_location import TaskStore
 from airflow_ckpt_provider.operators import metrics
 from airflow_ckpt_provider.operators.base import CheckpointStoreBaseOperator
@@ -44,7 +43,7 @@ class ClearCheckpointsOperator(CheckpointStoreBaseOperator):
 
     def _clear(self, context: Context, store: TaskStore) -> dict[str, Any]:
         uri = store.uri
-        result = CheckpointHook(uri, aws_conn_id=self.aws_conn_id).clear()
+        result = self.store_hook(uri, context).clear()
         metrics.count(metrics.CLEARS, 1, metrics.task_tags(context))
         return {
             "checkpoint_uri": uri,

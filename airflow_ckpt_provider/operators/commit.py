@@ -8,7 +8,6 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_ckpt_provider.contract import XCOM_DEGRADED
-from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
 from airflow_ckpt_provider.hooks.store_location import TaskStore, store_template_fields
 from airflow_ckpt_provider.operators import metrics
@@ -139,7 +138,7 @@ class CheckpointCommitOperator(CheckpointStoreBaseOperator):
         self, context: Context, task_store: TaskStore, config: CheckpointConfig, policy: RetentionPolicy
     ) -> dict[str, Any]:
         uri = task_store.uri
-        store = CheckpointHook(uri, aws_conn_id=self.aws_conn_id, config=config).get_store()
+        store = self.store_hook(uri, context, config).get_store()
         degraded = self._degraded(task_store)
 
         started = time.monotonic()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
-from airflow_ckpt_provider.hooks.store_location import resolve_store_uri
+from airflow_ckpt_provider.hooks.store_location import dag_output_roots, resolve_store_uri
 from airflow_ckpt_provider.operators import metrics
 from airflow_ckpt_provider.store import CheckpointStore, ReprocessPlan, ReprocessResult, Selection
 from airflow_ckpt_provider.store.errors import ReprocessSelectionError
@@ -83,7 +83,8 @@ class _StoreActionOperator(BaseOperator):
         # A mapped submit: a task mapped the same way works on the store of its own map index; an
         # unmapped one is refused (AmbiguousStoreError) rather than retracting from every tenant.
         uri = resolve_store_uri(context, self.checkpoint_uri, self.spark_task_id, self.aws_conn_id)
-        return uri, CheckpointHook(uri, aws_conn_id=self.aws_conn_id).get_store()
+        hook = CheckpointHook(uri, aws_conn_id=self.aws_conn_id)
+        return uri, hook.with_trusted_output_roots(dag_output_roots(self, self.spark_task_id, context)).get_store()
 
     def _requested_by(self, context: Context) -> str:
         ti = context["ti"]

@@ -163,7 +163,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
                 run_id=owner.run_id,
                 map_index=owner.map_index,
                 aws_conn_id=self.aws_conn_id,
-            )
+            ).with_trusted_output_roots(self._declared_output_roots())
         return self._ckpt_hook
 
     @staticmethod

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from airflow_ckpt_provider.hooks.declared_roots import declared_output_roots
 from airflow_ckpt_provider.hooks.task_store import (
     SOURCE_DEFAULT,
     SOURCE_NAMED,
@@ -58,6 +59,9 @@ class TaskStoreRef:
     spark_task_id: str | None = None
     #: Every map index of the task in this run (empty: the task is not mapped); each has its own store.
     map_indexes: tuple[int, ...] = ()
+    #: The output roots the DAG declares for this store (hooks/declared_roots.py): the only places
+    #: an action may delete, move or write output files (empty: none; docs/security.md).
+    output_roots: tuple[str, ...] = ()
 
 
 def canonical_uri(uri: str) -> str:
@@ -78,6 +82,7 @@ def _ref(
     state: str | None,
     found: ConfiguredStore,
     map_indexes: tuple[int, ...] = (),
+    output_roots: tuple[str, ...] = (),
 ) -> TaskStoreRef:
     return TaskStoreRef(
         dag_id=dag_id,
@@ -90,6 +95,7 @@ def _ref(
         map_index=map_index,
         spark_task_id=found.spark_task_id,
         map_indexes=map_indexes,
+        output_roots=output_roots,
     )
 
 
@@ -116,7 +122,8 @@ def locate_task_store(session: Session, dag_id: str, task_id: str, run_id: str, 
         # while any of them is active (default stores are one per map index).
         active = [s for s in states.values() if s in ACTIVE_STATES]
         state = active[0] if active else state
-    return _ref(dag_id, task_id, run_id, map_index, state, found, mapped)
+    roots = declared_output_roots(session, dag_id, task_id, run_id, map_index)
+    return _ref(dag_id, task_id, run_id, map_index, state, found, mapped, roots)
 
 
 @dataclass

@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 from airflow.api_fastapi.core_api.security import GetUserDep
 from fastapi import APIRouter, Depends, HTTPException, Query, status
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 from starlette.concurrency import run_in_threadpool
 
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
@@ -37,6 +37,7 @@ from airflow_ckpt_provider.plugins.store_access import open_for_view
 from airflow_ckpt_provider.plugins.store_calls import Deadline
 from airflow_ckpt_provider.store import CheckpointStore, ReprocessPlan, ReprocessResult, Selection
 from airflow_ckpt_provider.store.errors import StoreChangedError
+from airflow_ckpt_provider.store.reprocess.model import check_key
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,19 @@ class SelectionBody(BaseModel):
     commits: list[int] = Field(default_factory=list, max_length=MAX_VALUES)
     sealed_after: str | None = Field(default=None, max_length=64)
     sealed_before: str | None = Field(default=None, max_length=64)
+
+    # Bad input is a 422 (audited by the app's handler), never a 500 from deep in a store call.
+    @field_validator("keys")
+    @classmethod
+    def _keys(cls, keys: list[Any]) -> list[Any]:
+        for key in keys:
+            check_key(key)
+        return keys
+
+    @field_validator("sealed_after", "sealed_before")
+    @classmethod
+    def _time(cls, value: str | None) -> str | None:
+        return Selection(sealed_after=value or None).sealed_after and value
 
     def selection(self) -> Selection:
         return Selection(

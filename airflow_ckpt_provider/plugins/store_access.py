@@ -34,4 +34,6 @@ def open_for_view(
     def bounded(blobs: BlobStore) -> BlobStore:
         return DeadlineBlobStore(blobs, deadline)
 
-    return open_store(ref.uri, wrap_blobs=bounded, **options), secret_values(options)
+    # Deletions, moves and restores stay inside the roots the DAG declares (docs/security.md, "The trust model").
+    store = open_store(ref.uri, wrap_blobs=bounded, trusted_output_roots=ref.output_roots, **options)
+    return store, secret_values(options)

@@ -26,8 +26,12 @@ class StoreContext:
         *,
         max_workers: int = 16,
         blob_opener: Callable[[str], BlobStore] | None = None,
+        trusted_roots: Sequence[str] | None = None,
     ) -> None:
         self.blobs = blobs
+        #: The output roots the opener vouches for (the DAG's declaration), None without: what the
+        #: store's own records may declare is bounded by them (store/deletion_guard.py).
+        self.trusted_roots: tuple[str, ...] | None = None if trusted_roots is None else tuple(trusted_roots)
         self.max_workers = max_workers
         self.lock = threading.Lock()
         self._blob_opener = blob_opener

@@ -80,18 +80,24 @@ class StoreDeleter:
 
     def guard(self, explicit_roots: Sequence[str] | None = None) -> DeletionGuard:
         """The guard of this store as it stands: its root, and the output roots declared by the
-        epochs still recorded and copied into commit records. ``explicit_roots`` (a commit's
-        ``output_roots``, given by the operator or the CLI user) count when no epoch record still
-        present declares any (stores written by an earlier version); without any root no output
-        file may be deleted."""
+        epochs still recorded and copied into commit records, bounded by the roots the store was
+        opened with (``trusted_output_roots``: the DAG's) or, without those, bound to the store's
+        scheme and bucket (store/deletion_guard.py). ``explicit_roots`` (a commit's
+        ``output_roots``, given by the operator or the CLI user) vouch for recorded roots under
+        them, and count by themselves when no epoch record still present declares any (stores
+        written by an earlier version); without any root no output file may be deleted."""
         epoch_roots, epochs_declared = self._epochs.declared_roots()
         commit_roots = self._reader.commit_output_roots()
-        roots = [*epoch_roots, *commit_roots]
-        if not epochs_declared and explicit_roots:
-            roots.extend(explicit_roots)
         # Explicit roots alone do not make the store "declared": what lies outside them is then kept
         # as output of an earlier version's store, not reported as a refused record.
-        return DeletionGuard.build(self._context.uri, roots, declared=epochs_declared or bool(commit_roots))
+        return DeletionGuard.build(
+            self._context.uri,
+            [*epoch_roots, *commit_roots],
+            declared=epochs_declared or bool(commit_roots),
+            trusted=self._context.trusted_roots,
+            explicit=explicit_roots or (),
+            explicit_counts=not epochs_declared,
+        )
 
     def intents(self, skip: Iterable[str] = (), extra: Iterable[Mapping[str, Any]] = ()) -> Intents:
         """Recorded output path → (checkpoint id, epoch) that intended to write it, and name patterns.

@@ -9,8 +9,20 @@ decides by itself what may be deleted. Only two kinds of objects ever are:
 * output files under an **output root declared by the side that opened an epoch**: the
   operator (``begin_epoch(output_roots=...)``, recorded in the epoch record) or the Spark
   driver before a write (``declare_output_root``, never executors), and copied by each commit
-  into its commit record. Same scheme, same bucket, and a path that does not climb out of the
-  root.
+  into its commit record. A path that does not climb out of the root.
+
+Those records are input too, so what they declare is bounded by what the store was opened
+with (docs/security.md, "The trust model"):
+
+* **trusted roots** (``open_store(trusted_output_roots=...)``): the output roots the DAG
+  declares (its submit and commit operators' ``output_roots``, as deployed and rendered for the
+  run), or those the person on the command line gives. Records only narrow them: a recorded
+  root counts where it lies under a trusted root (or a trusted root under it); a store whose
+  records declare nothing gets the trusted roots. An empty set: nothing is declared, so no
+  output file is ever deleted.
+* without trusted roots (a Spark driver, a library caller), a recorded root counts only if it
+  is **bound to the store**: the store's scheme and, on S3, the store's bucket. An S3 store's
+  record naming ``file:///`` on the host, or another bucket, declares nothing.
 
 A location is compared in its decoded, canonical form: ``file:///a/b%20c`` and
 ``file:///a/b c`` are one file; ``..``, ``.`` and empty segments are refused rather than
@@ -60,6 +72,10 @@ class Location:
     def overlaps(self, other: Location) -> bool:
         return self.is_under(other) or other.is_under(self)
 
+    def bound_to(self, store_root: Location) -> bool:
+        """True if this location has the store's scheme and, on S3, the store's bucket."""
+        return (self.scheme, self.bucket) == (store_root.scheme, store_root.bucket)
+
 
 def parse_location(uri: str) -> Location | None:
     """The canonical form of ``uri`` (``file:``, a plain absolute path, ``s3://``, ``s3a://``), or
@@ -100,6 +116,36 @@ def _declarable(root: Location, store_root: Location) -> bool:
     return not (root.scheme == "file" and root.path == "/") and not root.overlaps(store_root)
 
 
+def _declarable_set(uris: Iterable[str], store_root: Location) -> set[Location]:
+    return {p for p in (parse_location(r) for r in uris) if p is not None and _declarable(p, store_root)}
+
+
+def binding_refusal(root: Location, store_root: Location) -> str | None:
+    """Why ``root`` is not bound to the store (another scheme, or another bucket), or None."""
+    if root.scheme != store_root.scheme:
+        return (
+            f"output root {root.uri} is not a {store_root.scheme}:// location like the store {store_root.uri}: "
+            "a store's records never declare output on another filesystem"
+        )
+    if root.bucket != store_root.bucket:
+        return f"output root {root.uri} is in bucket {root.bucket!r}, not in the store's bucket {store_root.bucket!r}"
+    return None
+
+
+def narrow(recorded: Iterable[Location], trusted: Iterable[Location]) -> set[Location]:
+    """The parts of ``recorded`` roots that lie inside ``trusted`` ones: a recorded root under a
+    trusted root, or a trusted root under a recorded one. Never anything outside ``trusted``."""
+    trusted = list(trusted)
+    kept: set[Location] = set()
+    for root in recorded:
+        for anchor in trusted:
+            if root.is_under(anchor):
+                kept.add(root)
+            elif anchor.is_under(root):
+                kept.add(anchor)
+    return kept
+
+
 def _clean(segments: list[str]) -> bool:
     return all(segment not in ("", ".", "..") for segment in segments)
 
@@ -119,22 +165,67 @@ class DeletionGuard:
     """What deletions of one store may touch: its own records, and output files under ``roots``.
 
     ``declared`` is False for stores written before output roots were declared (then
-    ``roots`` holds only what a commit was explicitly given, or nothing).
+    ``roots`` holds only what a commit was explicitly given, or nothing). ``trusted``: the roots
+    the store was opened with (the DAG's, or the command line's), None without. ``refused_roots``:
+    roots the records declare that count for nothing (not bound to the store, or outside the
+    trusted roots), each with why.
     """
 
     store_root: Location
     roots: tuple[Location, ...]
     declared: bool
+    trusted: tuple[Location, ...] | None = None
+    refused_roots: tuple[str, ...] = ()
 
     @classmethod
-    def build(cls, store_uri: str, roots: Iterable[str], *, declared: bool) -> DeletionGuard:
+    def build(
+        cls,
+        store_uri: str,
+        roots: Iterable[str],
+        *,
+        declared: bool,
+        trusted: Iterable[str] | None = None,
+        explicit: Iterable[str] = (),
+        explicit_counts: bool = False,
+    ) -> DeletionGuard:
+        """The guard from the roots the store's records declare (``roots``), the roots the store was
+        opened with (``trusted``) and a caller's own (``explicit``: a commit's ``output_roots``). The
+        caller's roots vouch for recorded roots under them; they count by themselves only when
+        ``explicit_counts`` (no epoch record declares a root: an earlier version's store)."""
         store_root = parse_location(store_uri)
         if store_root is None:  # pragma: no cover - the store opened this URI, so it parses
             raise PathOutsideRootError(f"{store_uri!r} is not a store root this guard understands")
-        parsed = {p for p in (parse_location(r) for r in roots) if p is not None and _declarable(p, store_root)}
+        recorded = _declarable_set(roots, store_root)
+        given = _declarable_set(explicit, store_root)
+        refused: list[str] = []
+        anchors: tuple[Location, ...] | None = None
+        kept_roots: set[Location] = set()
+        if trusted is not None:
+            anchors = tuple(sorted(_declarable_set(trusted, store_root)))
+            named = recorded | given if explicit_counts else recorded
+            # Records (and a caller's roots) only narrow the trusted roots; declaring nothing narrows nothing.
+            kept_roots = narrow(named, anchors) if named else set(anchors)
+            refused.extend(
+                f"output root {r.uri} is outside the output roots the DAG declares "
+                f"({', '.join(a.uri for a in anchors) or 'none'})"
+                for r in sorted(recorded)
+                if not any(r.overlaps(a) for a in anchors)
+            )
+        else:
+            for root in sorted(recorded):
+                reason = binding_refusal(root, store_root)
+                vouched = narrow([root], given)  # a caller's own roots (a commit's output_roots) vouch for it
+                if reason is None:
+                    kept_roots.add(root)
+                elif vouched:
+                    kept_roots |= vouched
+                else:
+                    refused.append(reason)
+            if explicit_counts:
+                kept_roots |= given
         # A root inside another root adds nothing (and would list, and delete, twice).
-        kept = tuple(sorted(p for p in parsed if not any(p != o and p.is_under(o) for o in parsed)))
-        return cls(store_root, kept, declared)
+        kept = tuple(sorted(p for p in kept_roots if not any(p != o and p.is_under(o) for o in kept_roots)))
+        return cls(store_root, kept, declared, anchors, tuple(refused))
 
     @property
     def root_uris(self) -> tuple[str, ...]:
@@ -148,6 +239,8 @@ class DeletionGuard:
         if found.is_under(self.store_root):
             return f"{found.uri} is inside the store root: store records are deleted by key, never as output"
         if not self.roots:
+            if self.trusted is not None and not self.trusted:
+                return f"{found.uri}: the DAG declares no output root (output_roots), so no output file is deleted"
             return (
                 f"{found.uri}: this store declares no output root (written by an earlier version, and no "
                 "commit output root was given), so no output file is deleted"

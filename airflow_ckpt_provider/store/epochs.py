@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError
 from airflow_ckpt_provider.store.context import StoreContext
-from airflow_ckpt_provider.store.deletion_guard import parse_location
+from airflow_ckpt_provider.store.deletion_guard import Location, binding_refusal, parse_location
 from airflow_ckpt_provider.store.errors import (
     CorruptCheckpointError,
     EpochConflictError,
@@ -180,10 +180,13 @@ class EpochLog:
 
     # ------------------------------------------------------------------ declared output roots
 
-    def declarable_root(self, root: str) -> str:
+    def declarable_root(self, root: str, vouched_by: Sequence[str] | None = None) -> str:
         """``root`` in canonical form, if it may be declared as an output root; else
-        :class:`InvalidOutputRootError` (not an absolute file/s3 location, the filesystem root,
-        or overlapping the store root: deleting output there would reach the store's records)."""
+        :class:`InvalidOutputRootError`: not an absolute file/s3 location, the filesystem root,
+        overlapping the store root (deleting output there would reach the store's records), or not
+        bound to the store (another scheme, another bucket) unless it lies under a root the store
+        was opened with (``trusted_output_roots``: the DAG's) or under ``vouched_by`` (the roots the
+        epoch's opener declared)."""
         found = parse_location(str(root))
         store_root = parse_location(self._context.uri)
         if found is None or (found.scheme == "file" and found.path == "/"):
@@ -196,14 +199,20 @@ class EpochLog:
                 f"output root {found.uri} overlaps the store root {store_root.uri}: keep output and checkpoint "
                 "store in separate directories (prefixes), or deleting orphans could reach the store's records"
             )
+        unbound = None if store_root is None else binding_refusal(found, store_root)
+        if unbound is not None and not _under_any(found, [*(self._context.trusted_roots or ()), *(vouched_by or ())]):
+            raise InvalidOutputRootError(
+                f"{unbound}. Declare it in the DAG (the operators' output_roots), which opens the store with it, or "
+                "keep output in the store's bucket. Nothing was written"
+            )
         return found.uri
 
     def declare_output_root(self, epoch: int, root: str) -> str:
         """Record, for ``epoch``, that its job writes output under ``root`` (the driver, before a
         write). Returns the canonical root. If the epoch's opener declared output roots, ``root``
         must lie under one of them (:class:`OutputRootNotDeclaredError`). Idempotent."""
-        canonical = self.declarable_root(root)
         record = Epoch.from_json(self._context.read_json(epoch_key(epoch)))
+        canonical = self.declarable_root(root, vouched_by=record.output_roots)
         if record.output_roots is not None:
             location = parse_location(canonical)
             allowed = [parse_location(r) for r in record.output_roots]
@@ -289,3 +298,8 @@ class EpochLog:
             )
         except Exception as exc:  # the store is likely down; the job result carries the flag
             log.info("could not record degraded epoch %d in %s: %s", epoch, self._context.uri, exc)
+
+
+def _under_any(location: Location, roots: Sequence[str]) -> bool:
+    parsed = [parse_location(r) for r in roots]
+    return any(p is not None and location.is_under(p) for p in parsed)

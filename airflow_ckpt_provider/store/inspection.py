@@ -167,6 +167,8 @@ class Inspector:
         guard = self._deleter.guard()
         for checkpoint_id, why in intents.rejected:
             problems.append(f"unusable intent record of {checkpoint_id}: {why} (never acted on)")
+        for why in guard.refused_roots:
+            problems.append(f"refused output root record: {why} (never acted on)")
         if not guard.declared:
             if intents.paths or intents.patterns:
                 notes.append(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from airflow_ckpt_provider.store.blobs.base import BlobStore
@@ -60,7 +60,11 @@ def open_blobs(uri: str, **options: Any) -> BlobStore:
 
 
 def open_store(
-    uri: str, *, wrap_blobs: Callable[[BlobStore], BlobStore] | None = None, **options: Any
+    uri: str,
+    *,
+    wrap_blobs: Callable[[BlobStore], BlobStore] | None = None,
+    trusted_output_roots: Sequence[str] | None = None,
+    **options: Any,
 ) -> CheckpointStore:
     """Open the checkpoint store at ``uri``. Nothing is created until the first write.
 
@@ -72,7 +76,11 @@ def open_store(
     (the bound sealing tasks keep the loose manifests under, default 2,000; 0: no bound,
     store/tail.py). ``wrap_blobs`` wraps the
     object layer of the store and of every output location it opens (the UI bounds its
-    requests in time this way). Raises :class:`InvalidStoreUriError`; reachability errors
+    requests in time this way). ``trusted_output_roots``: the output roots the caller vouches
+    for (the DAG's operators' ``output_roots``, or roots a person gave): what the store's own
+    records declare is bounded by them, and with an empty list no output file is ever deleted;
+    without them, recorded roots count only in the store's scheme and bucket (docs/security.md,
+    "The trust model"). Raises :class:`InvalidStoreUriError`; reachability errors
     surface on first use.
     """
     unknown = set(options) - set(STORE_OPTIONS) - set(_S3_OPTIONS) - {"boto3_session"}
@@ -99,6 +107,7 @@ def open_store(
         max_loose_manifests=int(options["max_loose_manifests"])
         if options.get("max_loose_manifests") is not None
         else DEFAULT_MAX_LOOSE,
+        trusted_output_roots=trusted_output_roots,
     )
 
 

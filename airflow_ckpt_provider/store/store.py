@@ -97,12 +97,15 @@ class CheckpointStore:
         max_workers: int = 16,
         blob_opener: Callable[[str], BlobStore] | None = None,
         max_loose_manifests: int = DEFAULT_MAX_LOOSE,
+        trusted_output_roots: Sequence[str] | None = None,
     ) -> None:
         self.blobs = blobs
         self.options: dict[str, Any] = dict(options or {})
         self.breaker = CircuitBreaker(breaker_max_failures)
         self.max_workers = max_workers
-        self.context = StoreContext(blobs, max_workers=max_workers, blob_opener=blob_opener)
+        self.context = StoreContext(
+            blobs, max_workers=max_workers, blob_opener=blob_opener, trusted_roots=trusted_output_roots
+        )
         self.epoch_log = EpochLog(self.context)
         self.state_reader = StateReader(self.context, self.epoch_log)
         self.deleter = StoreDeleter(self.context, self.epoch_log, self.state_reader)
@@ -122,6 +125,11 @@ class CheckpointStore:
     @property
     def uri(self) -> str:
         return self.blobs.uri
+
+    @property
+    def trusted_output_roots(self) -> tuple[str, ...] | None:
+        """The output roots this store was opened with (the DAG's), or None (docs/security.md)."""
+        return self.context.trusted_roots
 
     @property
     def degraded(self) -> bool:
@@ -257,7 +265,9 @@ class CheckpointStore:
         the declared roots (docs/design.md, section 7), and the job's driver may declare only
         roots under them. None: the driver declares each write's root itself
         (:meth:`declare_output_root`). Raises :class:`InvalidOutputRootError` for a root that is
-        not an absolute ``file://``/``s3://`` directory or that overlaps the store root.
+        not an absolute ``file://``/``s3://`` directory, that overlaps the store root, or that is
+        not in the store's scheme and bucket unless the store was opened with it among its
+        ``trusted_output_roots`` (docs/security.md, "The trust model").
         """
         self.compactor.compact(min_loose=1, limit=self.submit_fold_limit)
         return self.epoch_log.begin(
@@ -278,7 +288,9 @@ class CheckpointStore:
         epoch and root). Returns the root in canonical form. Raises
         :class:`OutputRootNotDeclaredError` if the epoch's opener declared ``output_roots`` and
         ``root`` is under none of them (nothing was recorded: do not write),
-        :class:`InvalidOutputRootError`, :class:`StoreUnavailableError`.
+        :class:`InvalidOutputRootError` (also for a root in another scheme or bucket than the
+        store's that neither the opener's ``output_roots`` nor the store's trusted roots cover),
+        :class:`StoreUnavailableError`.
         """
         return self.epoch_log.declare_output_root(epoch, root)
 

@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import uuid
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from ckpt_testkit.seaweed import SeaweedServer
 from tests.support.airflow_harness import AirflowHarness
 from tests.support.hanging_endpoint import HangingEndpoint
 from tests.support.per_dag_auth_manager import RIGHTS_ENV
@@ -56,6 +58,9 @@ HANGING_SECRET = "hanging-secret-key-0123456789"
 #: A connection whose endpoint URL carries a password (it must never reach a log).
 LEAKY_CONN_ID = "ckpt_leaky_endpoint"
 LEAKY_ENDPOINT_PASSWORD = "endpoint-url-pw-5678"
+#: Team A's task whose store is on the suite's SeaweedFS (the S3 attacks of docs/security.md).
+S3_TASK = "s3_evil"
+S3_CONN_ID = "ckpt_seaweed"
 #: Tasks whose store paths need escaping in a URI.
 ODD_DAG = "ckpt_odd_paths"
 ODD_TASK = "odd_store"
@@ -66,14 +71,21 @@ SERVER_DEFAULT_ACCESS_KEY = "SERVER-DEFAULT-IDENTITY-KEY"
 
 DAG_SOURCE = f'''
 """A DAG whose task instances the Checkpoints views show (the tasks never run; the tests fill the stores)."""
+import os
+
 import pendulum
 from airflow.sdk import DAG
 
 from airflow_ckpt_provider.operators.commit import CheckpointCommitOperator
 from airflow_ckpt_provider.operators.spark_submit import CheckpointedSparkSubmitOperator
 
+# Where the tests write the task's output: the only places its actions may delete (docs/security.md).
+HOME = os.environ["AIRFLOW_HOME"]
+
 with DAG("{DAG_ID}", schedule=None, start_date=pendulum.datetime(2024, 1, 1), catchup=False):
-    spark = CheckpointedSparkSubmitOperator(task_id="{SPARK_TASK}", application="job.py")
+    spark = CheckpointedSparkSubmitOperator(
+        task_id="{SPARK_TASK}", application="job.py", output_roots=[f"{{HOME}}/out"]
+    )
     spark >> CheckpointCommitOperator(task_id="{OTHER_TASK}", spark_task_id="{SPARK_TASK}")
 
 with DAG("{MAPPED_DAG}", schedule=None, start_date=pendulum.datetime(2024, 1, 1), catchup=False):
@@ -104,7 +116,15 @@ START = pendulum.datetime(2024, 1, 1)
 TEAM_B_STORE = {team_b_store!r}
 
 with DAG({team_a!r}, schedule=None, start_date=START, catchup=False):
-    CheckpointedSparkSubmitOperator(task_id="spark_job", application="job.py")
+    CheckpointedSparkSubmitOperator(task_id="spark_job", application="job.py", output_roots=[{poisoned_out!r}])
+    # An S3 store on the suite's SeaweedFS whose writers (alice's executors) forge its records.
+    CheckpointedSparkSubmitOperator(
+        task_id={s3_task!r},
+        application="job.py",
+        checkpoint_uri={s3_store!r},
+        aws_conn_id={s3_conn!r},
+        output_roots=[{s3_out!r}],
+    )
     CheckpointedSparkSubmitOperator(task_id={points_at_b!r}, application="job.py", checkpoint_uri=TEAM_B_STORE)
 
 with DAG({team_b!r}, schedule=None, start_date=START, catchup=False):
@@ -143,8 +163,12 @@ with DAG({hanging!r}, schedule=None, start_date=START, catchup=False):
     )
 
 with DAG({odd!r}, schedule=None, start_date=START, catchup=False):
-    CheckpointedSparkSubmitOperator(task_id={odd_task!r}, application="job.py", checkpoint_uri={odd_store!r})
-    CheckpointedSparkSubmitOperator(task_id={sibling_task!r}, application="job.py", checkpoint_uri={sibling_store!r})
+    CheckpointedSparkSubmitOperator(
+        task_id={odd_task!r}, application="job.py", checkpoint_uri={odd_store!r}, output_roots=[{odd_out!r}]
+    )
+    CheckpointedSparkSubmitOperator(
+        task_id={sibling_task!r}, application="job.py", checkpoint_uri={sibling_store!r}, output_roots=[{sibling_out!r}]
+    )
 """
 
 
@@ -156,6 +180,7 @@ class ApiServer:
     log_path: Path
     startup_seconds: float = 0.0
     hanging: HangingEndpoint | None = None
+    _s3_bucket: str = ""
     _tokens: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -278,6 +303,11 @@ class ApiServer:
         return self.home / "checkpoints" / dag_id / task_id / run_id
 
     @property
+    def s3_bucket(self) -> str:
+        """The SeaweedFS bucket of team A's S3 store (tests/plugins/conftest.py starts the server)."""
+        return self._s3_bucket
+
+    @property
     def team_b_store(self) -> Path:
         return self.home / "team_b" / "shared_store"
 
@@ -303,7 +333,7 @@ def _aws_connection(login: str, password: str, endpoint_url: str) -> str:
     )
 
 
-def start_ui_airflow(home: Path) -> ApiServer:
+def start_ui_airflow(home: Path, s3: SeaweedServer | None = None) -> ApiServer:
     """Migrate a fresh Airflow, install the demo and attack DAGs, serialize them, start the API server.
 
     The server runs a per-DAG auth manager (the simple one plus per-DAG rights for alice), and
@@ -311,6 +341,11 @@ def start_ui_airflow(home: Path) -> ApiServer:
     read that fell back to it would show that key at the endpoint.
     """
     harness = AirflowHarness.create(home)
+    s3_bucket = s3.create_bucket(f"ui-{uuid.uuid4().hex[:16]}") if s3 is not None else "no-s3-server"
+    if s3 is not None:
+        harness.env[f"AIRFLOW_CONN_{S3_CONN_ID.upper()}"] = _aws_connection(
+            s3.access_key, s3.secret_key, s3.endpoint_url
+        )
     hanging = HangingEndpoint()
     passwords = home / "passwords.json"
     passwords.write_text(json.dumps(PASSWORDS))
@@ -354,6 +389,13 @@ def start_ui_airflow(home: Path) -> ApiServer:
             odd_store=str(odd_root / ODD_SEGMENT),
             sibling_task=SIBLING_TASK,
             sibling_store=str(odd_root / "store"),
+            odd_out=str(home / "odd-out"),
+            poisoned_out=str(home / "out-poisoned"),
+            s3_task=S3_TASK,
+            s3_store=f"s3://{s3_bucket}/stores/a_evil",
+            s3_out=f"s3://{s3_bucket}/out/a",
+            s3_conn=S3_CONN_ID,
+            sibling_out=str(home / "sibling-out"),
         )
     )
     proc = harness.airflow("dags", "reserialize")
@@ -366,4 +408,5 @@ def start_ui_airflow(home: Path) -> ApiServer:
         hanging.close()
         raise
     server.hanging = hanging
+    server._s3_bucket = s3_bucket
     return server

@@ -29,6 +29,8 @@ from airflow_ckpt_provider.spark.writers.arrow_task import REPORT_DDL, TaskSpec,
 from airflow_ckpt_provider.spark.writers.native import NativeWrite, native_unsupported_reason, run_native_write
 from airflow_ckpt_provider.spark.writers.native_keys import NativeRowKeys
 from airflow_ckpt_provider.store import EpochFencedError, StoreUnavailableError
+from airflow_ckpt_provider.store.deletion_guard import parse_location
+from airflow_ckpt_provider.store.errors import InvalidOutputRootError
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,13 @@ class WritePipeline:
         except (StoreUnavailableError, OSError) as exc:
             store.breaker.record_failure("declare_output_root", exc)
             log.warning("could not declare output root %s (%s): its orphans will be kept", output_root, exc)
+            return
+        except InvalidOutputRootError as exc:
+            if not _unbound(store.uri, output_root):
+                raise
+            # Output on another filesystem or bucket than the store, and no operator declared it: the store
+            # records nothing there (docs/security.md), so only a commit given that root deletes its orphans.
+            log.warning("not declaring output root %s: %s. Its orphans are kept", output_root, exc)
             return
         store.breaker.record_success()
 
@@ -268,3 +277,9 @@ class WritePipeline:
 
     def _translate(self, exc: BaseException) -> Exception | None:
         return translate_failure(exc, row_key=self.job.keys.row_key, epoch=self.job.epoch, store_uri=self.job.store.uri)
+
+
+def _unbound(store_uri: str, root: str) -> bool:
+    """Whether ``root`` is in another scheme or bucket than the store (the store records no such root)."""
+    store_root, found = parse_location(store_uri), parse_location(root)
+    return store_root is not None and found is not None and not found.bound_to(store_root)

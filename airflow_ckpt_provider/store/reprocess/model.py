@@ -55,6 +55,40 @@ def _iso(value: dt.datetime | str | None) -> str | None:
     return value.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+#: Nesting a selection key may have (composite keys are flat objects; deeper is not a key).
+MAX_KEY_DEPTH = 8
+_INT64 = 1 << 63
+
+
+def check_key(value: Any, depth: int = 0) -> Any:
+    """``value`` if it can be a done key (a string, a 64-bit integer, a finite number, a bool, None,
+    or a shallow list/object of those), else :class:`ReprocessSelectionError` saying why."""
+    if depth > MAX_KEY_DEPTH:
+        raise ReprocessSelectionError(f"a key nests deeper than {MAX_KEY_DEPTH} levels: keys are flat values")
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        if not -_INT64 <= value < _INT64:
+            raise ReprocessSelectionError(
+                f"a key is an integer of {len(str(abs(value))) if value.bit_length() < 14000 else 'thousands of'} "
+                "digits: keys are at most 64-bit integers"
+            )
+        return value
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ReprocessSelectionError("a key is not a finite number")
+        return value
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            check_key(item, depth + 1)
+        return value
+    if isinstance(value, Mapping):
+        for item in value.values():
+            check_key(item, depth + 1)
+        return value
+    return value  # other Python values (dates, decimals) are the store's key types to judge
+
+
 def parse_time(value: str) -> dt.datetime:
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
 
@@ -87,7 +121,7 @@ class Selection:
         sealed_after: dt.datetime | str | None = None,
         sealed_before: dt.datetime | str | None = None,
     ) -> None:
-        object.__setattr__(self, "keys", tuple(keys))
+        object.__setattr__(self, "keys", tuple(check_key(k) for k in keys))
         object.__setattr__(self, "files", tuple(str(f) for f in files))
         object.__setattr__(self, "epochs", tuple(int(e) for e in epochs))
         object.__setattr__(self, "commits", tuple(int(c) for c in commits))

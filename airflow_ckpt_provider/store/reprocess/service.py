@@ -110,6 +110,8 @@ class Reprocessor:
         plan = undo_plan(view, epoch, requested_by=requested_by)
         self._check_expected(plan, expected)
         steps = self._steps(view)
+        assert plan.target is not None
+        steps.checked(plan.files, plan.target)  # a path outside the roots: refused before the fence, not after
         steps.open_epoch(plan)
         failpoint("store.undo.after_epoch")
         return steps.undo(plan)

@@ -158,7 +158,7 @@ class Steps:
         }
         self.blobs.put(prefix + "manifest.json", dumps(manifest))
 
-    def _checked(self, files: Sequence[PlannedFile], number: int) -> list[tuple[PlannedFile, str]]:
+    def checked(self, files: Sequence[PlannedFile], number: int) -> list[tuple[PlannedFile, str]]:
         """Each file with its recomputed quarantine key; refuse the lot if any path is not allowed."""
         refused = [f.path for f in files if not self.allowed(f.path)]
         if refused:
@@ -191,7 +191,7 @@ class Steps:
     def _move(self, plan: ReprocessPlan) -> dict[str, str]:
         number = plan.new_epoch
         assert number is not None
-        files = self._checked(plan.files, number)
+        files = self.checked(plan.files, number)
         present = self._present(plan.files)
         stored = {i.key: i.size for i in self.blobs.list(quarantine_prefix(number))}
 
@@ -222,7 +222,7 @@ class Steps:
     def _delete(self, plan: ReprocessPlan) -> dict[str, str]:
         number = plan.new_epoch
         assert number is not None
-        files = self._checked(plan.files, number)
+        files = self.checked(plan.files, number)
         present = self._present(plan.files)
         self._delete_originals([f.path for f, _ in files if f.path in present], "store.reprocess.after_move")
         return {f.path: DELETED if f.path in present else MISSING for f, _ in files}
@@ -235,15 +235,17 @@ class Steps:
     def undo(self, plan: ReprocessPlan, *, resumed: bool = False) -> ReprocessResult:
         target = plan.target
         assert target is not None
-        files = self._checked(plan.files, target)
+        files = self.checked(plan.files, target)
         present = self._present(plan.files)
         restored: list[str] = []
         missing: list[str] = []
 
         def restore(item: tuple[PlannedFile, str]) -> str | None:
             planned, key = item
-            if present.get(planned.path) == planned.size_bytes:
-                return planned.path
+            if planned.path in present:
+                # Never overwrite: the same size is this undo's own earlier copy (a resumed run); another
+                # file there is someone else's, and stays (docs/security.md, "The trust model").
+                return planned.path if present[planned.path] == planned.size_bytes else None
             blobs, name = self._output(planned.path)
             try:
                 blobs.copy_from(self.blobs, key, name)
