@@ -116,6 +116,15 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "4",
                         "default": "4",
                     },
+                    "ui_max_concurrent_actions": {
+                        "description": "Previews and actions (clear, discard, reprocess, undo, resume) of the "
+                        "Checkpoints view running at once per API-server process, on threads of their own: they "
+                        "never take the slots of pages, however slow their stores.",
+                        "version_added": "0.2.0",
+                        "type": "integer",
+                        "example": "2",
+                        "default": "2",
+                    },
                     "ui_trust_forwarded_headers": {
                         "description": "Believe X-Forwarded-Host/X-Forwarded-Proto when checking that a "
                         "Clear comes from Airflow's own pages. Only behind a proxy that sets (and overwrites) "

@@ -62,7 +62,12 @@ def register(add: Add) -> None:
     cmd.add_argument("--epoch", type=int, metavar="N", help="the reprocess whose quarantine to purge (default: all)")
     _action_flags(cmd, retract=False)
 
-    _uri(add("resume", "finish an interrupted reprocess, rewind, undo or purge", resume))
+    cmd = add("resume", "finish an interrupted reprocess, rewind, undo or purge (shows its plan first)", resume)
+    _uri(cmd)
+    _action_flags(cmd, retract=False)
+    cmd = add("abandon", "end an interrupted reprocess, rewind, undo or purge without running its plan", abandon)
+    _uri(cmd)
+    _action_flags(cmd, retract=False)
     _uri(add("reprocesses", "list the reprocesses and rewinds of the store", list_reprocesses))
 
 
@@ -128,12 +133,35 @@ def purge(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
 
 
 def resume(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
-    result = store.resume_reprocess()
-    if result is None:
+    """Like the original action: the plan its maintenance epoch records (every file), confirmed, then run."""
+    plan = store.preview_resume()
+    if plan is None:
         _say(io, args, {"result": None}, "Nothing to resume: no reprocess, rewind, undo or purge is unfinished.")
         return 0
-    _report(result, args, io)
-    return 0
+    if plan.refused_paths and plan.action != "purge":
+        raise CheckpointError(
+            f"the unfinished {plan.action} (epoch {plan.new_epoch}) names {len(plan.refused_paths)} file(s) outside "
+            f"the output roots (e.g. {list(plan.refused_paths[:3])}): it is not resumed. Nothing was changed; "
+            "`airflow-ckpt abandon` ends it without running it"
+        )
+    return _run(plan, args, io, lambda: _resumed(store.resume_reprocess(expected=plan), plan), confirm="resume")
+
+
+def abandon(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
+    plan = store.preview_resume()
+    if plan is None:
+        _say(io, args, {"result": None}, "Nothing to abandon: no reprocess, rewind, undo or purge is unfinished.")
+        return 0
+
+    def act() -> ReprocessResult:
+        abandoned = store.abandon_maintenance(expected=plan, requested_by=_who())
+        return ReprocessResult(action="abandon", epoch=abandoned.new_epoch, plan=abandoned)
+
+    return _run(plan, args, io, act, confirm="abandon (its plan is not run)")
+
+
+def _resumed(result: ReprocessResult | None, plan: ReprocessPlan) -> ReprocessResult:
+    return result if result is not None else ReprocessResult(action=plan.action, epoch=None, plan=plan)
 
 
 def list_reprocesses(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
@@ -238,21 +266,29 @@ def _say(io: Io, args: argparse.Namespace, data: dict[str, Any], text: str) -> N
         io.out.write(text + "\n")
 
 
-def _run(plan: ReprocessPlan, args: argparse.Namespace, io: Io, action: Callable[[], ReprocessResult]) -> int:
+def _run(
+    plan: ReprocessPlan,
+    args: argparse.Namespace,
+    io: Io,
+    action: Callable[[], ReprocessResult],
+    *,
+    confirm: str | None = None,
+) -> int:
     """Show the plan; stop on --dry-run or when there is nothing to do; confirm; run; report."""
+    verb = confirm or plan.action
     if not args.json:
         io.out.write(plan.describe(max_files=args.show_files) + "\n")
-    if args.dry_run or (plan.nothing_to_do and not plan.refused_paths):
+    if args.dry_run or (confirm is None and plan.nothing_to_do and not plan.refused_paths):
         if args.json:
             io.out.write(json.dumps({"preview": plan.to_json(), "result": None}, indent=2, default=str) + "\n")
         return 0
     if not args.yes:
         if not io.stdin.isatty():
             raise ConfirmationRequiredError(
-                f"refusing to {plan.action} without confirmation: no terminal to ask on; pass --yes to confirm "
+                f"refusing to {verb} without confirmation: no terminal to ask on; pass --yes to confirm "
                 "(or --dry-run to only look)"
             )
-        io.err.write(f"Type 'yes' to {plan.action}: ")
+        io.err.write(f"Type 'yes' to {verb}: ")
         io.err.flush()
         if io.stdin.readline().strip().lower() != "yes":
             io.err.write("nothing changed\n")

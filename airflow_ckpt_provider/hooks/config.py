@@ -39,6 +39,8 @@ class CheckpointConfig:
     ui_action_deadline_seconds: float = 120.0
     #: Store calls of the view running at once per API-server process.
     ui_max_concurrent_store_calls: int = 4
+    #: Previews and actions of the view running at once per process, on a pool of their own.
+    ui_max_concurrent_actions: int = 2
     #: Whether the view believes X-Forwarded-Host/-Proto (only behind a proxy that sets them).
     ui_trust_forwarded_headers: bool = False
 
@@ -58,6 +60,7 @@ class CheckpointConfig:
             ui_store_deadline_seconds=conf.getfloat(SECTION, "ui_store_deadline_seconds", fallback=5.0),
             ui_action_deadline_seconds=conf.getfloat(SECTION, "ui_action_deadline_seconds", fallback=120.0),
             ui_max_concurrent_store_calls=conf.getint(SECTION, "ui_max_concurrent_store_calls", fallback=4),
+            ui_max_concurrent_actions=conf.getint(SECTION, "ui_max_concurrent_actions", fallback=2),
             ui_trust_forwarded_headers=conf.getboolean(SECTION, "ui_trust_forwarded_headers", fallback=False),
         )
 

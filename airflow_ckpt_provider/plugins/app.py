@@ -56,6 +56,7 @@ from airflow_ckpt_provider.plugins.access import can_access_dag, require_dag_acc
 from airflow_ckpt_provider.plugins.audit import EVENTS, write_audit_entry
 from airflow_ckpt_provider.plugins.confirmation import confirmation_payload
 from airflow_ckpt_provider.plugins.flow import (
+    action_calls,
     audit_ref,
     context_json,
     framing_map_index,
@@ -268,7 +269,7 @@ async def run_action(user: Any, action: str, body: ActionBody) -> tuple[int, dic
             store.close()
 
     try:
-        outcome = await store_calls().run(act, deadline)
+        outcome = await action_calls().run(act, deadline)
     except Exception as exc:
         problem = problem_from(exc, ref.uri, secrets)
         return await refuse(problem.status_code, problem.kind, problem.message)

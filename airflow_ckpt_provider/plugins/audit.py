@@ -33,6 +33,7 @@ EVENTS = {
     "undo": "checkpoints.undo_reprocess",
     "purge": "checkpoints.purge_quarantine",
     "resume": "checkpoints.resume_reprocess",
+    "abandon": "checkpoints.abandon_maintenance",
 }
 
 

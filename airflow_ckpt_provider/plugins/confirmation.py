@@ -22,7 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from airflow_ckpt_provider.display.deletion_preview import DeletionPreview, preview
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
 from airflow_ckpt_provider.plugins.access import can_access_dag
-from airflow_ckpt_provider.plugins.flow import audit_ref, context_json, located, ref_json, store_calls
+from airflow_ckpt_provider.plugins.flow import action_calls, audit_ref, context_json, located, ref_json
 from airflow_ckpt_provider.plugins.locator import ACTIVE_STATES
 from airflow_ckpt_provider.plugins.ownership import OwnerMismatch, check_owners
 from airflow_ckpt_provider.plugins.problems import StoreProblem, problem_from, scrub
@@ -77,7 +77,7 @@ async def confirmation_payload(
             store.close()
 
     try:
-        outcome = await store_calls().run(read, deadline)
+        outcome = await action_calls().run(read, deadline)
     except Exception as exc:
         problem = problem_from(exc, ref.uri, secrets)
         return problem.status_code, context | problem.to_json()

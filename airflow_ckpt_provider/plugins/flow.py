@@ -29,8 +29,15 @@ T = TypeVar("T")
 
 @cache
 def store_calls() -> StoreCalls:
-    """This process's pool for store calls (``[ckpt] ui_max_concurrent_store_calls`` at once)."""
+    """This process's pool for the store reads of pages (``[ckpt] ui_max_concurrent_store_calls`` at once)."""
     return StoreCalls(CheckpointConfig.load().ui_max_concurrent_store_calls)
+
+
+@cache
+def action_calls() -> StoreCalls:
+    """This process's pool for previews and actions (``[ckpt] ui_max_concurrent_actions`` at once): an
+    editor's slow previews never hold the slots pages need (docs/security.md, "The API server stays up")."""
+    return StoreCalls(CheckpointConfig.load().ui_max_concurrent_actions, kind="previews and actions")
 
 
 async def with_db(fn: Callable[[Session], T]) -> T:

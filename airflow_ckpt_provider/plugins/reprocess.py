@@ -29,7 +29,14 @@ from starlette.concurrency import run_in_threadpool
 
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
 from airflow_ckpt_provider.plugins.access import can_access_dag, require_same_origin_json
-from airflow_ckpt_provider.plugins.flow import audit_ref, context_json, located, parse_map_index, store_calls
+from airflow_ckpt_provider.plugins.flow import (
+    action_calls,
+    audit_ref,
+    context_json,
+    located,
+    parse_map_index,
+    store_calls,
+)
 from airflow_ckpt_provider.plugins.locator import ACTIVE_STATES, TaskStoreRef
 from airflow_ckpt_provider.plugins.ownership import OwnerMismatch, check_owners, owner_dag_id
 from airflow_ckpt_provider.plugins.problems import StoreProblem, display_uri, problem_from
@@ -46,7 +53,7 @@ PREVIEW_FILES = 500
 #: At most this many values per criterion in one request.
 MAX_VALUES = 10_000
 
-Action = Literal["reprocess", "rewind", "undo", "purge", "resume"]
+Action = Literal["reprocess", "rewind", "undo", "purge", "resume", "abandon"]
 
 
 class SelectionBody(BaseModel):
@@ -110,16 +117,20 @@ def _preview(store: CheckpointStore, body: ReprocessBody) -> ReprocessPlan | Non
         if body.epoch is None:
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, "a purge from the view names its reprocess")
         return store.preview_purge(body.epoch)
-    return None  # resume: it finishes what the store's record says; nothing to confirm
+    # resume / abandon: the unfinished plan as the store records it, every file (a person confirms it).
+    return store.preview_resume()
 
 
 def _act(store: CheckpointStore, body: ReprocessBody, who: str) -> ReprocessResult | None:
-    if body.action == "resume":
-        return store.resume_reprocess()
     if body.expected is None:
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_ENTITY, "preview first: the action runs only the plan a person confirmed"
         )
+    if body.action == "resume":
+        return store.resume_reprocess(expected=body.expected)
+    if body.action == "abandon":
+        abandoned = store.abandon_maintenance(expected=body.expected, requested_by=who)
+        return ReprocessResult(action="abandon", epoch=abandoned.new_epoch, plan=abandoned)
     if body.action == "reprocess":
         return store.reprocess(body.selection.selection(), delete=body.delete, expected=body.expected, requested_by=who)
     if body.action == "rewind":
@@ -191,7 +202,7 @@ async def preview_payload(user: Any, body: ReprocessBody) -> tuple[int, dict[str
     secrets: list[str] = []
     deadline = Deadline.after(CheckpointConfig.load().ui_action_deadline_seconds)  # a dry run reads much
     try:
-        outcome = await store_calls().run(
+        outcome = await action_calls().run(
             _in_store(user, ref, deadline, secrets, lambda store: _Outcome(plan=_preview(store, body)), edit=True),
             deadline,
         )
@@ -239,7 +250,7 @@ async def action_payload(user: Any, body: ReprocessBody) -> tuple[int, dict[str,
     deadline = Deadline.after(CheckpointConfig.load().ui_action_deadline_seconds)
     who = f"ui:{user.get_name()}"
     try:
-        outcome = await store_calls().run(
+        outcome = await action_calls().run(
             _in_store(user, ref, deadline, secrets, lambda store: _Outcome(result=_act(store, body, who)), edit=True),
             deadline,
         )

@@ -27,8 +27,10 @@ def open_for_view(
     hook = CheckpointHook(checkpoint_uri=ref.uri, aws_conn_id=ref.aws_conn_id, config=config)
     options = dict(hook.store_options)
     if ref.uri.startswith(("s3://", "s3a://")):
-        # One request never outlives the page; a retry would only wait twice as long.
-        options["timeout_seconds"] = max(0.5, min(float(options.get("timeout_seconds") or 10), deadline.seconds))
+        # One request never outlives the page, retries included: each attempt may wait for the connection
+        # and then for the answer, so together they fit in the deadline (an action's too).
+        per_attempt = deadline.seconds / (2 * (retries + 1))
+        options["timeout_seconds"] = max(0.5, min(float(options.get("timeout_seconds") or 10), per_attempt))
         options["max_attempts"] = retries
 
     def bounded(blobs: BlobStore) -> BlobStore:

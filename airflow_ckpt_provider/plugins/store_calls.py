@@ -64,8 +64,9 @@ class StoreCalls:
     many of them have outlived their page.
     """
 
-    def __init__(self, max_concurrent: int) -> None:
+    def __init__(self, max_concurrent: int, *, kind: str = "store reads") -> None:
         self.max_concurrent = max(1, int(max_concurrent))
+        self.kind = kind
         self._pool = ThreadPoolExecutor(max_workers=self.max_concurrent, thread_name_prefix="ckpt-store")
         self._slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
         self._lock = threading.Lock()
@@ -84,8 +85,8 @@ class StoreCalls:
             await asyncio.wait_for(slots.acquire(), timeout=deadline.remaining())
         except TimeoutError:
             raise StoreBusyError(
-                f"{self.max_concurrent} store reads are already running on this API server (pages waiting on "
-                "slow stores). Nothing was changed; reload in a few seconds"
+                f"{self.max_concurrent} {self.kind} are already running on this API server (waiting on slow "
+                "stores). Nothing was changed; try again in a few seconds"
             ) from None
 
         def call() -> T:

@@ -557,10 +557,24 @@ class CheckpointStore:
         """
         return self._reprocessor().purge(epoch, requested_by=requested_by)
 
-    def resume_reprocess(self) -> ReprocessResult | None:
+    def preview_resume(self) -> ReprocessPlan | None:
+        """The unfinished reprocess, rewind, undo or purge as its maintenance epoch records it (every
+        file), with ``refused_paths`` outside the output roots; None when nothing is unfinished. Reads only."""
+        return self._reprocessor().preview_resume()
+
+    def resume_reprocess(self, *, expected: ReprocessPlan | str | None = None) -> ReprocessResult | None:
         """Finish an interrupted reprocess, rewind, undo or purge; None when nothing is unfinished.
-        Idempotent."""
-        return self._reprocessor().resume()
+        Idempotent. ``expected``: the :meth:`preview_resume` (or its fingerprint) a person confirmed;
+        anything else is refused (:class:`StoreChangedError`). A plan naming files outside the output
+        roots is never run (:class:`UnsafePathError`, nothing changed): abandon it instead."""
+        return self._reprocessor().resume(expected=expected)
+
+    def abandon_maintenance(self, *, expected: ReprocessPlan | str, requested_by: str | None = None) -> ReprocessPlan:
+        """End the unfinished reprocess, rewind, undo or purge as failed without running its plan (a
+        forged or unwanted intent), so submits and commits are no longer refused. Files it already
+        moved stay in ``quarantine/{epoch}/``. ``expected``: the confirmed :meth:`preview_resume`.
+        Returns the abandoned plan. Raises :class:`StoreChangedError`."""
+        return self._reprocessor().abandon(expected=expected, requested_by=requested_by)
 
     def list_reprocesses(self) -> list[ReprocessRecord]:
         """Every reprocess and rewind of the store (finished ones, and an unfinished one), oldest first."""

@@ -134,7 +134,9 @@ def test_resume_finishes_an_interrupted_reprocess(committed: tuple[str, str]) ->
     assert code == EXIT_FINDINGS and "airflow-ckpt resume" in text
     code, text, err = run("reprocess", uri, "--key", "key-0-0", "--yes")
     assert code == EXIT_ERROR and "unfinished" in err
-    code, text, _ = run("resume", uri)
+    code, text, err = run("resume", uri)
+    assert code == EXIT_ERROR and "--yes" in err, "a resume is confirmed like the action it finishes"
+    code, text, _ = run("resume", uri, "--yes")
     assert code == EXIT_OK and "(resumed)" in text and "files moved to quarantine: 3" in text
     assert _outputs(out) == set() and run("check", uri)[0] == EXIT_OK
     code, text, _ = run("resume", uri)

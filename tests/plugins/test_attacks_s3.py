@@ -11,11 +11,14 @@ trust model").
 from __future__ import annotations
 
 import json
+import threading
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from airflow_ckpt_provider.store import (
@@ -30,7 +33,8 @@ from airflow_ckpt_provider.store import (
 from airflow_ckpt_provider.store.reprocess.planner import quarantine_key
 from airflow_ckpt_provider.store.reprocess.records import record_key
 from ckpt_testkit.seaweed import SeaweedServer
-from tests.support.api_server import S3_TASK, TEAM_A, ApiServer
+from tests.cli.sample_store import fill_store
+from tests.support.api_server import DAG_ID, HANGING_DAG, S3_TASK, SPARK_TASK, TEAM_A, ApiServer
 
 pytestmark = [pytest.mark.airflow, pytest.mark.s3]
 
@@ -206,3 +210,101 @@ def test_undo_from_the_tab_never_creates_nor_overwrites(scene: Scene) -> None:
     done = _undo(scene, number)
     assert done.status_code == 200, done.text
     assert open_blobs(scene.own_output, **scene.options).get(name)[0] == b"newer rows written since"
+
+
+def test_a_forged_maintenance_epoch_is_abandoned_from_the_tab_not_run(scene: Scene) -> None:
+    """A forged, unfinished delete-mode reprocess naming the host file: Resume needs its preview's
+    fingerprint and refuses it anyway (outside the DAG's roots); an editor abandons it, audited."""
+    store = scene.store()
+    store.blobs.delete_many([i.key for i in store.blobs.list("")])
+    epoch = store.begin_epoch(owner=f"{TEAM_A}/{S3_TASK}/{scene.run_id}", output_roots=[scene.own_output]).number
+    store.end_epoch(epoch, status=EpochStatus.SUCCEEDED)
+    path = scene.host_file.as_uri()
+    plan = {
+        "action": "reprocess",
+        "store_uri": scene.store_uri,
+        "epoch": epoch,
+        "new_epoch": epoch + 1,
+        "mode": "delete",
+        "files": [{"path": path, "size_bytes": 20, "num_rows": 1, "checkpoint_id": "x", "quarantine": ""}],
+        "previous": {"epoch": epoch, "valid": [], "snapshot": None},
+        "new_base": [],
+        "checkpoints": [],
+    }
+    record = Epoch(
+        number=epoch + 1,
+        owner="reprocess:attacker",
+        created_at="2026-01-01T00:00:00Z",
+        base=(),
+        base_snapshot=None,
+        expected_partitions=None,
+        metadata={"action": "reprocess", "maintenance": True},
+    ).to_json() | {"maintenance": plan}
+    store.blobs.put(f"epochs/{epoch + 1:08d}.json", json.dumps(record).encode())
+    with scene.server.client("alice") as alice:
+        blind = alice.post("/checkpoints/api/task/reprocess", json=scene.where(action="resume"), headers=HEADERS)
+        assert blind.status_code == 422 and "preview first" in blind.text
+        preview = alice.post(
+            "/checkpoints/api/task/reprocess/preview", json=scene.where(action="resume"), headers=HEADERS
+        )
+        assert preview.status_code == 200, preview.text
+        shown = preview.json()["preview"]
+        assert shown["refused_paths"] == [path] and [f["path"] for f in shown["files"]] == [path]
+        resumed = alice.post(
+            "/checkpoints/api/task/reprocess",
+            json=scene.where(action="resume", expected=shown["fingerprint"]),
+            headers=HEADERS,
+        )
+        assert resumed.status_code == 422, resumed.text
+        scene.untouched()
+        abandoned = alice.post(
+            "/checkpoints/api/task/reprocess",
+            json=scene.where(action="abandon", expected=shown["fingerprint"]),
+            headers=HEADERS,
+        )
+        assert abandoned.status_code == 200, abandoned.text
+    scene.untouched()
+    assert scene.store().preview_resume() is None
+    events = [e["event"] for e in scene.server.audit_entries(scene.run_id)]
+    assert "checkpoints.abandon_maintenance" in events and "checkpoints.resume_reprocess.failed" in events, events
+
+
+def test_eight_hanging_previews_do_not_starve_a_viewer_of_a_healthy_store(ui_server: ApiServer) -> None:
+    """An editor opens 8 Clear dialogs on a store that never answers (each preview may take the action
+    deadline): they queue on the actions' own slots, and a viewer of a healthy store gets its page
+    within its deadline. Each preview answers within the action deadline, retries included."""
+    hanging_runs = [f"hang_{uuid.uuid4().hex[:10]}" for _ in range(8)]
+    for run_id in hanging_runs:
+        ui_server.trigger_run(run_id, HANGING_DAG)
+    healthy = f"ok_{uuid.uuid4().hex[:10]}"
+    ui_server.trigger_run(healthy)
+    fill_store(ui_server.default_store_path(healthy).as_uri(), (ui_server.home / "out" / healthy).as_uri())
+    previews: list[tuple[int, float]] = []
+    lock = threading.Lock()
+
+    def preview(run_id: str) -> None:
+        with ui_server.client("admin") as admin:
+            admin.timeout = httpx.Timeout(300)
+            started = time.monotonic()
+            answer = admin.post(
+                "/checkpoints/api/task/clear/preview",
+                json={"dag_id": HANGING_DAG, "task_id": "spark_job", "run_id": run_id},
+                headers=HEADERS,
+            )
+        with lock:
+            previews.append((answer.status_code, time.monotonic() - started))
+
+    threads = [threading.Thread(target=preview, args=(r,)) for r in hanging_runs]
+    for thread in threads:
+        thread.start()
+    time.sleep(2.0)  # the previews now hold (or wait for) every action slot
+    with ui_server.client("viewer") as viewer:
+        started = time.monotonic()
+        page = viewer.get("/checkpoints/api/task", params={"dag_id": DAG_ID, "task_id": SPARK_TASK, "run_id": healthy})
+        seconds = time.monotonic() - started
+    for thread in threads:
+        thread.join(timeout=400)
+    print(f"\nviewer of a healthy store during 8 hanging previews: {seconds:.1f} s; previews {sorted(previews)}")
+    assert page.status_code == 200 and seconds < 10, (page.status_code, seconds, page.text[:300])
+    assert len(previews) == 8 and all(status in (503,) for status, _ in previews), previews
+    assert all(took < 120 + 15 for _, took in previews), previews  # the action deadline (120 s) bounds each

@@ -215,3 +215,61 @@ def test_the_cli_refuses_unusable_json_keys_in_one_line(key: str, tmp_path: Path
     assert code == EXIT_ERROR, err.getvalue()
     lines = err.getvalue().splitlines()
     assert len(lines) == 1 and lines[0].startswith("airflow-ckpt: error:") and len(lines[0]) < 400, lines
+
+
+def _forged_maintenance(forged: Forged, *, outside: bool) -> tuple[CheckpointStore, str]:
+    """A committed file under the DAG's root and a forged, unfinished delete-mode reprocess of it (as the
+    bucket's writer could write it: the epoch record alone), naming the host file too if ``outside``."""
+    store = open_store(forged.store_uri + f"-m{uuid.uuid4().hex[:6]}", **forged.options)
+    epoch = store.begin_epoch(owner="dag_a/t/R", output_roots=[forged.own_output]).number
+    checkpoint_id = new_checkpoint_id()
+    name = f"part-{uuid.uuid4().hex[:8]}.parquet"
+    path = f"{forged.own_output}/{name}"
+    store.record_intent(checkpoint_id, [path], epoch=epoch)
+    open_blobs(forged.own_output, **forged.options).put(name, b"committed rows")
+    store.stage_keys(checkpoint_id, ["k"])
+    store.stage_files(checkpoint_id, [FileMetadata(path=path, size_bytes=14, num_rows=1)])
+    store.checkpoint(checkpoint_id, epoch=epoch, partition=0)
+    store.end_epoch(epoch, status=EpochStatus.SUCCEEDED)
+    store.commit()
+    plan = store.preview_reprocess(Selection(epochs=[epoch]), delete=True)
+    data = plan.to_json()
+    if outside:
+        data["files"].append(dict(data["files"][0], path=forged.host_file.as_uri()))
+    epoch_record = Epoch(
+        number=plan.new_epoch or 0,
+        owner="reprocess:attacker",
+        created_at="2026-01-01T00:00:00Z",
+        base=plan.new_base,
+        base_snapshot=plan.snapshot_from,
+        expected_partitions=None,
+        metadata={"action": "reprocess", "maintenance": True},
+    ).to_json() | {"maintenance": data}
+    store.blobs.put(f"epochs/{plan.new_epoch:08d}.json", json.dumps(epoch_record).encode())
+    return store, name
+
+
+@pytest.mark.parametrize("outside", [False, True], ids=["in-roots", "outside-roots"])
+def test_a_forged_maintenance_epoch_is_not_run_without_its_preview_and_can_be_abandoned(
+    forged: Forged, outside: bool
+) -> None:
+    store, name = _forged_maintenance(forged, outside=outside)
+    output = open_blobs(forged.own_output, **forged.options)
+    plan = store.preview_resume()
+    assert plan is not None and plan.action == "reprocess" and len(plan.files) == (2 if outside else 1)
+    assert bool(plan.refused_paths) == outside
+    with pytest.raises(CheckpointError):
+        store.resume_reprocess(expected="0" * 64)  # not what a person saw
+    if outside:
+        with pytest.raises(CheckpointError, match="outside the output roots"):
+            store.resume_reprocess(expected=plan)
+    assert output.get(name)[0] == b"committed rows"
+    forged.untouched()
+    with pytest.raises(CheckpointError):
+        store.begin_epoch(owner="dag_a/t/R2")  # the unfinished intent blocks the DAG...
+    abandoned = store.abandon_maintenance(expected=plan, requested_by="editor")
+    assert abandoned.new_epoch == plan.new_epoch
+    assert store.preview_resume() is None
+    store.begin_epoch(owner="dag_a/t/R2", output_roots=[forged.own_output])  # ...until it is abandoned
+    assert output.get(name)[0] == b"committed rows"
+    forged.untouched()

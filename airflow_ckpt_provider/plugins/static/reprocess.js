@@ -14,6 +14,7 @@
   var resultBox = document.getElementById("reprocess-result");
   var history = panel.querySelector("[data-testid=reprocess-history]");
   var resumeButton = panel.querySelector("[data-testid=resume-button]");
+  var abandonButton = panel.querySelector("[data-testid=abandon-button]");
   var mode = "reprocess";  // or "rewind", "undo", "purge"
   var target = null;       // undo / purge: the reprocess's epoch
   var confirmed = null;    // the preview the person is looking at
@@ -79,10 +80,13 @@
     document.getElementById("rewind-select").hidden = mode !== "rewind";
     form.elements["delete"].parentNode.hidden = !(mode === "reprocess" || mode === "rewind");
     title.textContent = { reprocess: "Reprocess", rewind: "Rewind", undo: "Undo reprocess " + target,
-                          purge: "Purge the quarantine of reprocess " + target }[mode];
-    confirmButton.textContent = { reprocess: "Reprocess", rewind: "Rewind", undo: "Undo", purge: "Purge" }[mode];
+                          purge: "Purge the quarantine of reprocess " + target,
+                          resume: "Resume the unfinished action (as its record says)",
+                          abandon: "Abandon the unfinished action (its plan is not run)" }[mode];
+    confirmButton.textContent = { reprocess: "Reprocess", rewind: "Rewind", undo: "Undo", purge: "Purge",
+                                  resume: "Resume", abandon: "Abandon" }[mode];
     dialog.showModal();
-    if (mode === "undo" || mode === "purge") { preview(); }
+    if (mode !== "reprocess" && mode !== "rewind") { preview(); }
   }
 
   function preview() {
@@ -116,7 +120,12 @@
         list.appendChild(more);
       }
       confirmed = { body: body, fingerprint: plan.fingerprint };
-      confirmButton.disabled = plan.nothing_to_do || plan.refused_paths.length > 0;
+      // A plan naming files outside the DAG's output roots is never run; it can only be abandoned.
+      confirmButton.disabled = mode !== "abandon" && (plan.nothing_to_do || plan.refused_paths.length > 0);
+      if (plan.refused_paths.length > 0) {
+        testid("preview-text").textContent = "Refused: " + plan.refused_paths.length +
+          " file(s) outside the DAG's output roots, e.g. " + plan.refused_paths.slice(0, 3).join(", ");
+      }
     }).catch(function (err) {
       testid("preview-text").textContent = "The request failed: " + err;
     });
@@ -154,6 +163,7 @@
       tbody.textContent = "";
       history.hidden = rows.length === 0;
       resumeButton.hidden = !(body.can_edit && rows.some(function (r) { return !r.finished_at; }));
+      abandonButton.hidden = resumeButton.hidden;
       rows.forEach(function (r) {
         var tr = document.createElement("tr");
         tr.setAttribute("data-epoch", String(r.epoch));
@@ -186,16 +196,9 @@
 
   panel.querySelector("[data-testid=reprocess-button]").addEventListener("click", function () { open("reprocess"); });
   panel.querySelector("[data-testid=rewind-button]").addEventListener("click", function () { open("rewind"); });
-  resumeButton.addEventListener("click", function () {
-    show("warn", "Resuming…");
-    post("reprocess", { dag_id: data.dag_id, task_id: data.task_id, run_id: data.run_id, map_index: data.map_index,
-                        action: "resume" })
-      .then(function (answer) {
-        show(answer.status === 200 ? "ok" : "error", answer.status === 200 ? "Resumed and finished." :
-          "Not done (HTTP " + answer.status + "): " + detail(answer));
-        loadHistory();
-      });
-  });
+  // Resume and abandon are confirmed like the action itself: the plan's preview, then its fingerprint.
+  resumeButton.addEventListener("click", function () { open("resume"); });
+  abandonButton.addEventListener("click", function () { open("abandon"); });
   testid("reprocess-preview").addEventListener("click", preview);
   // Any change after the preview: the person must look at a new preview before confirming.
   ["input", "change"].forEach(function (type) {

@@ -8,6 +8,7 @@ the fence; create the maintenance epoch; run the steps (docs/reprocess.md).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -143,10 +144,53 @@ class Reprocessor:
             purged=tuple(sorted(p for r in results for p in r.purged)),
         )
 
-    def resume(self) -> ReprocessResult | None:
+    def preview_resume(self) -> ReprocessPlan | None:
+        """The unfinished maintenance plan as the store records it, with ``refused_paths``: its files
+        outside the output roots (a resume refuses while any). None when nothing is unfinished."""
         view = StoreView.read(self.store)
         unfinished = self._unfinished(view)
-        return None if unfinished is None else self._finish(view, unfinished)
+        if unfinished is None:
+            return None
+        return self._with_refusals(view, unfinished)
+
+    def resume(self, *, expected: Expected = None) -> ReprocessResult | None:
+        view = StoreView.read(self.store)
+        unfinished = self._unfinished(view)
+        if unfinished is None:
+            return None
+        plan = self._with_refusals(view, unfinished)
+        self._check_expected(plan, expected)
+        if plan.refused_paths and plan.action != PURGE:
+            raise UnsafePathError(
+                f"the unfinished {plan.action} of {self.store.uri} (epoch {plan.new_epoch}) names "
+                f"{len(plan.refused_paths)} file(s) outside the output roots (e.g. {list(plan.refused_paths[:3])}): "
+                "it was not made by this store's DAG and is not resumed. Nothing was changed; abandon it "
+                "(`airflow-ckpt abandon`, or Abandon in the Checkpoints tab) and run `airflow-ckpt check`"
+            )
+        return self._finish(view, unfinished)
+
+    def abandon(self, *, expected: Expected, requested_by: str | None) -> ReprocessPlan:
+        """End the unfinished maintenance epoch as failed without running its plan (a forged or
+        unwanted intent). ``expected``: the fingerprint of :meth:`preview_resume` the person saw."""
+        view = StoreView.read(self.store)
+        unfinished = self._unfinished(view)
+        if unfinished is None or unfinished.new_epoch is None:
+            raise StoreChangedError(f"{self.store.uri} has no unfinished reprocess, rewind, undo or purge any more")
+        plan = self._with_refusals(view, unfinished)
+        self._check_expected(plan, expected)
+        self.store.epoch_log.write_end(
+            unfinished.new_epoch,
+            EpochStatus.FAILED,
+            {"reason": "abandoned: its plan was not run", "abandoned_by": requested_by, "files": len(plan.files)},
+        )
+        return plan
+
+    def _with_refusals(self, view: StoreView, plan: ReprocessPlan) -> ReprocessPlan:
+        if plan.action == PURGE:  # a purge deletes only the store's own quarantine records
+            return plan
+        allowed = output_guard(view).allows
+        refused = tuple(sorted(f.path for f in plan.files if not allowed(f.path)))
+        return dataclasses.replace(plan, refused_paths=refused)
 
     def records(self) -> list[ReprocessRecord]:
         view = StoreView.read(self.store)
