@@ -93,8 +93,9 @@ MAX_ID_LENGTH = 250
 ACTIONS = ("clear", "discard")
 #: What every response says about framing: only Airflow's own pages may show these in an iframe.
 FRAME_HEADERS = {"X-Frame-Options": "SAMEORIGIN", "Content-Security-Policy": "frame-ancestors 'self'"}
-#: Bytes of a refused action's body read to say, in the audit log, which task it was aimed at.
-_AUDIT_BODY_LIMIT = 4096
+#: Bytes of a refused action's body read to say, in the audit log, which task it was aimed at (a reprocess
+#: body lists up to 10,000 keys; a refused one with a huge key must still name its task).
+_AUDIT_BODY_LIMIT = 1 << 20
 
 
 class ActionBody(BaseModel):
