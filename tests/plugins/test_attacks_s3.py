@@ -1,4 +1,4 @@
-"""Issue 28's reproduction on a real ``airflow api-server`` and the suite's SeaweedFS: alice (editor
+"""The attack on a store's own records, on a real ``airflow api-server`` and the suite's SeaweedFS: alice (editor
 of team A's DAG) writes her task's S3 store prefix as every Spark executor of her job can, and
 forges records declaring ``file:///`` on the API server's host and a root in another bucket.
 

@@ -1,4 +1,4 @@
-"""Every bad input of a reprocess action is a 422 with an audit entry, never a 500 (issue 28, B).
+"""Every bad input of a reprocess action is a 422 with an audit entry, never a 500 (docs/security.md).
 A preview (a read) with the same input is a 422 too, unaudited like every preview."""
 
 from __future__ import annotations
