@@ -121,13 +121,12 @@ def resolve_target(target: StoreTarget) -> ResolvedTarget:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         sys.stderr.write(
             f"airflow-ckpt: note: Airflow's metadata DB cannot be read ({reason}): using the [ckpt] default "
-            "location of the task instance; if its operator names a checkpoint_uri, pass that URI instead\n"
+            "location of a run without a logical date (run=<run id>); if the run has a logical date or its operator "
+            "names a checkpoint_uri, pass the store URI instead\n"
         )
     if found is None:
         return ResolvedTarget(_default_store_uri(target, target.aws_conn_id), None, SOURCE_DEFAULT, roots)
-    if found.source != SOURCE_DEFAULT or found.spark_task_id is not None:
-        return ResolvedTarget(found.uri, found.aws_conn_id, found.source, roots)
-    return ResolvedTarget(_default_store_uri(target, found.aws_conn_id), found.aws_conn_id, found.source, roots)
+    return ResolvedTarget(found.uri, found.aws_conn_id, found.source, roots)
 
 
 def _check_map_index(session: Any, target: StoreTarget) -> None:
@@ -150,18 +149,14 @@ def _check_map_index(session: Any, target: StoreTarget) -> None:
 
 
 def _default_store_uri(target: StoreTarget, aws_conn_id: str | None) -> str:
-    """Like the operator: the default location, or a store 0.1 left at its old location for this task instance."""
+    """Like the operator: the default location of the task instance's job. Without the metadata DB its
+    run's logical date is unknown: the location of a run without one (``run={run_id}``)."""
     from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
+    from airflow_ckpt_provider.hooks.default_location import JobIdentity
 
     assert target.dag_id and target.task_id and target.run_id
-    return CheckpointHook.for_task_instance(
-        None,
-        dag_id=target.dag_id,
-        task_id=target.task_id,
-        run_id=target.run_id,
-        map_index=target.map_index,
-        aws_conn_id=aws_conn_id,
-    ).uri
+    job = JobIdentity(target.dag_id, target.task_id, target.run_id, None, target.map_index)
+    return CheckpointHook.for_task_instance(None, job, aws_conn_id=aws_conn_id).uri
 
 
 def resolve_uri(target: StoreTarget) -> str:

@@ -12,9 +12,8 @@ from airflow.sdk.log import mask_secret
 
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
 from airflow_ckpt_provider.hooks.connections import ConnectionLookup, StoreConnectionError, task_connection
-from airflow_ckpt_provider.hooks.default_location import adopt_legacy
+from airflow_ckpt_provider.hooks.default_location import JobIdentity
 from airflow_ckpt_provider.store import (
-    CheckpointError,
     CheckpointStore,
     ClearResult,
     InvalidStoreUriError,
@@ -95,68 +94,24 @@ class CheckpointHook(BaseHook):
         )
 
     @staticmethod
-    def resolve_uri(
-        checkpoint_uri: str | None,
-        *,
-        dag_id: str,
-        task_id: str,
-        run_id: str,
-        map_index: int = -1,
-        config: CheckpointConfig | None = None,
-    ) -> str:
-        """``checkpoint_uri`` if given, else the configured default for this task instance
-        (``map_index`` -1: not mapped). Reads no store: see :meth:`for_task_instance`."""
+    def resolve_uri(checkpoint_uri: str | None, job: JobIdentity, config: CheckpointConfig | None = None) -> str:
+        """``checkpoint_uri`` if given, else the configured default location of ``job``. Reads no store."""
         if checkpoint_uri and checkpoint_uri.strip():
             return checkpoint_uri.strip()
-        return (config or CheckpointConfig.load()).default_store_uri(dag_id, task_id, run_id, map_index)
+        return (config or CheckpointConfig.load()).default_store_uri(job)
 
     @classmethod
     def for_task_instance(
         cls,
         checkpoint_uri: str | None,
+        job: JobIdentity,
         *,
-        dag_id: str,
-        task_id: str,
-        run_id: str,
-        map_index: int = -1,
         aws_conn_id: str | None = None,
         config: CheckpointConfig | None = None,
     ) -> CheckpointHook:
-        """The hook of a task instance's store: ``checkpoint_uri``, else the default location.
-
-        A store that 0.1 created at its (non-injective) location for this unmapped task
-        instance is resumed there as long as the new location holds no store yet, so a
-        run that failed before an upgrade resumes after it: one listing of each location.
-        """
+        """The hook of a task instance's store: ``checkpoint_uri``, else the default location of its job."""
         config = config or CheckpointConfig.load()
-        uri = cls.resolve_uri(
-            checkpoint_uri, dag_id=dag_id, task_id=task_id, run_id=run_id, map_index=map_index, config=config
-        )
-        hook = cls(uri, aws_conn_id=aws_conn_id, config=config)
-        named = bool(checkpoint_uri and checkpoint_uri.strip())
-        legacy_uri = config.legacy_store_uri(dag_id, task_id, run_id)
-        if named or map_index >= 0 or legacy_uri == uri:
-            return hook
-        try:
-            if hook.get_store().current_epoch() is not None:
-                return hook
-            legacy = cls(legacy_uri, aws_conn_id=aws_conn_id, config=config)
-            owners = [epoch.owner for epoch in legacy.get_store().list_epochs()]
-        except CheckpointError as exc:  # the new location is used; its own errors surface there
-            log.info("could not look for a store at the 0.1 location %s: %s", legacy_uri, exc)
-            return hook
-        if not adopt_legacy(owners, dag_id, task_id, run_id):
-            return hook
-        log.warning(
-            "Using the store of %s/%s/%s at its 0.1 location %s (the default location is now %s); "
-            "runs started after the upgrade use the new one",
-            dag_id,
-            task_id,
-            run_id,
-            legacy_uri,
-            uri,
-        )
-        return legacy
+        return cls(cls.resolve_uri(checkpoint_uri, job, config), aws_conn_id=aws_conn_id, config=config)
 
     @property
     def uri(self) -> str:

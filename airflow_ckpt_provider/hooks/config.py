@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from airflow.sdk.configuration import conf
 
-from airflow_ckpt_provider.hooks.default_location import default_location, legacy_location, path_segment
+from airflow_ckpt_provider.hooks.default_location import JobIdentity, default_location, path_segment
 from airflow_ckpt_provider.store import RetentionPolicy
 
 SECTION = "ckpt"
@@ -69,12 +69,8 @@ class CheckpointConfig:
         """``base_uri``, or with none the local ``$AIRFLOW_HOME/checkpoints``."""
         return self.base_uri.rstrip("/") if self.base_uri else os.path.join(airflow_home(), "checkpoints")
 
-    def default_store_uri(self, dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> str:
-        """One store per task instance: ``{base}/{dag_id}/{task_id}/{run_id}``, and
-        ``.../map_index={i}`` for mapped instance ``i`` (ids spelled as ``default_location.py`` says).
-        """
-        return default_location(self.store_base, dag_id, task_id, run_id, map_index)
-
-    def legacy_store_uri(self, dag_id: str, task_id: str, run_id: str) -> str:
-        """Where 0.1 put the default store (see ``default_location.legacy_location``)."""
-        return legacy_location(self.store_base, dag_id, task_id, run_id)
+    def default_store_uri(self, job: JobIdentity) -> str:
+        """One store per job: ``{base}/{dag_id}/{task_id}/date={logical date}`` (or ``run={run_id}``
+        for a run without a logical date), ``.../map_index={i}`` for mapped instance ``i``
+        (spelled as ``default_location.py`` says)."""
+        return default_location(self.store_base, job)

@@ -1,10 +1,18 @@
 """Where a task instance keeps its checkpoints when its operator names no store.
 
-One location per (dag_id, task_id, run_id, map_index), never shared by two of them
-(docs/airflow.md, "Default store location"):
+One location per *job*: every run that writes the same output shares it (docs/airflow.md,
+"Default store location"). Two task instances are the same job when they have the same
+(dag_id, task_id, map_index) and the same logical date; a run without a logical date (an
+asset-triggered run) is a job of its own, by run id:
 
-    {base}/{dag_id}/{task_id}/{run_id}                      unmapped task
-    {base}/{dag_id}/{task_id}/{run_id}/map_index={i}        mapped instance i
+    {base}/{dag_id}/{task_id}/date={logical date, UTC}[/map_index={i}]
+    {base}/{dag_id}/{task_id}/run={run_id}[/map_index={i}]       no logical date
+
+A retry, a Clear of a finished run, a second trigger of the same logical date, ``airflow dags
+test`` twice and a backfill's re-run of a day therefore find what earlier runs of that output did:
+a failed run's sealed keys (resumed) or the committed output (replaced or skipped, docs/airflow.md
+"Re-running a day"). The date is spelled ``YYYY-MM-DD`` at midnight UTC, else
+``YYYY-MM-DDTHHMMSS[.ffffff]Z``.
 
 Each id becomes one path segment that is safe in an S3 key, a URI and a file name:
 an id made only of ``[a-z0-9._-]`` (not starting with a dot) is used as it is; any
@@ -13,17 +21,16 @@ and 12 hex digits of the SHA-256 of the raw id. A plain segment never contains `
 so it never equals a hashed one; two hashed segments are equal only if their hashes
 are, so distinct ids give distinct segments — also on case-insensitive disks, since a
 plain segment is lower-case and the hash is of the id as written.
-
-Before 0.2 every unsafe character became ``_`` and mapped instances shared one store
-(:func:`legacy_location`); :func:`adopt_legacy` says when a store there still belongs
-to a task instance.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 _PLAIN = re.compile(r"[a-z0-9_-][a-z0-9._-]*")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -48,38 +55,59 @@ def map_index_segment(map_index: int) -> str:
     return f"{MAP_INDEX_PREFIX}{int(map_index)}"
 
 
-def default_location(base: str, dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> str:
-    """The store of one task instance under ``base`` (``map_index`` -1: not mapped)."""
-    segments = [path_segment(s) for s in (dag_id, task_id, run_id)]
-    if map_index >= 0:
-        segments.append(map_index_segment(map_index))
-    return f"{base.rstrip('/')}/{'/'.join(segments)}"
+DATE_PREFIX = "date="
+RUN_PREFIX = "run="
 
 
-def legacy_path_segment(value: str) -> str:
-    """The segment 0.1 used: every unsafe run of characters spelled ``_`` (not injective)."""
-    cleaned = _UNSAFE.sub("_", value).strip("._")
-    return cleaned or "_"
+def date_segment(logical_date: dt.datetime) -> str:
+    """The segment of a logical date (UTC; a naive date is taken as UTC)."""
+    utc = logical_date.replace(tzinfo=dt.UTC) if logical_date.tzinfo is None else logical_date.astimezone(dt.UTC)
+    if (utc.hour, utc.minute, utc.second, utc.microsecond) == (0, 0, 0, 0):
+        return f"{DATE_PREFIX}{utc:%Y-%m-%d}"
+    fraction = f".{utc.microsecond:06d}" if utc.microsecond else ""
+    return f"{DATE_PREFIX}{utc:%Y-%m-%dT%H%M%S}{fraction}Z"
 
 
-def legacy_location(base: str, dag_id: str, task_id: str, run_id: str) -> str:
-    """Where 0.1 put the store of (dag_id, task_id, run_id), mapped or not."""
-    segments = "/".join(legacy_path_segment(s) for s in (dag_id, task_id, run_id))
-    return f"{base.rstrip('/')}/{segments}"
+@dataclass(frozen=True)
+class JobIdentity:
+    """What makes runs "the same job" (they write the same output and share one store and history):
+    the task, its map index, and the run's logical date — or, for a run without one, its run id."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    logical_date: dt.datetime | None = None
+    map_index: int = -1
+
+    def segments(self) -> list[str]:
+        when = (
+            date_segment(self.logical_date) if self.logical_date is not None else RUN_PREFIX + path_segment(self.run_id)
+        )
+        segments = [path_segment(self.dag_id), path_segment(self.task_id), when]
+        if self.map_index >= 0:
+            segments.append(map_index_segment(self.map_index))
+        return segments
+
+    def key(self) -> str:
+        """The job as one string, recorded in the epochs and commits it makes (``store/rerun.py``)."""
+        return "/".join(self.segments())
+
+    @classmethod
+    def from_context(cls, context: Mapping[str, Any], task_id: str, dag_id: str | None = None) -> JobIdentity:
+        """The job of ``task_id`` in the DAG run of an Airflow task ``context`` (its own map index)."""
+        ti = context.get("ti")
+        dag_run = context.get("dag_run")
+        map_index = getattr(ti, "map_index", None)
+        logical_date = getattr(dag_run, "logical_date", None)
+        return cls(
+            dag_id=dag_id or str(getattr(ti, "dag_id", None) or getattr(dag_run, "dag_id", None) or ""),
+            task_id=task_id,
+            run_id=str(context["run_id"]),
+            logical_date=logical_date if isinstance(logical_date, dt.datetime) else None,
+            map_index=map_index if isinstance(map_index, int) and map_index >= 0 else -1,
+        )
 
 
-def legacy_owner(dag_id: str, task_id: str, run_id: str) -> str:
-    """The epoch owner 0.1's operator recorded."""
-    return f"{dag_id}/{task_id}/{run_id}"
-
-
-def adopt_legacy(owners: Iterable[str | None], dag_id: str, task_id: str, run_id: str) -> bool:
-    """Whether a store at the legacy location, whose epochs name ``owners``, is this task's.
-
-    Only if submits of exactly this (dag, task, run) opened its epochs: the legacy
-    spelling maps ``a:b`` and ``a_b`` to one place, and a store that another run (or
-    several mapped instances at once) wrote must not be resumed by this one. Owners
-    that are not task instances (``clear``, ``discard_uncommitted``) do not count.
-    """
-    task_owners = {owner for owner in owners if owner and "/" in owner}
-    return task_owners == {legacy_owner(dag_id, task_id, run_id)}
+def default_location(base: str, job: JobIdentity) -> str:
+    """The store of ``job`` under ``base``."""
+    return f"{base.rstrip('/')}/{'/'.join(job.segments())}"

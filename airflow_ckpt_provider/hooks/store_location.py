@@ -15,11 +15,12 @@ the store(s) of that ``CheckpointedSparkSubmitOperator`` in the same DAG run
 * submit mapped and this task not mapped: the store of every mapped instance.
 
 Each store comes from the submit instance's XCom (the store it really used), else from
-its default location.
+its default location (the job's: same task, map index and logical date).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_ckpt_provider.contract import PLAN_XCOM_KEY, RETURN_XCOM_KEY, XCOM_STORE_URI
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
+from airflow_ckpt_provider.hooks.default_location import JobIdentity
 from airflow_ckpt_provider.store import CheckpointError, InvalidStoreUriError
 
 if TYPE_CHECKING:
@@ -108,14 +110,8 @@ def task_stores(
                 uri = str(value[XCOM_STORE_URI])
                 break
         if uri is None:
-            uri = CheckpointHook.for_task_instance(
-                None,
-                dag_id=ti.dag_id,
-                task_id=spark_task_id,
-                run_id=context["run_id"],
-                map_index=map_index,
-                aws_conn_id=aws_conn_id,
-            ).uri
+            job = dataclasses.replace(JobIdentity.from_context(context, spark_task_id, ti.dag_id), map_index=map_index)
+            uri = CheckpointHook.for_task_instance(None, job, aws_conn_id=aws_conn_id).uri
         stores.append(TaskStore(uri, map_index, submitted, plan))
     return stores
 

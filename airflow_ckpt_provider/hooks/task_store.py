@@ -7,7 +7,8 @@ store a task's *operator* names, in this order (docs/security.md, "Which store a
    (Airflow records rendered template fields when the task runs);
 2. the same fields in the serialized DAG of the task instance's DAG version (a task that has
    not run yet), unless they are templates (then the store is not known yet: an error);
-3. the ``[ckpt]`` default location for (dag, task, run).
+3. the ``[ckpt]`` default location of the task instance's job (dag, task, map index, and its run's
+   logical date).
 
 A store-facing task without a ``checkpoint_uri`` of its own (commit, clear, sensor with
 ``spark_task_id``) works on its Spark task's store, resolved the same way. Never from XCom:
@@ -17,6 +18,7 @@ API, and could point the page, and its Clear button, at any other store.
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -27,6 +29,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
+from airflow_ckpt_provider.hooks.default_location import JobIdentity
 from airflow_ckpt_provider.store.errors import CheckpointError
 
 #: The operator fields that name a store (template fields of the provider's operators).
@@ -205,6 +208,16 @@ def _lowest_map_index(session: Session, dag_id: str, task_id: str, run_id: str) 
     return int(lowest) if lowest is not None else -1
 
 
+def job_identity(session: Session, dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> JobIdentity:
+    """The job of a task instance (its default store location): its run's logical date from the DB."""
+    from airflow.models.dagrun import DagRun
+
+    logical_date = session.scalar(select(DagRun.logical_date).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+    return JobIdentity(
+        dag_id, task_id, run_id, logical_date if isinstance(logical_date, dt.datetime) else None, map_index
+    )
+
+
 def _text(value: Any) -> str | None:
     if isinstance(value, str) and value.strip() and value.strip() != "None":
         return value.strip()
@@ -228,16 +241,14 @@ def configured_store(
         spark = _fields(session, dag_id, spark_task_id, run_id, map_index)
         spark_uri = _text(spark.values.get(URI_FIELD))
         return ConfiguredStore(
-            uri=CheckpointHook.resolve_uri(
-                spark_uri, dag_id=dag_id, task_id=spark_task_id, run_id=run_id, map_index=map_index
-            ),
+            uri=CheckpointHook.resolve_uri(spark_uri, job_identity(session, dag_id, spark_task_id, run_id, map_index)),
             aws_conn_id=conn or _text(spark.values.get(CONN_FIELD)),
             source=spark.source if spark_uri else SOURCE_DEFAULT,
             spark_task_id=spark_task_id,
             checkpoint_task=fields.checkpoint_task,
         )
     return ConfiguredStore(
-        uri=CheckpointHook.resolve_uri(uri, dag_id=dag_id, task_id=task_id, run_id=run_id, map_index=map_index),
+        uri=CheckpointHook.resolve_uri(uri, job_identity(session, dag_id, task_id, run_id, map_index)),
         aws_conn_id=conn,
         source=fields.source if uri else SOURCE_DEFAULT,
         checkpoint_task=fields.checkpoint_task,

@@ -33,9 +33,11 @@ from airflow_ckpt_provider.contract import (
 )
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
+from airflow_ckpt_provider.hooks.default_location import JobIdentity
 from airflow_ckpt_provider.operators import metrics
 from airflow_ckpt_provider.store import CheckpointStore, Epoch, EpochFencedError, EpochStatus
 from airflow_ckpt_provider.store.owner import OWNER_METADATA_KEY, EpochOwner, MappedInstanceConflictError
+from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, OnRerun, RerunAction, RerunPlan
 from airflow_ckpt_provider.triggers.driver import DriverRef
 
 if TYPE_CHECKING:
@@ -94,9 +96,10 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
     ``env_vars``, ...) plus:
 
     :param checkpoint_uri: the store (``file:///…``, ``/abs/path`` or ``s3://bucket/prefix``).
-        Templated. Default: ``{[ckpt] base_uri}/{dag_id}/{task_id}/{run_id}``, or with no
-        base URI ``$AIRFLOW_HOME/checkpoints/{dag_id}/{task_id}/{run_id}``; each mapped
-        instance adds ``/map_index={i}`` (its own store, epochs, resume, plan and result).
+        Templated. Default: one store per job, shared by every run of the same output:
+        ``{[ckpt] base_uri}/{dag_id}/{task_id}/date={logical date}`` (``run={run_id}`` for a run
+        without a logical date), or with no base URI under ``$AIRFLOW_HOME/checkpoints``; each
+        mapped instance adds ``/map_index={i}`` (its own store, epochs, resume, plan and result).
     :param aws_conn_id: ``aws`` connection for ``s3://`` stores (templated; default ``[ckpt] aws_conn_id``).
     :param output_roots: the output directories the job writes under (templated; a string or a
         list). Recorded in the epoch the submit opens: commit, discard and clear delete output
@@ -105,6 +108,12 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
     :param takeover_open_epoch: take over an epoch that another owner holds open (use when
         that submit is known to be dead). Without it such a submit fails fast with
         ``EpochConflictError`` and nothing is changed.
+    :param on_rerun: what a run does when its job's output is already committed and its keys were not
+        kept (``delete_after_success``): ``replace`` (default: process every key again; the commit
+        retracts the earlier commit's files, so a reader never sees both) or ``skip`` (submit nothing:
+        the committed output stays, the commit finds it committed). A job is this task, its map index
+        and the run's logical date (docs/airflow.md, "Re-running a day"); ``retain`` stores always run
+        incrementally. Templated.
     :param wait_for_completion: in cluster deploy modes, ``False`` returns as soon as the
         driver is accepted and leaves the epoch open: a deferrable ``CheckpointSensor`` then
         waits for the partitions without holding a worker slot, and the commit closes the
@@ -121,6 +130,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         "checkpoint_uri",
         "aws_conn_id",
         "output_roots",
+        "on_rerun",
     )
     ui_color = "#f7c873"
 
@@ -132,9 +142,11 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         output_roots: Sequence[str] | str | None = None,
         takeover_open_epoch: bool = False,
         wait_for_completion: bool = True,
+        on_rerun: OnRerun | str = OnRerun.REPLACE,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.on_rerun = on_rerun
         self.checkpoint_uri = checkpoint_uri
         self.aws_conn_id = aws_conn_id
         self.output_roots = output_roots
@@ -146,6 +158,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         self._reattached = False
         self._detached = False
         self._external_id: Any = None
+        self._rerun: RerunPlan | None = None
 
     # ------------------------------------------------------------------ helpers
 
@@ -153,16 +166,13 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         map_index = getattr(context.get("ti"), "map_index", None)
         return EpochOwner(self.dag_id, self.task_id, context["run_id"], map_index if isinstance(map_index, int) else -1)
 
+    def _job(self, context: Context) -> JobIdentity:
+        return JobIdentity.from_context(context, self.task_id, self.dag_id)
+
     def checkpoint_hook(self, context: Context) -> CheckpointHook:
         if self._ckpt_hook is None:
-            owner = self._owner(context)
             self._ckpt_hook = CheckpointHook.for_task_instance(
-                self.checkpoint_uri,
-                dag_id=owner.dag_id,
-                task_id=owner.task_id,
-                run_id=owner.run_id,
-                map_index=owner.map_index,
-                aws_conn_id=self.aws_conn_id,
+                self.checkpoint_uri, self._job(context), aws_conn_id=self.aws_conn_id
             ).with_trusted_output_roots(self._declared_output_roots())
         return self._ckpt_hook
 
@@ -211,6 +221,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
             takeover=self.takeover_open_epoch,
             output_roots=self._declared_output_roots(),
             metadata={
+                JOB_METADATA_KEY: self._job(context).key(),
                 "dag_id": self.dag_id,
                 "task_id": self.task_id,
                 "run_id": context["run_id"],
@@ -220,6 +231,8 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
             },
         )
         plan = self._plan(store, epoch) | {XCOM_AWS_CONN_ID: self.aws_conn_id, "map_index": owner.map_index}
+        if self._rerun is not None:
+            plan["rerun"] = self._rerun.to_json()
         self.log.info(
             "Opened epoch %d of %s: skipping %d keys already done in %d valid checkpoints%s",
             epoch.number,
@@ -314,6 +327,11 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         self._external_id = None
         started = time.monotonic()
         store = self.checkpoint_hook(context).get_store()
+        rerun = store.rerun_plan(self._job(context).key(), OnRerun(str(self.on_rerun).strip().lower()))
+        self.log.info("Job %s on %s: %s", self._job(context).key(), store.uri, rerun.describe())
+        self._rerun = rerun
+        if rerun.action is RerunAction.SKIP:
+            return self._skipped(context, store, rerun)
         try:
             super().execute(context)
         except BaseException:
@@ -371,6 +389,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
             "epoch": handoff.epoch,
             XCOM_DEGRADED: degraded,
             "reattached": self._submitted is None,
+            "rerun": None if self._rerun is None else self._rerun.to_json(),
             "duration_seconds": round(time.monotonic() - started, 3),
         }
         tags = metrics.task_tags(context)
@@ -384,6 +403,20 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
                 handoff.epoch,
             )
         self.log.info("Checkpointed job finished: %s", summary)
+        return summary
+
+    def _skipped(self, context: Context, store: CheckpointStore, rerun: RerunPlan) -> dict[str, Any]:
+        """on_rerun="skip" over committed output: no submit, no epoch; the commit finds it committed."""
+        summary = {
+            XCOM_STORE_URI: store.uri,
+            XCOM_AWS_CONN_ID: self.aws_conn_id,
+            "map_index": self._owner(context).map_index,
+            "epoch": rerun.live_commit,
+            XCOM_DEGRADED: False,
+            "rerun": rerun.to_json(),
+            "skipped": True,
+        }
+        self.log.info('on_rerun="skip": commit %s of %s is live; nothing submitted', rerun.live_commit, store.uri)
         return summary
 
     def _result_from_log(self) -> dict[str, Any] | None:

@@ -14,6 +14,7 @@ from airflow_ckpt_provider.display.deletion_preview import DeletionPreview, prev
 from airflow_ckpt_provider.plugins.ownership import owner_dag_id
 from airflow_ckpt_provider.plugins.problems import display_uri
 from airflow_ckpt_provider.store import CheckpointStore, Epoch
+from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, RerunAction
 
 #: The view lists at most this many checkpoints (newest first); the counts cover all.
 MAX_CHECKPOINT_ROWS = 200
@@ -72,6 +73,33 @@ def _epoch_json(epoch: Any) -> dict[str, Any]:
     }
 
 
+def _committed_figures(progress: dict[str, Any]) -> None:
+    """After a commit whose retention deleted the checkpoints (``delete_after_success``), the live
+    counters are all 0: show what the commit made authoritative instead (``figures``: "committed")."""
+    last = progress.get("last_commit") or {}
+    if not progress.get("committed") or progress.get("valid_checkpoints") or not last:
+        progress["figures"] = "checkpoints"
+        return
+    progress["figures"] = "committed"
+    progress["keys_done"] = int(last.get("keys_committed") or 0)
+    progress["sealed_partitions"] = int(last.get("checkpoints_committed") or 0)
+    progress["files"] = int(last.get("files_committed") or 0)
+    progress["rows"] = int(last.get("rows_committed") or 0)
+    progress["bytes"] = int(last.get("bytes_committed") or 0)
+
+
+def rerun_json(store: CheckpointStore, latest: Epoch | None) -> dict[str, Any]:
+    """Whose output is live and what the next run of the store's job does (resume / replace / skip...)."""
+    job = None if latest is None else latest.metadata.get(JOB_METADATA_KEY)
+    plan = store.rerun_plan(job if isinstance(job, str) else None)
+    body = plan.to_json()
+    body["job"] = job
+    body["description"] = plan.describe()
+    if plan.action is RerunAction.REPLACE:
+        body["description"] += ' (a submit with on_rerun="skip" skips it instead)'
+    return body
+
+
 def build_task_store_view(store: CheckpointStore) -> TaskStoreView:
     """Read the store (never changes it). Raises the store's typed errors."""
     uri = display_uri(store.uri)
@@ -80,6 +108,8 @@ def build_task_store_view(store: CheckpointStore) -> TaskStoreView:
     progress = state.to_json()
     progress["store_uri"] = uri
     progress["epoch"] = None if state.epoch is None else _epoch_json(state.epoch)
+    _committed_figures(progress)
+    progress["rerun"] = rerun_json(store, state.epoch)
     records = store.list_epochs()
     epochs = [_epoch_json(e) for e in reversed(records)]
     checkpoints = sorted(contents.checkpoints, key=lambda c: c.sealed_at, reverse=True)

@@ -17,7 +17,7 @@ from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.store.compaction import Compactor
 from airflow_ckpt_provider.store.context import StoreContext
 from airflow_ckpt_provider.store.deletion import StoreDeleter, SweepPlan
-from airflow_ckpt_provider.store.deletion_guard import canonical_uri
+from airflow_ckpt_provider.store.deletion_guard import DeletionGuard, canonical_uri
 from airflow_ckpt_provider.store.epochs import EpochLog
 from airflow_ckpt_provider.store.errors import (
     CommitRefusedError,
@@ -33,6 +33,7 @@ from airflow_ckpt_provider.store.records import commit_result_from_json, dumps, 
 from airflow_ckpt_provider.store.reprocess.lineage import write_lineage
 from airflow_ckpt_provider.store.reprocess.maintenance import refuse_unfinished_maintenance
 from airflow_ckpt_provider.store.reprocess.records import PLAN_FIELD
+from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, REPLACED_FIELD, superseded_files
 from airflow_ckpt_provider.store.state import StateReader, StoreState, key_sources, segment_intents
 
 
@@ -51,6 +52,9 @@ class _OrphanPlan:
     roots: tuple[str, ...]
     refused_records: list[str]
     undeclared: tuple[str, ...]
+    #: Files of earlier commits of the same job that this commit retracts (a re-run replaced them).
+    replaced: tuple[str, ...] = ()
+    guard: DeletionGuard | None = None
 
 
 class Committer:
@@ -110,6 +114,18 @@ class Committer:
             files_by_id = self._reader.files_by_checkpoint(state.valid)
             files = [f for c in state.valid for f in files_by_id[c.checkpoint_id]]
             guard = self._deleter.guard(output_roots)
+            job = epoch.metadata.get(JOB_METADATA_KEY)
+            job = job if isinstance(job, str) and job else None
+            # A re-run of a committed job: the earlier commits' files whose keys no longer count are retracted.
+            records = self._reader.commit_records()
+            replaced = superseded_files(
+                records,
+                job,
+                [*state.valid_ids, *state.folded],
+                [f.path for f in files],
+                canonical_uri,
+                self._reader.committed_paths(records),
+            )
             record = {
                 "epoch": epoch.number,
                 "checkpoint_ids": [c.checkpoint_id for c in state.valid],
@@ -118,6 +134,9 @@ class Committer:
                 "created_at": now(),
                 # Kept with the commit record: the roots outlive epoch records that retention prunes.
                 "output_roots": list(guard.root_uris),
+                JOB_METADATA_KEY: job,
+                "run_id": epoch.metadata.get("run_id") if isinstance(epoch.metadata.get("run_id"), str) else None,
+                REPLACED_FIELD: replaced,
             }
             # Listed before the record is written: unknown files refuse the commit with nothing changed.
             sweep = self._plan_orphans(state, record, output_roots, degraded=bool(record["degraded"]), files=files)
@@ -196,7 +215,9 @@ class Committer:
             else:
                 refused_records.append(f"{checkpoint_id}: {reason}")
 
-        known = authoritative | set(intents) | self._reader.committed_paths()
+        # The files this commit replaces are deleted by name after the sweep (_delete_orphans), never "unknown".
+        replaced = {canonical_uri(str(p)) for p in record.get(REPLACED_FIELD) or []} - authoritative
+        known = authoritative | set(intents) | self._reader.committed_paths() | replaced
         kept_by_name: dict[str, str] = {}
 
         def doomed_by_name(path: str) -> bool:
@@ -215,6 +236,8 @@ class Committer:
         kept_ids = {intents[p][0] for p in kept if p in intents} | set(kept_by_name.values())
         stale_ids = sorted(((state.sealed_ids() - valid_ids) | set(state.unsealed)) - kept_ids)
         return _OrphanPlan(
+            replaced=tuple(sorted(replaced)),
+            guard=guard,
             state=state,
             record=record,
             committed_files=committed_files,
@@ -253,6 +276,12 @@ class Committer:
         """Run the sweep ``plan`` listed and delete the stale checkpoint directories."""
         sweep = self._deleter.run_sweep(plan.listed)
         refused_records = [*plan.refused_records, *(f"{p}: refused by the deletion guard" for p in sweep.refused)]
+        replaced: list[str] = []
+        if plan.replaced:
+            guard = plan.guard or self._deleter.guard()
+            allowed = [p for p in plan.replaced if guard.allows(p)]
+            refused_records += [f"{p}: replaced, but {guard.refusal(p)}" for p in plan.replaced if p not in allowed]
+            replaced = self._deleter.delete_output_files(allowed, guard=guard)
         state = plan.state
         # Directories only: a segment's rows of stale checkpoints stay (never valid again) until cleanup.
         state.require_attempts()
@@ -272,6 +301,8 @@ class Committer:
             output_roots=plan.roots,
             refused_records=tuple(refused_records),
             undeclared_output_files=plan.undeclared,
+            replaced_files=tuple(sorted(replaced)),
+            committed_keys=state.catalog.sum("num_keys", state.valid_mask),
         )
 
 

@@ -248,10 +248,16 @@ class CommitResult:
     output_roots: tuple[str, ...] = ()
     refused_records: tuple[str, ...] = ()
     undeclared_output_files: tuple[str, ...] = ()
+    #: Files of earlier commits of the same job that this commit retracted (a re-run replaced them).
+    replaced_files: tuple[str, ...] = ()
+    #: Keys the committed checkpoints hold (the snapshot's not counted).
+    committed_keys: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
             "epoch": self.epoch,
+            "replaced_files": list(self.replaced_files),
+            "committed_keys": self.committed_keys,
             "committed_checkpoints": list(self.committed_checkpoints),
             "committed_files": [f.to_json() for f in self.committed_files],
             "deleted_files": list(self.deleted_files),
@@ -272,8 +278,10 @@ class CommitResult:
         return {
             "epoch": self.epoch,
             "checkpoints_committed": len(self.committed_checkpoints),
+            "keys_committed": self.committed_keys,
             "files_committed": len(self.committed_files),
             "rows_committed": sum(f.num_rows for f in self.committed_files),
+            "bytes_committed": sum(f.size_bytes for f in self.committed_files),
             "orphans_deleted": len(self.deleted_files),
             "checkpoints_deleted": len(self.deleted_checkpoints),
             "uploads_aborted": len(self.aborted_uploads),
@@ -281,6 +289,7 @@ class CommitResult:
             "kept_unprovable": len(self.kept_unprovable),
             "refused_records": len(self.refused_records),
             "undeclared_output_files": len(self.undeclared_output_files),
+            "files_replaced": len(self.replaced_files),
             "bytes_freed": self.bytes_freed,
             "degraded": self.degraded,
             "already_committed": self.already_committed,

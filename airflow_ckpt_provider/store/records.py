@@ -116,4 +116,6 @@ def commit_result_from_json(data: Mapping[str, Any], *, already: bool) -> Commit
         output_roots=tuple(data.get("output_roots", ())),
         refused_records=tuple(data.get("refused_records", ())),
         undeclared_output_files=tuple(data.get("undeclared_output_files", ())),
+        replaced_files=tuple(data.get("replaced_files", ())),
+        committed_keys=int(data.get("committed_keys", 0)),
     )

@@ -36,6 +36,7 @@ from airflow_ckpt_provider.store.layout import COMMIT_RE, manifest_key, parts_pr
 from airflow_ckpt_provider.store.listing import checkpoint_records
 from airflow_ckpt_provider.store.model import Checkpoint, CheckpointStatus, Epoch, FileMetadata, KeySource
 from airflow_ckpt_provider.store.reprocess.records import retracted_paths
+from airflow_ckpt_provider.store.rerun import committed_output
 from airflow_ckpt_provider.store.segments import (
     EMPTY_STATE,
     STATE_KEY,
@@ -197,11 +198,17 @@ class StateReader:
         keys = self._commit_record_keys()
         return self._context.read_json(keys[-1]) if keys else None
 
-    def committed_paths(self) -> set[str]:
-        """Every output path any commit record of this store names (canonical URIs)."""
-        keys = self._commit_record_keys()
-        records = self._context.map(self._context.read_json, keys)
-        committed = {canonical_uri(str(f["path"])) for record in records for f in record.get("files", [])}
+    def commit_records(self) -> list[dict[str, Any]]:
+        """Every commit record of this store, oldest first."""
+        return list(self._context.map(self._context.read_json, self._commit_record_keys()))
+
+    def committed_paths(self, records: Sequence[Mapping[str, Any]] | None = None) -> set[str]:
+        """Every output path the commit records of this store make authoritative (canonical URIs): each
+        record's files, minus what a later commit of the same job replaced (store/rerun.py) and what a
+        reprocess retracted. ``records``: :meth:`commit_records` when the caller has read them."""
+        if records is None:
+            records = self.commit_records()
+        committed = committed_output(records, canonical_uri)
         # A reprocess or rewind took these out of the committed output (docs/reprocess.md).
         return committed - {canonical_uri(p) for p in retracted_paths(self._blobs, self._context.map)}
 

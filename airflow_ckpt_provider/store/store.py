@@ -54,6 +54,7 @@ from airflow_ckpt_provider.store.model import (
     StoreContents,
     UnknownFiles,
 )
+from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, OnRerun, RerunPlan, plan_rerun
 from airflow_ckpt_provider.store.retention import Retention
 from airflow_ckpt_provider.store.state import StateReader, StoreState, key_sources
 from airflow_ckpt_provider.store.tail import DEFAULT_MAX_LOOSE, LooseTail
@@ -277,6 +278,23 @@ class CheckpointStore:
             metadata=metadata,
             takeover=takeover,
             output_roots=output_roots,
+        )
+
+    def rerun_plan(self, job: str | None, on_rerun: OnRerun | str = OnRerun.REPLACE) -> RerunPlan:
+        """What the next submit of ``job`` (``JOB_METADATA_KEY`` of its epochs) does on this store —
+        first, resume, replace, skip or incremental — and which commit's output is live (store/rerun.py).
+        Reads only: the latest epoch, the snapshot and the newest commit record."""
+        state = self.state_reader.read(with_attempts=False)
+        latest = state.latest
+        latest_job = None if latest is None else latest.metadata.get(JOB_METADATA_KEY)
+        kept = state.snapshot is not None or bool(state.valid_ids)
+        return plan_rerun(
+            None if latest is None else latest.status,
+            latest_job if isinstance(latest_job, str) else None,
+            kept,
+            state.commit_record,
+            job,
+            OnRerun(on_rerun),
         )
 
     def declare_output_root(self, epoch: int, root: str) -> str:

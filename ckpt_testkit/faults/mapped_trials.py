@@ -68,6 +68,8 @@ class Installation(Protocol):
         self, *args: str, env: Mapping[str, str] | None = None, timeout: float = 300
     ) -> subprocess.CompletedProcess[str]: ...
 
+    def default_store_uri(self, dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> str: ...
+
 
 @dataclass(frozen=True)
 class MappedTrial:
@@ -159,9 +161,7 @@ def _run(trial: MappedTrial, harness: Installation, where: Path, result: TrialRe
         "TENANTS_ROW_DELAY_MS": str(trial.row_delay_ms),
         "TENANTS_ENGINE": trial.engine,
     }
-    stores = {
-        i: open_store(str(harness.home / "checkpoints" / DAG_ID / TASK_ID / run_id / f"map_index={i}")) for i in TENANTS
-    }
+    stores = {i: open_store(harness.default_store_uri(DAG_ID, TASK_ID, run_id, i)) for i in TENANTS}
     events = where / "events"
     victim_env = dict(base, TENANTS_EVENT_LOG=str(events))
     if trial.point == BAD_RECORD:

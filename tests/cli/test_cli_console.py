@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from airflow_ckpt_provider.hooks.default_location import default_location
+from airflow_ckpt_provider.hooks.default_location import JobIdentity, default_location
 from tests.cli.console import airflow_ckpt
 from tests.cli.sample_store import fill_store
 
@@ -46,10 +46,11 @@ def test_clear_without_terminal_needs_yes(tmp_path: Path) -> None:
 def test_task_instance_resolves_to_the_operators_default_store(tmp_path: Path) -> None:
     home = tmp_path / "airflow_home"
     run_id = "manual__2024-01-01T00:00:00+00:00"
-    # The operator's default: $AIRFLOW_HOME/checkpoints/{dag_id}/{task_id}/{run_id}, the run id spelled
-    # injectively (hooks/default_location.py), and /map_index={i} for each mapped instance.
-    root = Path(default_location(str(home / "checkpoints"), "etl", "spark_job", run_id))
-    assert root.name.startswith("manual__2024-01-01T00_00_00_00_00~")
+    # Without a metadata DB the run's logical date is unknown: the default of a run without one,
+    # $AIRFLOW_HOME/checkpoints/{dag_id}/{task_id}/run={run_id} (hooks/default_location.py), and
+    # /map_index={i} for each mapped instance.
+    root = Path(default_location(str(home / "checkpoints"), JobIdentity("etl", "spark_job", run_id)))
+    assert root.name.startswith("run=manual__2024-01-01T00_00_00_00_00~")
     fill_store(root.as_uri(), (tmp_path / "out").as_uri(), partitions=2)
     fill_store((root / "map_index=1").as_uri(), (tmp_path / "out1").as_uri(), partitions=3)
     argv = ["progress", "--dag-id", "etl", "--task-id", "spark_job", "--run-id", run_id]
@@ -66,20 +67,9 @@ def test_task_instance_resolves_to_the_operators_default_store(tmp_path: Path) -
     assert alone.code == 2 and "--map-index names a mapped task instance" in alone.err
 
 
-def test_task_instance_whose_store_0_1_created_resolves_to_the_old_location(tmp_path: Path) -> None:
-    home = tmp_path / "airflow_home"
-    run_id = "manual__2024-01-01T00:00:00+00:00"
-    legacy = home / "checkpoints" / "etl" / "spark_job" / "manual__2024-01-01T00_00_00_00_00"  # 0.1's spelling
-    fill_store(legacy.as_uri(), (tmp_path / "out").as_uri(), partitions=2, owner=f"etl/spark_job/{run_id}")
-    argv = ["progress", "--dag-id", "etl", "--task-id", "spark_job", "--run-id", run_id, "--json"]
-    result = airflow_ckpt(*argv, env={"AIRFLOW_HOME": str(home)})
-    assert result.code == 0, result.err
-    assert json.loads(result.out)["store_uri"] == f"file://{legacy}"
-
-
 def test_task_instance_under_a_configured_base_uri(tmp_path: Path) -> None:
     base = tmp_path / "elsewhere"
-    fill_store((base / "etl" / "load" / "run_1").as_uri(), (tmp_path / "out").as_uri(), partitions=1)
+    fill_store((base / "etl" / "load" / "run=run_1").as_uri(), (tmp_path / "out").as_uri(), partitions=1)
     env = {"AIRFLOW_HOME": str(tmp_path / "home"), "AIRFLOW__CKPT__BASE_URI": base.as_uri()}
     result = airflow_ckpt("list", "--dag-id", "etl", "--task-id", "load", "--run-id", "run_1", "--json", env=env)
     assert result.code == 0, result.err

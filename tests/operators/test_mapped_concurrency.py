@@ -64,10 +64,9 @@ def test_two_instances_at_once_on_their_default_stores_both_succeed(
     # `airflow tasks test` exits 0 even when the task fails: the task's own last state says.
     assert all(instance_succeeded(tmp_path / f"instance-{i}.log") for i in ROWS), logs
 
-    base = airflow_harness.home / "checkpoints" / DAG_ID / "tenants" / run_id
     epochs = {}
     for i, rows in ROWS.items():
-        uri = str(base / f"map_index={i}")
+        uri = airflow_harness.default_store_uri(DAG_ID, "tenants", run_id, i)
         store_epochs = open_store(uri).list_epochs()
         assert [(e.number, e.status) for e in store_epochs] == [(1, EpochStatus.SUCCEEDED)], logs[i]
         assert store_epochs[0].metadata["owner"]["map_index"] == i

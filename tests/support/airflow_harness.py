@@ -211,6 +211,15 @@ class AirflowHarness:
         with closing(sqlite3.connect(self.db_path)) as db:
             return list(db.execute(sql, params))
 
+    def default_store_uri(self, dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> str:
+        """The store a task instance's operator uses by default: its job's (the run's logical date, read here)."""
+        from airflow_ckpt_provider.hooks.default_location import JobIdentity, default_location
+
+        rows = self._query("SELECT logical_date FROM dag_run WHERE dag_id=? AND run_id=?", dag_id, run_id)
+        logical = dt.datetime.fromisoformat(str(rows[0][0])) if rows and rows[0][0] else None
+        job = JobIdentity(dag_id, task_id, run_id, logical, map_index)
+        return default_location(str(self.home / "checkpoints"), job)
+
     def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value", *, map_index: int = -1) -> Any:
         rows = self._query(
             "SELECT value FROM xcom WHERE dag_id=? AND run_id=? AND task_id=? AND key=? AND map_index=?",

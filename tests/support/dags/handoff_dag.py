@@ -37,15 +37,17 @@ with DAG(
         conn_id="spark_serial",  # local[1]: partitions run in order, so a failure is deterministic
         conf={"spark.ui.enabled": "false", "spark.driver.memory": "512m"},
         name="handoff",
-        checkpoint_uri=os.environ.get("HANDOFF_STORE") or None,  # default: local, per run
+        checkpoint_uri=os.environ.get("HANDOFF_STORE") or None,  # default: local, per job (task + logical date)
         aws_conn_id=os.environ.get("HANDOFF_AWS_CONN") or None,
         retries=int(os.environ.get("HANDOFF_RETRIES", "0")),
         retry_delay=dt.timedelta(seconds=1),
+        on_rerun=os.environ.get("HANDOFF_ON_RERUN", "replace"),
     )
     commit = CheckpointCommitOperator(
         task_id="commit",
         spark_task_id="submit",
         output_roots=[OUTPUT],
+        unknown_files=os.environ.get("HANDOFF_UNKNOWN_FILES", "fail"),
         aws_conn_id=os.environ.get("HANDOFF_AWS_CONN") or None,
     )
     submit >> commit
