@@ -103,7 +103,7 @@ def show_checkpoint(store: CheckpointStore, args: argparse.Namespace, io: Io) ->
 def progress(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
     state = store.progress()
     job = None if state.epoch is None else state.epoch.metadata.get(JOB_METADATA_KEY)
-    rerun = store.rerun_plan(job if isinstance(job, str) else None)
+    rerun = store.rerun_plan(job if isinstance(job, str) else None, progress=state)
     if args.json:
         _json(io, state.to_json() | {"rerun": rerun.to_json() | {"job": job, "description": rerun.describe()}})
         return EXIT_OK

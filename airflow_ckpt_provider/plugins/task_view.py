@@ -13,7 +13,7 @@ from typing import Any
 from airflow_ckpt_provider.display.deletion_preview import DeletionPreview, preview_clear, preview_discard
 from airflow_ckpt_provider.plugins.ownership import owner_dag_id
 from airflow_ckpt_provider.plugins.problems import display_uri
-from airflow_ckpt_provider.store import CheckpointStore, Epoch
+from airflow_ckpt_provider.store import CheckpointStore, Epoch, Progress
 from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, RerunAction
 
 #: The view lists at most this many checkpoints (newest first); the counts cover all.
@@ -88,10 +88,11 @@ def _committed_figures(progress: dict[str, Any]) -> None:
     progress["bytes"] = int(last.get("bytes_committed") or 0)
 
 
-def rerun_json(store: CheckpointStore, latest: Epoch | None) -> dict[str, Any]:
+def rerun_json(store: CheckpointStore, progress: Progress) -> dict[str, Any]:
     """Whose output is live and what the next run of the store's job does (resume / replace / skip...)."""
+    latest = progress.epoch
     job = None if latest is None else latest.metadata.get(JOB_METADATA_KEY)
-    plan = store.rerun_plan(job if isinstance(job, str) else None)
+    plan = store.rerun_plan(job if isinstance(job, str) else None, progress=progress)
     body = plan.to_json()
     body["job"] = job
     body["description"] = plan.describe()
@@ -109,7 +110,7 @@ def build_task_store_view(store: CheckpointStore) -> TaskStoreView:
     progress["store_uri"] = uri
     progress["epoch"] = None if state.epoch is None else _epoch_json(state.epoch)
     _committed_figures(progress)
-    progress["rerun"] = rerun_json(store, state.epoch)
+    progress["rerun"] = rerun_json(store, state)
     records = store.list_epochs()
     epochs = [_epoch_json(e) for e in reversed(records)]
     checkpoints = sorted(contents.checkpoints, key=lambda c: c.sealed_at, reverse=True)

@@ -280,19 +280,28 @@ class CheckpointStore:
             output_roots=output_roots,
         )
 
-    def rerun_plan(self, job: str | None, on_rerun: OnRerun | str = OnRerun.REPLACE) -> RerunPlan:
+    def rerun_plan(
+        self, job: str | None, on_rerun: OnRerun | str = OnRerun.REPLACE, *, progress: Progress | None = None
+    ) -> RerunPlan:
         """What the next submit of ``job`` (``JOB_METADATA_KEY`` of its epochs) does on this store —
         first, resume, replace, skip or incremental — and which commit's output is live (store/rerun.py).
-        Reads only: the latest epoch, the snapshot and the newest commit record."""
-        state = self.state_reader.read(with_attempts=False)
-        latest = state.latest
+        Reads only. ``progress``: a :meth:`progress` the caller already read (then only the newest commit
+        record is read, not the state again)."""
+        if progress is not None:
+            latest = progress.epoch
+            kept = progress.valid_checkpoints > 0 or progress.keys_done > 0  # valid checkpoints or a snapshot
+            record = self.state_reader.newest_commit_record()
+        else:
+            state = self.state_reader.read(with_attempts=False)
+            latest = state.latest
+            kept = state.snapshot is not None or bool(state.valid_ids)
+            record = state.commit_record
         latest_job = None if latest is None else latest.metadata.get(JOB_METADATA_KEY)
-        kept = state.snapshot is not None or bool(state.valid_ids)
         return plan_rerun(
             None if latest is None else latest.status,
             latest_job if isinstance(latest_job, str) else None,
             kept,
-            state.commit_record,
+            record,
             job,
             OnRerun(on_rerun),
         )
