@@ -1,7 +1,7 @@
 """Example 1 — the embedded default: a local checkpoint store, Spark ``local[*]``.
 
 A daily batch keyed by ``event_id``. No configuration is needed: the store lives at
-``$AIRFLOW_HOME/checkpoints/ckpt_daily_events/process_events/<run_id>``. The retention
+``$AIRFLOW_HOME/checkpoints/ckpt_daily_events/process_events/date=<logical date>``. The retention
 policy (``delete_after_success``) removes the checkpoints after the commit.
 
 Play a failure and its fix from the UI alone:

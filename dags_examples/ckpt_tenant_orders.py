@@ -4,7 +4,7 @@
 job per tenant; ``CheckpointCommitOperator.partial(...).expand(output_roots=...)`` commits
 each tenant's output. Every tenant's ``order_no`` starts at 0, so the tenants' keys
 overlap, and that is fine: each mapped instance has its own store by default
-(``$AIRFLOW_HOME/checkpoints/ckpt_tenant_orders/orders/<run_id>/map_index=<i>``), its own
+(``$AIRFLOW_HOME/checkpoints/ckpt_tenant_orders/orders/date=<logical date>/map_index=<i>``), its own
 epochs, resume, XCom plan and result, and each mapped commit works on the store of the
 same map index.
 
