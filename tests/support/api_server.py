@@ -299,8 +299,9 @@ class ApiServer:
             db.commit()
 
     def default_store_path(self, run_id: str, task_id: str = SPARK_TASK, dag_id: str = DAG_ID) -> Path:
-        """Where the operator's default store of this task instance lives (run ids here need no escaping)."""
-        return self.home / "checkpoints" / dag_id / task_id / run_id
+        """Where the operator's default store of this task instance lives: its job's (runs made here have no
+        logical date, so ``run={run_id}``; the harness reads the run's logical date from the DB)."""
+        return Path(self.harness.default_store_uri(dag_id, task_id, run_id))
 
     @property
     def s3_bucket(self) -> str:
