@@ -97,7 +97,7 @@ def test_viewer_reads_progress_but_clear_is_403(ui_server: ApiServer) -> None:
         assert response.status_code == 200, response.text
         body = response.json()
         assert body["can_edit"] is False
-        assert body["store_uri"] == root.as_uri() and body["store_source"] == "default location"
+        assert body["store_uri"] == file_uri(str(root)) and body["store_source"] == "default location"
         progress = body["report"]["progress"]
         assert (progress["keys_done"], progress["files"], progress["bytes"]) == (150, 3, 3 * FILE_BYTES)
         assert (progress["sealed_partitions"], progress["expected_partitions"]) == (3, 4)
@@ -152,7 +152,7 @@ def test_admin_clear_deletes_and_is_audited(ui_server: ApiServer) -> None:
     )
     assert entry["extra"]["deleted_checkpoints"] == 3 and entry["extra"]["deleted_files"] == 3
     assert entry["extra"]["keys_forgotten"] == 150 and entry["extra"]["bytes_freed"] == 3 * FILE_BYTES
-    assert entry["extra"]["store_uri"] == root.as_uri()
+    assert entry["extra"]["store_uri"] == file_uri(str(root))
     # Where deletions could reach, and what the deletion guard kept (nothing here).
     assert entry["extra"]["output_roots"] == [out_dir.as_uri()]
     assert entry["extra"]["refused_records"] == [] and entry["extra"]["undeclared_output_files"] == 0
@@ -267,7 +267,7 @@ def test_a_commit_task_shows_its_spark_tasks_store(ui_server: ApiServer) -> None
     run_id, spark_root = new_run(ui_server)
     with ui_server.client("admin") as admin:
         body = admin.get("/checkpoints/api/task", params=ti_params(run_id, OTHER_TASK)).json()
-        assert body["store_uri"] == spark_root.as_uri()
+        assert body["store_uri"] == file_uri(str(spark_root))
         assert body["spark_task_id"] == SPARK_TASK
         assert body["report"]["progress"]["keys_done"] == 150
         dag = admin.get("/checkpoints/api/dag", params={"dag_id": DAG_ID, "limit": 50}).json()
@@ -285,7 +285,7 @@ def test_dag_view_lists_latest_runs_stores(ui_server: ApiServer) -> None:
         page = viewer.get("/checkpoints/ui/dag", params={"dag_id": DAG_ID})
     stores = response.json()["stores"]
     mine = next(s for s in stores if s["run_id"] == run_id)
-    assert mine["store_uri"] == root.as_uri()
+    assert mine["store_uri"] == file_uri(str(root))
     assert mine["summary"]["keys_done"] == 150 and mine["summary"]["sealed_partitions"] == 3
     assert mine["view_path"] == f"dags/{DAG_ID}/runs/{run_id}/tasks/{SPARK_TASK}/plugin/checkpoints"
     assert page.status_code == 200 and run_id in page.text
