@@ -1,4 +1,4 @@
-"""Large run of the store-history state machine (issue 34): many seeded random histories, one report.
+"""Large run of the store-history state machine: many seeded random histories, one report.
 
 Each history picks a key mode (row keys grouped at the source, ``unique=True``, composite, file
 keys) and a writer (Spark's, Arrow), writes a tiny input, then runs up to ``--steps`` operations

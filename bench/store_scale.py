@@ -28,7 +28,7 @@ main before a change: it works with the store API of both).
         [--s3-staged] [--skip commit,cleanup]
     .venv/bin/python bench/store_scale.py --merge run1.json run2.json --out bench/results/store_scale.json
 
-``--tail`` measures what issue 33 asks of a store whose compaction fell behind (the driver that was
+``--tail`` measures a store whose compaction fell behind (the driver that was
 compacting was killed), instead of the table above:
 
 * ``--sizes`` (default 2000,20000) checkpoints sealed through the public API (100 keys and one file
@@ -406,8 +406,8 @@ def run(
 # ---------------------------------------------------------------------- --tail: compaction fell behind
 
 TAIL_OPERATIONS = ("keys_read", "progress", "begin_epoch", "commit")
-#: Issue 33's targets: with 20,000 loose manifests, begin_epoch <= 3 s local and <= 10 s on S3, keys <= 2 s
-#: local; growth from 2,000 to 20,000 loose <= 4x for every read.
+#: Targets for a store whose compaction fell behind: with 20,000 loose manifests, begin_epoch <= 3 s
+#: local and <= 10 s on S3, keys <= 2 s local; growth from 2,000 to 20,000 loose <= 4x for every read.
 TAIL_TARGETS = {("local", "begin_epoch"): 3.0, ("s3", "begin_epoch"): 10.0, ("local", "keys_read"): 2.0}
 TAIL_MAX_GROWTH = 4.0
 
@@ -588,7 +588,7 @@ def run_tail(
     max_loose: int | None = None,
     on_row: Callable[[dict[str, Any]], None] = lambda result: None,
 ) -> dict[str, Any]:
-    """Issue 33's measurements (module doc, ``--tail``); ``max_loose``: the bound (None: the store's default)."""
+    """The loose-tail measurements (module doc, ``--tail``); ``max_loose``: the bound (None: the store's default)."""
     result: dict[str, Any] = {"commit": _commit_of(ROOT), "keys_per_checkpoint": keys, "reads": [], "concurrent": []}
     (ROOT / "bench" / "work").mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ckpt-store-tail-", dir=ROOT / "bench" / "work") as tmp:
@@ -714,7 +714,7 @@ def main() -> int:
         help="where --s3-staged stages (default: the run's temp dir; /dev/shm spares the local disk's fsyncs)",
     )
     parser.add_argument("--skip", default="", help="operations left unmeasured: commit (and cleanup), cleanup")
-    parser.add_argument("--tail", action="store_true", help="measure a store whose compaction fell behind (issue 33)")
+    parser.add_argument("--tail", action="store_true", help="measure a store whose compaction fell behind")
     parser.add_argument("--sizes", default="2000,20000", help="--tail: checkpoints sealed before the reads")
     parser.add_argument("--concurrent", type=int, default=100_000, help="--tail: checkpoints sealed concurrently")
     parser.add_argument("--sealers", type=int, default=32, help="--tail: concurrent sealers, one client each")

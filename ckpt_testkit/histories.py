@@ -1,4 +1,4 @@
-"""Model-based testing of store histories (issue 34): a Hypothesis state machine over what a user does
+"""Model-based testing of store histories: a Hypothesis state machine over what a user does
 to one store and one output, with an oracle after every step.
 
 One history: a key mode (row keys grouped at the source, ``unique=True``, a composite key, or file
@@ -16,7 +16,7 @@ which commit); the oracle after every step checks
   (plus rows a ``clear`` left behind, which no store tracks any more), whenever no failed attempt
   may have left orphans (the next commit deletes them).
 
-Used by ``tests/spark/test_histories.py`` (a CI slice, the issue's reproductions as explicit
+Used by ``tests/spark/test_histories.py`` (a CI slice, the reprocess-loss reproductions as explicit
 histories) and ``bench/histories.py`` (a large seeded run). The Spark session is the caller's
 (:func:`use_session`): one for every history.
 """

@@ -1,4 +1,4 @@
-"""``bench/store_scale.py --tail`` (issue 33's measurements) refuses a busy machine and, on a tiny
+"""``bench/store_scale.py --tail`` (a store whose compaction fell behind) refuses a busy machine and, on a tiny
 store, measures what it says: the reads of a resumed store with its request counts, the growth
 between sizes, and the loose tail of concurrent sealers against the bound."""
 

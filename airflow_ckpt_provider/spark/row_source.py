@@ -23,7 +23,7 @@ file the rerun had pruned holds only the keys that were pending then, not every 
 its bucket or files, so it seals no input record. Without that rule, once a reprocess
 (or rewind) removed the older checkpoints that held the rest, the later one still
 vouched for the whole bucket or file, and the rerun skipped the keys it was meant to
-rewrite (issue 34). A shortcut must be as exact as what it replaces.
+rewrite. A shortcut must be as exact as what it replaces.
 """
 
 from __future__ import annotations

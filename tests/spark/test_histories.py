@@ -1,5 +1,5 @@
-"""Histories of one store (issue 34): a seeded slice of the state machine in ``ckpt_testkit.histories``,
-and the issue's reproductions as explicit histories (they lost keys before the fix).
+"""Histories of one store: a seeded slice of the state machine in ``ckpt_testkit.histories``,
+and the reprocess-loss reproductions as explicit histories (they lost keys before the fix).
 
 The machine's oracle after every step: a successful run processes exactly the pending input keys,
 the store's done keys are the model's, and a plain pyarrow reader sees the rows of the done keys once
@@ -56,7 +56,7 @@ def _steps(machine: StoreHistory, *steps: str | tuple[str, object]) -> None:
 
 
 def test_reprocess_a_key_after_an_incremental_run_then_by_the_first_commit() -> None:
-    """Issue 34, reproductions 1 and 2 (row keys grouped at the source): the reruns processed 0 keys."""
+    """Reprocess data loss, reproductions 1 and 2 (row keys grouped at the source): the reruns processed 0 keys."""
     machine = _history("grouped", orders=12)
     first = ("reprocess_by_commit", 1)  # the first run is epoch 1, so its commit is commit 1
     _steps(
@@ -78,7 +78,7 @@ def test_reprocess_a_key_after_an_incremental_run_then_by_the_first_commit() -> 
 
 @pytest.mark.parametrize("mode", ["unique", "grouped"])
 def test_reprocess_by_commit_after_a_run_with_nothing_pending_on_a_retain_store(mode: str) -> None:
-    """Issue 34, reproduction 3: a run with nothing pending vouched for input it had read anti-joined."""
+    """Reprocess data loss, reproduction 3: a run with nothing pending vouched for input it had read anti-joined."""
     machine = _history(mode, orders=10)
     _steps(machine, "run", "commit", "retain_cleanup", "run", ("reprocess_by_commit", 1), "run", "commit")
 

@@ -1,4 +1,4 @@
-"""Reprocess after more than one step of history (issue 34): the rerun rewrites every key the reprocess
+"""Reprocess after more than one step of history: the rerun rewrites every key the reprocess
 made pending, and a plain pyarrow reader of the output sees every input row once.
 
 Three reproductions with the public API only, on a local store and on the S3 server:

@@ -126,7 +126,7 @@ def test_an_empty_checkpoint_without_a_record_needs_no_keys() -> None:
 
 
 def test_a_task_whose_input_was_filtered_vouches_for_nothing() -> None:
-    """Issue 34: a task that read its bucket or files after an anti-join (or with its bucket skipped, or
+    """Reprocess data loss: a task that read its bucket or files after an anti-join (or with its bucket skipped, or
     handed a pruned file) holds only the keys pending then; its record must not vouch for the whole
     bucket or file once a reprocess removed the checkpoints holding the rest."""
     listing = (A, B)
