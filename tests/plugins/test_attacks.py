@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from airflow_ckpt_provider.store import open_store
+from airflow_ckpt_provider.store.blobs.local import file_uri
 from tests.cli.sample_store import fill_store
 from tests.support.api_server import (
     HANGING_CONN_ID,
@@ -85,7 +86,7 @@ def test_an_xcom_entry_cannot_point_the_view_at_another_dags_store(
         assert alice.get("/checkpoints/api/task", params=params(TEAM_B, team_b_store[0])).status_code == 403
         view = alice.get("/checkpoints/api/task", params=params(TEAM_A, run_a))
         assert view.status_code == 200, view.text
-        assert view.json()["store_uri"] == own_store.as_uri()  # the task's configured store, not the XCom's
+        assert view.json()["store_uri"] == file_uri(str(own_store))  # the task's configured store, not the XCom's
         assert view.json()["store_source"] != "used by the task"
         cleared = alice.post("/checkpoints/api/task/clear", json=params(TEAM_A, run_a), headers=ACTION_HEADERS)
         assert cleared.status_code == 200, cleared.text
