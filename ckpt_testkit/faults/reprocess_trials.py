@@ -139,7 +139,10 @@ def _run(
     inputs: Sequence[str],
     run_job: RunJob,
 ) -> list[str]:
-    store = open_store(store_uri, **options)
+    # Opened as the operators open it: with the output roots the DAG declares (an S3 store may then
+    # declare a local output root, docs/security.md "The trust model").
+    store_options = {**options, "trusted_output_roots": [output_uri]}
+    store = open_store(store_uri, **store_options)
     output = OutputLocation(output_uri, options)
     for round_number in (1, 2):
         run_job(store, output_uri, inputs_of_round(inputs, round_number))
@@ -160,7 +163,7 @@ def _run(
         finally:
             failpoints.disable_all()
     else:
-        code = _operate_in_child(store_uri, options, trial.action, inputs, f"{trial.point}=exit")
+        code = _operate_in_child(store_uri, store_options, trial.action, inputs, f"{trial.point}=exit")
         if code != failpoints.EXIT_CODE:
             violations.append(f"{trial.point}=exit: the child exited {code}, not {failpoints.EXIT_CODE}")
 

@@ -123,7 +123,9 @@ def run_store_fault_trial(
     name = f"fault-{plan.index}-{uuid.uuid4().hex[:6]}"
     store_uri = f"s3://{target.bucket}/{name}/store"
     output_uri = f"file://{work_dir / name / 'out'}"
-    admin = open_store(store_uri, **target.admin_options)
+    # The operator opens its store with the output roots its DAG declares (an S3 store may then
+    # declare a local output root: the DAG vouches for it, docs/security.md "The trust model").
+    admin = open_store(store_uri, trusted_output_roots=[output_uri], **target.admin_options)
     output = OutputLocation(output_uri, {})
     identities = SeaweedIdentities(target.server, target.bucket)
     identity: Identity | None = None
