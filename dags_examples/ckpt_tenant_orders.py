@@ -8,12 +8,13 @@ overlap, and that is fine: each mapped instance has its own store by default
 epochs, resume, XCom plan and result, and each mapped commit works on the store of the
 same map index.
 
-Play a failure and its fix from the UI alone: trigger a run with ``{"bad_order": "beta:137"}``
-and tenant beta's transformation fails on that order (alpha and gamma finish and commit). The
-task log says how to correct it: in the Airflow Variable ``ckpt_tenant_orders_corrections``
-(Admin > Variables), a JSON object such as ``{"beta:137": 12.5}`` (``tenant:order_no`` -> the
-order's total). The failed instance's next try — its retry (``retries=2``, 30 s apart), or
-Clear — processes only beta's remaining orders.
+Play a failure and its fix from the UI alone: trigger a run with ``{"bad_order": "beta:3637"}``
+and tenant beta's transformation fails on that order, in the last of its 8 partitions (alpha
+and gamma finish and commit). The task log says how to correct it: in the Airflow Variable
+``ckpt_tenant_orders_corrections`` (Admin > Variables), a JSON object such as
+``{"beta:3637": 12.5}`` (``tenant:order_no`` -> the order's total). The failed instance's next
+try — its retry (``retries=2``, 30 s apart), or Clear — processes only the beta orders its
+failed try did not checkpoint.
 
 To choose the store of each instance yourself, template ``checkpoint_uri`` with the map
 index, e.g. ``checkpoint_uri="s3://my-bucket/ckpt/{{ dag.dag_id }}/{{ ds }}/{{ ti.map_index }}"``.
