@@ -181,9 +181,12 @@ def main() -> None:
         if cause:
             print(f"    cause: {cause}")
         print(f"    store {plan['checkpoint_uri']}")
+        # sealed_partitions counts this epoch's checkpoints only: a later try seals an empty one for
+        # each partition an earlier try finished (it skipped all its events), so it is not added up.
+        again = " (empty for those an earlier try finished)" if plan["epoch"] > 1 else ""
         print(
-            f"    epoch {plan['epoch']}: {progress.valid_checkpoints} partitions sealed, "
-            f"{progress.keys_done} of {args.events} events checkpointed; "
+            f"    epoch {plan['epoch']}: this try sealed {progress.sealed_partitions} of {args.partitions} "
+            f"partitions{again}; {progress.keys_done} of {args.events} events checkpointed in all; "
             f"{len(output_files(output))} Parquet files on disk"
         )
         bad = BAD_RECORD.search(cause)
