@@ -125,6 +125,16 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "2",
                         "default": "2",
                     },
+                    "trusted_output_roots": {
+                        "description": "Comma-separated output roots (file:///dir, s3://bucket/prefix) that "
+                        "anchor deletions for DAGs whose operators declare no output_roots: a commit, clear or "
+                        "reprocess then acts on the roots the store records only where they lie under one of "
+                        "these. Empty: such DAGs keep every output file (and their tasks say so).",
+                        "version_added": "0.2.0",
+                        "type": "string",
+                        "example": "s3://lake/warehouse,file:///data/out",
+                        "default": "",
+                    },
                     "ui_trust_forwarded_headers": {
                         "description": "Believe X-Forwarded-Host/X-Forwarded-Proto when checking that a "
                         "Clear comes from Airflow's own pages. Only behind a proxy that sets (and overwrites) "

@@ -24,6 +24,7 @@ from airflow_ckpt_provider.operators.reprocess import RewindCheckpointsOperator
 
 BUCKET = os.environ.get("CKPT_EXAMPLE_BUCKET", "ckpt-examples")
 STORE = f"s3://{BUCKET}/checkpoints/ckpt_incremental_ingest"  # the store of example 2
+LAKE = f"s3://{BUCKET}/lake/events/"  # its output: the only place the rewind may move files from
 AWS_CONN_ID = "ckpt_s3"
 
 with DAG(
@@ -42,6 +43,7 @@ with DAG(
         task_id="rewind",
         checkpoint_uri=STORE,
         aws_conn_id=AWS_CONN_ID,
+        output_roots=[LAKE],
         to_commit="{{ params.to_commit }}",
         max_files="{{ params.max_files }}",
     )

@@ -216,8 +216,8 @@ def _kept_by_the_guard(undeclared: Sequence[str], refused: Sequence[str], io: Io
     """What the deletion guard kept (docs/design.md, section 7): said, never silently skipped."""
     if undeclared:
         io.out.write(
-            "output files kept: this store declares no output root (written by an earlier version; pass "
-            "--output-root to commit, or delete them yourself):\n"
+            "output files kept: no output root is declared (pass --output-root DIR, or --dag-id/--task-id/--run-id "
+            "of a task whose DAG declares output_roots; or the store was written by an earlier version):\n"
         )
         for path in undeclared:
             io.out.write(f"  {path}\n")

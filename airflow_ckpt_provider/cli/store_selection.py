@@ -77,6 +77,10 @@ class StoreTarget:
         return options
 
 
+#: Who declares the output roots of a store named by its URI without ``--output-root``: nobody.
+NO_OUTPUT_ROOT_GIVEN = "--output-root"
+
+
 @dataclass(frozen=True)
 class ResolvedTarget:
     """The store URI a target names, and the connection its task's operator names (if any)."""
@@ -85,9 +89,20 @@ class ResolvedTarget:
     aws_conn_id: str | None = None
     source: str = "given on the command line"
     #: The output roots the store is opened with: the person's ``--output-root``, else the DAG's
-    #: ``output_roots`` for a task instance (empty: it declares none), else None (the store's own
-    #: records, within its scheme and bucket).
-    output_roots: tuple[str, ...] | None = None
+    #: ``output_roots`` for a task instance, else none (empty: every output file is kept), or None
+    #: when ``[ckpt] trusted_output_roots`` (``configured``) bounds the store's records instead.
+    output_roots: tuple[str, ...] | None = ()
+    #: Who declares ``output_roots`` (named when a deletion is refused).
+    declared_by: str = NO_OUTPUT_ROOT_GIVEN
+    configured: tuple[str, ...] | None = None
+
+    def anchor_options(self) -> dict[str, Any]:
+        """The ``open_store`` keyword arguments that anchor its deletions (docs/security.md)."""
+        return {
+            "trusted_output_roots": self.output_roots,
+            "output_roots_declared_by": self.declared_by,
+            "configured_output_roots": self.configured,
+        }
 
 
 def resolve_target(target: StoreTarget) -> ResolvedTarget:
@@ -99,7 +114,9 @@ def resolve_target(target: StoreTarget) -> ResolvedTarget:
     given = target.output_roots or None
     if not target.names_task_instance:
         assert target.uri is not None
-        return ResolvedTarget(target.uri, output_roots=given)
+        if given is not None:
+            return ResolvedTarget(target.uri, output_roots=given, declared_by="--output-root")
+        return ResolvedTarget(target.uri)
     from airflow_ckpt_provider.hooks.declared_roots import declared_output_roots
     from airflow_ckpt_provider.hooks.task_store import SOURCE_DEFAULT, configured_store
 
@@ -124,9 +141,30 @@ def resolve_target(target: StoreTarget) -> ResolvedTarget:
             "location of a run without a logical date (run=<run id>); if the run has a logical date or its operator "
             "names a checkpoint_uri, pass the store URI instead\n"
         )
+    anchor = _task_anchor(target, given, roots)
     if found is None:
-        return ResolvedTarget(_default_store_uri(target, target.aws_conn_id), None, SOURCE_DEFAULT, roots)
-    return ResolvedTarget(found.uri, found.aws_conn_id, found.source, roots)
+        return ResolvedTarget(_default_store_uri(target, target.aws_conn_id), None, SOURCE_DEFAULT, *anchor)
+    return ResolvedTarget(found.uri, found.aws_conn_id, found.source, *anchor)
+
+
+def _task_anchor(
+    target: StoreTarget, given: tuple[str, ...] | None, declared: tuple[str, ...]
+) -> tuple[tuple[str, ...] | None, str, tuple[str, ...] | None]:
+    """(roots, declared by, configured roots) of a task instance's store: ``--output-root``, else
+    the DAG's, else ``[ckpt] trusted_output_roots``, else none (hooks/output_anchor.py)."""
+    if given is not None:
+        return given, "--output-root", None
+    from airflow_ckpt_provider.hooks.config import CheckpointConfig
+    from airflow_ckpt_provider.hooks.output_anchor import OutputAnchor
+
+    try:
+        configured = CheckpointConfig.load().trusted_output_roots
+    except Exception:  # no readable Airflow configuration: nothing configured
+        configured = ()
+    anchor = OutputAnchor.decide(
+        declared, f"output_roots of DAG '{target.dag_id}' for task '{target.task_id}'", configured
+    )
+    return anchor.trusted, anchor.declared_by, anchor.configured
 
 
 def _check_map_index(session: Any, target: StoreTarget) -> None:
@@ -175,7 +213,7 @@ def open_target(target: StoreTarget) -> CheckpointStore:
     """
     if not (target.names_task_instance or target.aws_conn_id):
         plain = resolve_target(target)
-        return open_store(plain.uri, trusted_output_roots=plain.output_roots, **target.store_options())
+        return open_store(plain.uri, **plain.anchor_options(), **target.store_options())
     # Airflow logs to stdout (e.g. "credentials retrieved"); stdout belongs to the result
     # (``--json`` must stay parseable), so Airflow's output goes to stderr.
     with contextlib.redirect_stdout(sys.stderr):
@@ -197,4 +235,4 @@ def open_target(target: StoreTarget) -> CheckpointStore:
                 f"no usable credentials from connection {hook.aws_conn_id!r} ({type(exc).__name__}: {exc}); "
                 "define it as AIRFLOW_CONN_<ID> with keys, or use AWS_* environment variables"
             ) from exc
-    return open_store(resolved.uri, trusted_output_roots=resolved.output_roots, **(options | target.store_options()))
+    return open_store(resolved.uri, **resolved.anchor_options(), **(options | target.store_options()))

@@ -37,6 +37,8 @@ class DeletionPreview:
     #: declared for stores of earlier versions, whose output files are then kept.
     output_roots: tuple[str, ...] = ()
     output_roots_declared: bool = True
+    #: Who declares no output root (the store was opened with none): every output file is kept.
+    output_roots_undeclared_by: str | None = None
 
     @property
     def nothing_to_delete(self) -> bool:
@@ -88,6 +90,11 @@ class DeletionPreview:
     def _where(self) -> str:
         if self.output_roots:
             return " Output files are deleted only under: " + ", ".join(self.output_roots) + "."
+        if self.output_roots_undeclared_by:
+            return (
+                f" No output root is declared ({self.output_roots_undeclared_by}: none): no output file is "
+                "deleted, only the store's own records."
+            )
         if not self.output_roots_declared:
             return (
                 " This store declares no output root (written by an earlier version): no output file is "
@@ -120,6 +127,7 @@ def preview_clear(contents: StoreContents) -> DeletionPreview:
         ends_open_epoch=contents.epoch_open,
         output_roots=contents.output_roots,
         output_roots_declared=contents.output_roots_declared,
+        output_roots_undeclared_by=contents.output_roots_undeclared_by,
     )
 
 
@@ -140,6 +148,7 @@ def preview_discard(contents: StoreContents) -> DeletionPreview:
         ends_open_epoch=contents.epoch_open,
         output_roots=contents.output_roots,
         output_roots_declared=contents.output_roots_declared,
+        output_roots_undeclared_by=contents.output_roots_undeclared_by,
     )
 
 

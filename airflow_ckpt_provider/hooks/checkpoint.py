@@ -13,6 +13,7 @@ from airflow.sdk.log import mask_secret
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
 from airflow_ckpt_provider.hooks.connections import ConnectionLookup, StoreConnectionError, task_connection
 from airflow_ckpt_provider.hooks.default_location import JobIdentity
+from airflow_ckpt_provider.hooks.output_anchor import OutputAnchor
 from airflow_ckpt_provider.store import (
     CheckpointStore,
     ClearResult,
@@ -71,27 +72,33 @@ class CheckpointHook(BaseHook):
         aws_conn_id: str | None = None,
         config: CheckpointConfig | None = None,
         connection_lookup: ConnectionLookup = task_connection,
-        trusted_output_roots: Sequence[str] | None = None,
+        output_anchor: OutputAnchor | None = None,
     ) -> None:
         super().__init__()
         self.config = config or CheckpointConfig.load()
         self.checkpoint_uri = checkpoint_uri
         self.aws_conn_id = aws_conn_id or self.config.aws_conn_id
         self._connection_lookup = connection_lookup
-        #: The output roots the DAG declares for this store (docs/security.md, "The trust model").
-        self.trusted_output_roots = None if trusted_output_roots is None else tuple(trusted_output_roots)
+        #: The output roots the store is opened with (docs/security.md, "The trust model"); None: none.
+        self.output_anchor = output_anchor
 
-    def with_trusted_output_roots(self, roots: Sequence[str] | None) -> CheckpointHook:
-        """This hook's store, opened with the output roots the DAG declares (None: this hook itself)."""
-        if roots is None:
+    def with_output_anchor(self, anchor: OutputAnchor | None) -> CheckpointHook:
+        """This hook's store, opened with ``anchor``'s output roots (None: this hook itself)."""
+        if anchor is None:
             return self
         return CheckpointHook(
             self.uri,
             aws_conn_id=self.aws_conn_id,
             config=self.config,
             connection_lookup=self._connection_lookup,
-            trusted_output_roots=roots,
+            output_anchor=anchor,
         )
+
+    def with_trusted_output_roots(
+        self, roots: Sequence[str] | None, declared_by: str = "output_roots"
+    ) -> CheckpointHook:
+        """This hook's store, opened with the output roots ``declared_by`` declares (None: this hook itself)."""
+        return self if roots is None else self.with_output_anchor(OutputAnchor(tuple(roots), declared_by))
 
     @staticmethod
     def resolve_uri(checkpoint_uri: str | None, job: JobIdentity, config: CheckpointConfig | None = None) -> str:
@@ -182,7 +189,8 @@ class CheckpointHook(BaseHook):
 
     @cached_property
     def _store(self) -> CheckpointStore:
-        return open_store(self.uri, trusted_output_roots=self.trusted_output_roots, **self.store_options)
+        anchor = {} if self.output_anchor is None else self.output_anchor.store_options()
+        return open_store(self.uri, **anchor, **self.store_options)
 
     def get_store(self) -> CheckpointStore:
         """The store (opened once per hook; nothing is created until the first write)."""

@@ -43,6 +43,9 @@ class CheckpointConfig:
     ui_max_concurrent_actions: int = 2
     #: Whether the view believes X-Forwarded-Host/-Proto (only behind a proxy that sets them).
     ui_trust_forwarded_headers: bool = False
+    #: Where a DAG declares no output roots: the store's recorded roots under these may be acted on
+    #: (hooks/output_anchor.py). Empty: such DAGs' output files are kept.
+    trusted_output_roots: tuple[str, ...] = ()
 
     @classmethod
     def load(cls) -> CheckpointConfig:
@@ -62,6 +65,11 @@ class CheckpointConfig:
             ui_max_concurrent_store_calls=conf.getint(SECTION, "ui_max_concurrent_store_calls", fallback=4),
             ui_max_concurrent_actions=conf.getint(SECTION, "ui_max_concurrent_actions", fallback=2),
             ui_trust_forwarded_headers=conf.getboolean(SECTION, "ui_trust_forwarded_headers", fallback=False),
+            trusted_output_roots=tuple(
+                root.strip()
+                for root in conf.get(SECTION, "trusted_output_roots", fallback="").split(",")
+                if root.strip()
+            ),
         )
 
     @property

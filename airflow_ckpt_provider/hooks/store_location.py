@@ -29,6 +29,7 @@ from airflow_ckpt_provider.contract import PLAN_XCOM_KEY, RETURN_XCOM_KEY, XCOM_
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
 from airflow_ckpt_provider.hooks.default_location import JobIdentity
+from airflow_ckpt_provider.hooks.output_anchor import OutputAnchor
 from airflow_ckpt_provider.store import CheckpointError, InvalidStoreUriError
 
 if TYPE_CHECKING:
@@ -183,9 +184,14 @@ class CheckpointStoreMixin:
 
     def store_hook(self, uri: str, context: Context, config: CheckpointConfig | None = None) -> CheckpointHook:
         """A hook on the store ``uri``, opened with the output roots the DAG declares for it
-        (:meth:`dag_output_roots`): records in the store only narrow them (docs/security.md)."""
+        (:meth:`dag_output_roots`), else ``[ckpt] trusted_output_roots``, else none: then output
+        files are kept, and a warning names what to set (hooks/output_anchor.py)."""
         hook = CheckpointHook(uri, aws_conn_id=self.aws_conn_id, config=config)
-        return hook.with_trusted_output_roots(self.dag_output_roots(context))
+        return hook.with_output_anchor(self.output_anchor(context, hook.config))
+
+    def output_anchor(self, context: Context, config: CheckpointConfig | None = None) -> OutputAnchor:
+        """The output roots this task's stores are opened with (see :func:`task_output_anchor`)."""
+        return task_output_anchor(self, self.spark_task_id, context, config or CheckpointConfig.load())
 
     def dag_output_roots(self, context: Context) -> list[str] | None:
         """The output roots this task and its Spark task declare (see :func:`dag_output_roots`)."""
@@ -216,3 +222,19 @@ def dag_output_roots(task: Any, spark_task_id: str | None, context: Context) -> 
         declared = True
         roots.extend([value] if isinstance(value, str) else [str(v) for v in value])
     return roots if declared else None
+
+
+def task_output_anchor(
+    task: Any, spark_task_id: str | None, context: Context, config: CheckpointConfig
+) -> OutputAnchor:
+    """What ``task`` opens its stores with: the ``output_roots`` it and its Spark task declare, else
+    ``[ckpt] trusted_output_roots``, else nothing (every output file is kept). Logs a warning naming
+    the parameter to set when it keeps output files."""
+    who = f"output_roots of DAG task '{task.dag_id}.{task.task_id}'"
+    if spark_task_id and spark_task_id != task.task_id:
+        who += f" and of its Spark task '{spark_task_id}'"
+    anchor = OutputAnchor.decide(dag_output_roots(task, spark_task_id, context), who, config.trusted_output_roots)
+    if anchor.keeps_output:
+        where = f"output_roots=[...] on this task or on {spark_task_id!r}" if spark_task_id else "output_roots=[...]"
+        task.log.warning("%s", anchor.warning(where))
+    return anchor

@@ -7,7 +7,21 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.hooks.store_location import STORE_TEMPLATE_FIELDS, CheckpointStoreMixin
+
+#: Output files a task's XCom lists by name when it keeps them (the count is always there).
+KEPT_LISTED = 100
+
+
+def kept_output(hook: CheckpointHook, kept: Sequence[str]) -> dict[str, Any]:
+    """What a task's result says about output files it kept because nothing declares an output
+    root: why (None when something does), how many, and the first ``KEPT_LISTED`` of them."""
+    anchor = hook.output_anchor
+    return {
+        "output_kept_because": anchor.warning("output_roots") if anchor is not None and anchor.keeps_output else None,
+        "output_files_kept": list(kept[:KEPT_LISTED]),
+    }
 
 
 class CheckpointStoreBaseOperator(BaseOperator, CheckpointStoreMixin):

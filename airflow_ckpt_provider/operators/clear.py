@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_ckpt_provider.hooks.store_location import TaskStore
+from airflow_ckpt_provider.hooks.store_location import TaskStore, store_template_fields
 from airflow_ckpt_provider.operators import metrics
-from airflow_ckpt_provider.operators.base import CheckpointStoreBaseOperator
+from airflow_ckpt_provider.operators.base import CheckpointStoreBaseOperator, kept_output
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -25,6 +26,9 @@ class ClearCheckpointsOperator(CheckpointStoreBaseOperator):
         If it is mapped, a clear mapped the same way clears the store of its own map index, an
         unmapped one the store of every mapped instance (the result lists them).
     :param aws_conn_id: ``aws`` connection for ``s3://`` stores (templated).
+    :param output_roots: where uncommitted output may be deleted (templated), with those of
+        ``spark_task_id``. Where neither declares any (and ``[ckpt] trusted_output_roots`` is not
+        set), output files are kept: the result's ``output_files_kept`` lists them.
     """
 
     ui_color = "#e8a4a4"
@@ -41,9 +45,16 @@ class ClearCheckpointsOperator(CheckpointStoreBaseOperator):
         }
         return {**totals, "stores": cleared, "map_indexes": [c["map_index"] for c in cleared]}
 
+    template_fields: Sequence[str] = store_template_fields("output_roots")
+
+    def __init__(self, *, output_roots: Sequence[str] | str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.output_roots = output_roots
+
     def _clear(self, context: Context, store: TaskStore) -> dict[str, Any]:
         uri = store.uri
-        result = self.store_hook(uri, context).clear()
+        hook = self.store_hook(uri, context)
+        result = hook.clear()
         metrics.count(metrics.CLEARS, 1, metrics.task_tags(context))
         return {
             "checkpoint_uri": uri,
@@ -54,4 +65,5 @@ class ClearCheckpointsOperator(CheckpointStoreBaseOperator):
             "files_deleted": len(result.deleted_files),
             "snapshots_deleted": len(result.deleted_snapshots),
             "bytes_freed": result.bytes_freed,
+            **kept_output(hook, result.undeclared_output_files),
         }

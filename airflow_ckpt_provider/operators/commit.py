@@ -11,7 +11,7 @@ from airflow_ckpt_provider.contract import XCOM_DEGRADED
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
 from airflow_ckpt_provider.hooks.store_location import TaskStore, store_template_fields
 from airflow_ckpt_provider.operators import metrics
-from airflow_ckpt_provider.operators.base import CheckpointStoreBaseOperator
+from airflow_ckpt_provider.operators.base import CheckpointStoreBaseOperator, kept_output
 from airflow_ckpt_provider.store import RetentionPolicy, UnknownFiles
 
 if TYPE_CHECKING:
@@ -57,7 +57,9 @@ class CheckpointCommitOperator(CheckpointStoreBaseOperator):
         unmapped one the store of every mapped instance (one commit each; the summary lists them).
     :param aws_conn_id: ``aws`` connection for ``s3://`` stores (templated).
     :param output_roots: output directories to sweep for orphans (templated). Default: the
-        roots the writers recorded.
+        roots the writers recorded, within the ``output_roots`` of ``spark_task_id``. Where
+        neither task declares any (and ``[ckpt] trusted_output_roots`` is not set), no output
+        file is deleted: the summary's ``output_files_kept`` lists the orphans kept.
     :param retention_policy: ``delete_after_success`` or ``retain`` (default ``[ckpt]
         retention_policy``).
     :param unknown_files: ``fail`` (default) or ``keep``: what to do with files under the output
@@ -138,7 +140,8 @@ class CheckpointCommitOperator(CheckpointStoreBaseOperator):
         self, context: Context, task_store: TaskStore, config: CheckpointConfig, policy: RetentionPolicy
     ) -> dict[str, Any]:
         uri = task_store.uri
-        store = self.store_hook(uri, context, config).get_store()
+        hook = self.store_hook(uri, context, config)
+        store = hook.get_store()
         degraded = self._degraded(task_store)
 
         started = time.monotonic()
@@ -158,6 +161,7 @@ class CheckpointCommitOperator(CheckpointStoreBaseOperator):
             "retention_policy": policy.value,
             "checkpoints_removed_by_retention": len(removed),
             "duration_seconds": round(elapsed.total_seconds(), 3),
+            **kept_output(hook, result.undeclared_output_files),
         }
         self._store_summaries.append(summary)
         self.log.info(

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
-from airflow_ckpt_provider.hooks.store_location import dag_output_roots, resolve_store_uri
+from airflow_ckpt_provider.hooks.output_anchor import OutputAnchor
+from airflow_ckpt_provider.hooks.store_location import resolve_store_uri, task_output_anchor
 from airflow_ckpt_provider.operators import metrics
 from airflow_ckpt_provider.store import CheckpointStore, ReprocessPlan, ReprocessResult, Selection
-from airflow_ckpt_provider.store.errors import ReprocessSelectionError
+from airflow_ckpt_provider.store.errors import ReprocessSelectionError, UnsafePathError
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -66,6 +67,7 @@ class _StoreActionOperator(BaseOperator):
         checkpoint_uri: str | None = None,
         spark_task_id: str | None = None,
         aws_conn_id: str | None = None,
+        output_roots: Sequence[str] | str | None = None,
         delete: bool | str = False,
         preview_only: bool | str = False,
         max_files: int | str | None = None,
@@ -75,7 +77,9 @@ class _StoreActionOperator(BaseOperator):
         self.checkpoint_uri = checkpoint_uri
         self.spark_task_id = spark_task_id
         self.aws_conn_id = aws_conn_id
+        self.output_roots = output_roots
         self.delete = delete
+        self._anchor: OutputAnchor | None = None
         self.preview_only = preview_only
         self.max_files = max_files
 
@@ -84,7 +88,8 @@ class _StoreActionOperator(BaseOperator):
         # unmapped one is refused (AmbiguousStoreError) rather than retracting from every tenant.
         uri = resolve_store_uri(context, self.checkpoint_uri, self.spark_task_id, self.aws_conn_id)
         hook = CheckpointHook(uri, aws_conn_id=self.aws_conn_id)
-        return uri, hook.with_trusted_output_roots(dag_output_roots(self, self.spark_task_id, context)).get_store()
+        self._anchor = task_output_anchor(self, self.spark_task_id, context, hook.config)
+        return uri, hook.with_output_anchor(self._anchor).get_store()
 
     def _requested_by(self, context: Context) -> str:
         ti = context["ti"]
@@ -98,7 +103,23 @@ class _StoreActionOperator(BaseOperator):
                 f"the {plan.action} would take {len(plan.files)} file(s) out of the output, more than max_files="
                 f"{self.max_files}: nothing was changed. Narrow the selection, or raise max_files"
             )
-        base = {"checkpoint_uri": uri, "aws_conn_id": self.aws_conn_id, "preview_only": _as_bool(self.preview_only)}
+        base: dict[str, Any] = {
+            "checkpoint_uri": uri,
+            "aws_conn_id": self.aws_conn_id,
+            "preview_only": _as_bool(self.preview_only),
+        }
+        anchor = self._anchor
+        if anchor is not None and anchor.keeps_output and plan.refused_paths:
+            base |= {
+                "output_kept_because": anchor.warning("output_roots"),
+                "output_files_kept": list(plan.refused_paths),
+            }
+            if not _as_bool(self.preview_only):
+                # Taking the checkpoints back without their output would leave it twice after the next run.
+                raise UnsafePathError(
+                    f"{self.task_id}: the {plan.action} would retract {len(plan.refused_paths)} output file(s), but "
+                    f"{anchor.warning('output_roots=[...] on this task or on its spark_task_id')}. Nothing was changed"
+                )
         if _as_bool(self.preview_only):
             self.log.info("preview_only=True: nothing was changed")
             return base | {"preview": plan.to_json(max_files=0), "result": None}
@@ -136,6 +157,10 @@ class ReprocessCheckpointsOperator(_StoreActionOperator):
     :param spark_task_id: the ``CheckpointedSparkSubmitOperator`` whose store to work on. If it is
         mapped, map this task the same way (each instance works on the store of its map index).
     :param aws_conn_id: ``aws`` connection for ``s3://`` stores.
+    :param output_roots: where output may be retracted (templated), with those of ``spark_task_id``.
+        Where neither declares any (and ``[ckpt] trusted_output_roots`` is not set), the action is
+        refused before anything changes: retracting checkpoints without their output would leave
+        it twice after the next run (the preview lists the files, ``output_files_kept``).
     :param keys: row keys (templated: a list, a JSON list, or comma-separated text).
     :param files: input files, for jobs with file keys (templated, as ``keys``).
     :param epochs: epoch numbers (templated). :param commits: commit numbers (templated).
@@ -149,6 +174,7 @@ class ReprocessCheckpointsOperator(_StoreActionOperator):
 
     template_fields: Sequence[str] = (
         "checkpoint_uri",
+        "output_roots",
         "keys",
         "files",
         "epochs",
@@ -217,7 +243,14 @@ class RewindCheckpointsOperator(_StoreActionOperator):
     :param to_commit: the commit (epoch number) to return to; 0 for before the first (templated).
     """
 
-    template_fields: Sequence[str] = ("checkpoint_uri", "to_commit", "delete", "preview_only", "max_files")
+    template_fields: Sequence[str] = (
+        "checkpoint_uri",
+        "output_roots",
+        "to_commit",
+        "delete",
+        "preview_only",
+        "max_files",
+    )
 
     def __init__(self, *, to_commit: int | str, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -210,7 +210,7 @@ class Committer:
             reason = guard.refusal(path)
             if reason is None:
                 candidates[path] = checkpoint_id
-            elif not guard.declared and not guard.roots:
+            elif guard.keeps_all_output:
                 undeclared.append(path)
             else:
                 refused_records.append(f"{checkpoint_id}: {reason}")
@@ -277,10 +277,14 @@ class Committer:
         sweep = self._deleter.run_sweep(plan.listed)
         refused_records = [*plan.refused_records, *(f"{p}: refused by the deletion guard" for p in sweep.refused)]
         replaced: list[str] = []
+        undeclared = list(plan.undeclared)
         if plan.replaced:
             guard = plan.guard or self._deleter.guard()
             allowed = [p for p in plan.replaced if guard.allows(p)]
-            refused_records += [f"{p}: replaced, but {guard.refusal(p)}" for p in plan.replaced if p not in allowed]
+            if guard.keeps_all_output:  # nothing is declared: the replaced files are kept, and said so
+                undeclared += [p for p in plan.replaced if p not in allowed]
+            else:
+                refused_records += [f"{p}: replaced, but {guard.refusal(p)}" for p in plan.replaced if p not in allowed]
             replaced = self._deleter.delete_output_files(allowed, guard=guard)
         state = plan.state
         # Directories only: a segment's rows of stale checkpoints stay (never valid again) until cleanup.
@@ -300,7 +304,7 @@ class Committer:
             already_committed=False,
             output_roots=plan.roots,
             refused_records=tuple(refused_records),
-            undeclared_output_files=plan.undeclared,
+            undeclared_output_files=tuple(sorted(undeclared)),
             replaced_files=tuple(sorted(replaced)),
             committed_keys=state.catalog.sum("num_keys", state.valid_mask),
         )

@@ -27,11 +27,19 @@ class StoreContext:
         max_workers: int = 16,
         blob_opener: Callable[[str], BlobStore] | None = None,
         trusted_roots: Sequence[str] | None = None,
+        trusted_by: str | None = None,
+        configured_roots: Sequence[str] | None = None,
     ) -> None:
         self.blobs = blobs
         #: The output roots the opener vouches for (the DAG's declaration), None without: what the
         #: store's own records may declare is bounded by them (store/deletion_guard.py).
         self.trusted_roots: tuple[str, ...] | None = None if trusted_roots is None else tuple(trusted_roots)
+        #: Who declares ``trusted_roots`` (named in refusals), e.g. "DAG task 'd.commit'".
+        self.trusted_by = trusted_by
+        #: ``[ckpt] trusted_output_roots``: without ``trusted_roots``, recorded roots count only under them.
+        self.configured_roots: tuple[str, ...] | None = (
+            tuple(configured_roots) if configured_roots and trusted_roots is None else None
+        )
         self.max_workers = max_workers
         self.lock = threading.Lock()
         self._blob_opener = blob_opener

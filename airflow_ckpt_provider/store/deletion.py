@@ -95,6 +95,8 @@ class StoreDeleter:
             [*epoch_roots, *commit_roots],
             declared=epochs_declared or bool(commit_roots),
             trusted=self._context.trusted_roots,
+            trusted_by=self._context.trusted_by,
+            configured=self._context.configured_roots,
             explicit=explicit_roots or (),
             explicit_counts=not epochs_declared,
         )

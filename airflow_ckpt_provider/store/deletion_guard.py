@@ -20,6 +20,10 @@ with (docs/security.md, "The trust model"):
   root counts where it lies under a trusted root (or a trusted root under it); a store whose
   records declare nothing gets the trusted roots. An empty set: nothing is declared, so no
   output file is ever deleted.
+* **configured roots** (``open_store(configured_output_roots=...)``, the ``[ckpt]
+  trusted_output_roots`` option), used where the DAG declares nothing: they only bound what the
+  records declare. A recorded root counts where it lies under one (or one under it); a store whose
+  records declare nothing gets nothing, and a recorded root outside them is refused.
 * without trusted roots (a Spark driver, a library caller), a recorded root counts only if it
   is **bound to the store**: the store's scheme and, on S3, the store's bucket. An S3 store's
   record naming ``file:///`` on the host, or another bucket, declares nothing.
@@ -176,6 +180,11 @@ class DeletionGuard:
     declared: bool
     trusted: tuple[Location, ...] | None = None
     refused_roots: tuple[str, ...] = ()
+    #: Who declares ``trusted`` (named in refusals): "output_roots of DAG task 'd.t'", "--output-root",
+    #: "[ckpt] trusted_output_roots".
+    trusted_by: str = "trusted_output_roots"
+    #: ``trusted`` are configured roots: they bound what the records declare, never declare by themselves.
+    bounds_only: bool = False
 
     @classmethod
     def build(
@@ -187,11 +196,15 @@ class DeletionGuard:
         trusted: Iterable[str] | None = None,
         explicit: Iterable[str] = (),
         explicit_counts: bool = False,
+        trusted_by: str | None = None,
+        configured: Iterable[str] | None = None,
     ) -> DeletionGuard:
         """The guard from the roots the store's records declare (``roots``), the roots the store was
         opened with (``trusted``) and a caller's own (``explicit``: a commit's ``output_roots``). The
         caller's roots vouch for recorded roots under them; they count by themselves only when
-        ``explicit_counts`` (no epoch record declares a root: an earlier version's store)."""
+        ``explicit_counts`` (no epoch record declares a root: an earlier version's store).
+        ``configured`` (only without ``trusted``): roots that bound what the records declare (see
+        the module). ``trusted_by``: who declares ``trusted`` (or ``configured``), for messages."""
         store_root = parse_location(store_uri)
         if store_root is None:  # pragma: no cover - the store opened this URI, so it parses
             raise PathOutsideRootError(f"{store_uri!r} is not a store root this guard understands")
@@ -200,17 +213,23 @@ class DeletionGuard:
         refused: list[str] = []
         anchors: tuple[Location, ...] | None = None
         kept_roots: set[Location] = set()
-        if trusted is not None:
-            anchors = tuple(sorted(_declarable_set(trusted, store_root)))
+        bounds_only = trusted is None and configured is not None
+        who = trusted_by or ("configured_output_roots" if bounds_only else "trusted_output_roots")
+        if trusted is not None or configured is not None:
+            anchors = tuple(sorted(_declarable_set(trusted if trusted is not None else configured or (), store_root)))
             named = recorded | given if explicit_counts else recorded
-            # Records (and a caller's roots) only narrow the trusted roots; declaring nothing narrows nothing.
-            kept_roots = narrow(named, anchors) if named else set(anchors)
-            refused.extend(
-                f"output root {r.uri} is outside the output roots the DAG declares "
-                f"({', '.join(a.uri for a in anchors) or 'none'})"
-                for r in sorted(recorded)
-                if not any(r.overlaps(a) for a in anchors)
-            )
+            # Records (and a caller's roots) only narrow the trusted roots; declaring nothing narrows nothing
+            # (the DAG's roots are then the declaration; configured roots never declare by themselves).
+            kept_roots = narrow(named, anchors) if named or bounds_only else set(anchors)
+            if anchors:
+                refused.extend(
+                    f"output root {r.uri} is outside the declared output roots ({who}: "
+                    f"{', '.join(a.uri for a in anchors)})"
+                    for r in sorted(recorded)
+                    if not any(r.overlaps(a) for a in anchors)
+                )
+            else:  # the DAG declares nothing: every output file is kept; only forged-looking records are refused
+                refused.extend(r for r in (binding_refusal(root, store_root) for root in sorted(recorded)) if r)
         else:
             for root in sorted(recorded):
                 reason = binding_refusal(root, store_root)
@@ -225,11 +244,23 @@ class DeletionGuard:
                 kept_roots |= given
         # A root inside another root adds nothing (and would list, and delete, twice).
         kept = tuple(sorted(p for p in kept_roots if not any(p != o and p.is_under(o) for o in kept_roots)))
-        return cls(store_root, kept, declared, anchors, tuple(refused))
+        return cls(store_root, kept, declared, anchors, tuple(refused), who, bounds_only)
 
     @property
     def root_uris(self) -> tuple[str, ...]:
         return tuple(r.uri for r in self.roots)
+
+    @property
+    def anchor_declares_nothing(self) -> bool:
+        """The store was opened with an empty set of trusted roots (the DAG, or the person, declares
+        no output root): every output file is kept, and said so (not a refused record)."""
+        return self.trusted is not None and not self.trusted and not self.bounds_only
+
+    @property
+    def keeps_all_output(self) -> bool:
+        """No output file may be deleted because nothing is declared: the anchor declares nothing,
+        or the store declares nothing (an earlier version's) and no root was given."""
+        return not self.roots and (self.anchor_declares_nothing or not self.declared)
 
     def refusal(self, uri: str) -> str | None:
         """Why ``uri`` may not be deleted as an output file, or None if it may."""
@@ -239,8 +270,15 @@ class DeletionGuard:
         if found.is_under(self.store_root):
             return f"{found.uri} is inside the store root: store records are deleted by key, never as output"
         if not self.roots:
-            if self.trusted is not None and not self.trusted:
-                return f"{found.uri}: the DAG declares no output root (output_roots), so no output file is deleted"
+            if self.anchor_declares_nothing:
+                return (
+                    f"{found.uri}: no output root is declared ({self.trusted_by}: none), so no output file is deleted"
+                )
+            if self.bounds_only:
+                return (
+                    f"{found.uri}: no output root this store records lies under the configured ones "
+                    f"({self.trusted_by}: {', '.join(a.uri for a in self.trusted or ())}), so no output file is deleted"
+                )
             return (
                 f"{found.uri}: this store declares no output root (written by an earlier version, and no "
                 "commit output root was given), so no output file is deleted"

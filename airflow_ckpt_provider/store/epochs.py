@@ -200,7 +200,10 @@ class EpochLog:
                 "store in separate directories (prefixes), or deleting orphans could reach the store's records"
             )
         unbound = None if store_root is None else binding_refusal(found, store_root)
-        if unbound is not None and not _under_any(found, [*(self._context.trusted_roots or ()), *(vouched_by or ())]):
+        if unbound is not None and not _under_any(
+            found,
+            [*(self._context.trusted_roots or ()), *(self._context.configured_roots or ()), *(vouched_by or ())],
+        ):
             raise InvalidOutputRootError(
                 f"{unbound}. Declare it in the DAG (the operators' output_roots), which opens the store with it, or "
                 "keep output in the store's bucket. Nothing was written"

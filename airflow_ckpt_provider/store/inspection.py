@@ -87,6 +87,7 @@ class Inspector:
             keys_done=snapshot_keys + state.catalog.sum("num_keys", state.valid_mask),
             output_roots=guard.root_uris,
             output_roots_declared=guard.declared,
+            output_roots_undeclared_by=guard.trusted_by if guard.anchor_declares_nothing else None,
             progress=self._progress_of(state),
         )
 
@@ -169,6 +170,13 @@ class Inspector:
             problems.append(f"unusable intent record of {checkpoint_id}: {why} (never acted on)")
         for why in guard.refused_roots:
             problems.append(f"refused output root record: {why} (never acted on)")
+        if guard.anchor_declares_nothing:
+            if intents.paths or intents.patterns:
+                notes.append(
+                    f"no output root is declared ({guard.trusted_by}: none): clear, discard, commit and "
+                    "reprocess keep output files"
+                )
+            return problems, notes
         if not guard.declared:
             if intents.paths or intents.patterns:
                 notes.append(

@@ -343,6 +343,9 @@ class StoreContents:
     #: empty with ``output_roots_declared`` False for stores of earlier versions.
     output_roots: tuple[str, ...] = ()
     output_roots_declared: bool = False
+    #: Who declares no output root when the store was opened with none (e.g. "DAG task 'd.t'"):
+    #: every output file is kept. None otherwise.
+    output_roots_undeclared_by: str | None = None
     #: What ``progress()`` says, from the same read (a page needs both, and reads the store once).
     progress: Progress | None = None
 

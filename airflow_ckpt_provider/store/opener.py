@@ -64,6 +64,8 @@ def open_store(
     *,
     wrap_blobs: Callable[[BlobStore], BlobStore] | None = None,
     trusted_output_roots: Sequence[str] | None = None,
+    output_roots_declared_by: str | None = None,
+    configured_output_roots: Sequence[str] | None = None,
     **options: Any,
 ) -> CheckpointStore:
     """Open the checkpoint store at ``uri``. Nothing is created until the first write.
@@ -80,7 +82,11 @@ def open_store(
     for (the DAG's operators' ``output_roots``, or roots a person gave): what the store's own
     records declare is bounded by them, and with an empty list no output file is ever deleted;
     without them, recorded roots count only in the store's scheme and bucket (docs/security.md,
-    "The trust model"). Raises :class:`InvalidStoreUriError`; reachability errors
+    "The trust model"). ``output_roots_declared_by``: who declares ``trusted_output_roots`` (e.g.
+    ``DAG task 'd.commit'``), named when a deletion is refused. ``configured_output_roots`` (the
+    ``[ckpt] trusted_output_roots`` option), used only without ``trusted_output_roots``: the
+    store's recorded roots count where they lie under one of them, nothing else (a store whose
+    records declare nothing gets nothing). Raises :class:`InvalidStoreUriError`; reachability errors
     surface on first use.
     """
     unknown = set(options) - set(STORE_OPTIONS) - set(_S3_OPTIONS) - {"boto3_session"}
@@ -108,6 +114,8 @@ def open_store(
         if options.get("max_loose_manifests") is not None
         else DEFAULT_MAX_LOOSE,
         trusted_output_roots=trusted_output_roots,
+        output_roots_declared_by=output_roots_declared_by,
+        configured_output_roots=configured_output_roots,
     )
 
 

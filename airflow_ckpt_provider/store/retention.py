@@ -215,15 +215,15 @@ class Retention:
             reason = guard.refusal(path)
             if reason is None:
                 doomed[path] = checkpoint_id
-            elif not guard.declared:
-                undeclared.append(path)  # a store of an earlier version: output is kept, and said so
+            elif not guard.declared or guard.keeps_all_output:
+                undeclared.append(path)  # nothing declared (the DAG, or an earlier version): kept, and said so
             else:
                 refused.append(f"{checkpoint_id}: {reason}")
         for pattern in patterns:
             if guard.root_of(f"{pattern.root}/{pattern.marker}") is not None:
                 continue
             where = f"files named *{pattern.marker}* under {pattern.root}"
-            if guard.declared:
+            if guard.declared and not guard.keeps_all_output:
                 refused.append(f"{pattern.checkpoint_id}: {where} are outside the declared output roots")
             else:
                 undeclared.append(where)
@@ -243,9 +243,11 @@ class Retention:
         self._epochs.write_end(number, EpochStatus.CLEARED, {"action": owner})
         if undeclared:
             log.warning(
-                "%s declares no output root (written by an earlier version): %d recorded output file(s) kept, "
-                "only the store's records were deleted",
+                "%s: %s: %d recorded output file(s) kept, only the store's records were deleted",
                 self._context.uri,
+                f"no output root is declared ({guard.trusted_by}: none)"
+                if guard.anchor_declares_nothing
+                else "the store declares no output root (written by an earlier version)",
                 len(undeclared),
             )
         return ClearResult(

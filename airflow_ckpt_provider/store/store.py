@@ -99,13 +99,20 @@ class CheckpointStore:
         blob_opener: Callable[[str], BlobStore] | None = None,
         max_loose_manifests: int = DEFAULT_MAX_LOOSE,
         trusted_output_roots: Sequence[str] | None = None,
+        output_roots_declared_by: str | None = None,
+        configured_output_roots: Sequence[str] | None = None,
     ) -> None:
         self.blobs = blobs
         self.options: dict[str, Any] = dict(options or {})
         self.breaker = CircuitBreaker(breaker_max_failures)
         self.max_workers = max_workers
         self.context = StoreContext(
-            blobs, max_workers=max_workers, blob_opener=blob_opener, trusted_roots=trusted_output_roots
+            blobs,
+            max_workers=max_workers,
+            blob_opener=blob_opener,
+            trusted_roots=trusted_output_roots,
+            trusted_by=output_roots_declared_by,
+            configured_roots=configured_output_roots,
         )
         self.epoch_log = EpochLog(self.context)
         self.state_reader = StateReader(self.context, self.epoch_log)

@@ -143,12 +143,28 @@ def test_clear_declined_on_terminal_keeps_everything(store_uri: str) -> None:
 
 
 def test_clear_confirmed_on_terminal(store_uri: str, tmp_path: Path) -> None:
-    code, out, _ = run("clear", store_uri, stdin=Terminal("yes\n"))
+    output = (tmp_path / "out").as_uri()
+    code, out, _ = run("clear", store_uri, "--output-root", output, stdin=Terminal("yes\n"))
     assert code == EXIT_OK
     assert "checkpoints deleted: 3" in out and "files deleted:       3" in out
     store = open_store(store_uri)
     assert store.list_checkpoints() == [] and store.progress().keys_done == 0
     assert list((tmp_path / "out").iterdir()) == []  # the uncommitted output went with them
+
+
+def test_without_an_output_root_clear_keeps_output_files_and_lists_them(store_uri: str, tmp_path: Path) -> None:
+    # The store's records declare its output root, but nobody vouches for it: a URI alone is not the DAG
+    # (docs/security.md, "The trust model"), so the records are reset and every output file stays.
+    files = sorted(p.as_uri() for p in (tmp_path / "out").iterdir())
+    assert len(files) == 3
+    code, out, _ = run("clear", store_uri, "--yes")
+    assert code == EXIT_OK, out
+    assert "checkpoints deleted: 3" in out and "files deleted:       0" in out
+    assert "No output root is declared (--output-root: none): no output file is deleted" in out
+    assert "output files kept: no output root is declared (pass --output-root DIR" in out
+    assert all(f"  {f}\n" in out for f in files), out
+    assert sorted(p.as_uri() for p in (tmp_path / "out").iterdir()) == files
+    assert open_store(store_uri).progress().keys_done == 0
 
 
 def test_clear_yes_json(store_uri: str) -> None:

@@ -53,48 +53,48 @@ def _outputs(out: str) -> set[str]:
 def test_dry_run_shows_the_exact_files_and_changes_nothing(committed: tuple[str, str]) -> None:
     uri, out = committed
     before = _outputs(out)
-    code, text, err = run("reprocess", uri, "--key", "key-1-7", "--key", "key-2-0", "--dry-run")
+    code, text, err = run("reprocess", uri, "--output-root", out, "--key", "key-1-7", "--key", "key-2-0", "--dry-run")
     assert (code, err) == (EXIT_OK, "")
     assert "2 checkpoint(s) (2 committed) become pending, 100 key(s)" in text
     assert f"{out}/part-00001.parquet" in text and f"{out}/part-00002.parquet" in text
     assert f"{out}/part-00000.parquet" not in text
     assert _outputs(out) == before
-    code, text, _ = run("reprocess", uri, "--key", "key-1-7", "--dry-run", "--json")
+    code, text, _ = run("reprocess", uri, "--output-root", out, "--key", "key-1-7", "--dry-run", "--json")
     preview = json.loads(text)["preview"]
     assert preview["keys"] == 50 and preview["bytes"] == FILE_BYTES and preview["file_count"] == 1
 
 
 def test_confirmation_on_a_terminal_then_undo_then_purge(committed: tuple[str, str]) -> None:
     uri, out = committed
-    code, _, err = run("reprocess", uri, "--key", "key-0-3", stdin=Terminal("no\n"))
+    code, _, err = run("reprocess", uri, "--output-root", out, "--key", "key-0-3", stdin=Terminal("no\n"))
     assert code == EXIT_FINDINGS and "nothing changed" in err
     assert _outputs(out) == {"part-00000.parquet", "part-00001.parquet", "part-00002.parquet"}
 
-    code, text, _ = run("reprocess", uri, "--key", "key-0-3", stdin=Terminal("yes\n"))
+    code, text, _ = run("reprocess", uri, "--output-root", out, "--key", "key-0-3", stdin=Terminal("yes\n"))
     assert code == EXIT_OK and "files moved to quarantine: 1" in text
     assert _outputs(out) == {"part-00001.parquet", "part-00002.parquet"}
     assert open_store(uri).progress().keys_done == 100
 
-    code, text, _ = run("reprocesses", uri)
+    code, text, _ = run("reprocesses", uri, "--output-root", out)
     assert code == EXIT_OK and "reprocess" in text and "in quarantine" in text and "key-0-3" in text
 
-    code, text, _ = run("undo", uri, "--yes")
+    code, text, _ = run("undo", uri, "--output-root", out, "--yes")
     assert code == EXIT_OK and "files restored:" in text
     assert _outputs(out) == {"part-00000.parquet", "part-00001.parquet", "part-00002.parquet"}
     assert open_store(uri).progress().keys_done == 150
 
-    code, text, _ = run("purge", uri, "--yes", "--json")
+    code, text, _ = run("purge", uri, "--output-root", out, "--yes", "--json")
     assert code == EXIT_OK and json.loads(text)["result"]["purged"] == 1
     assert open_store(uri).check().ok
 
 
 def test_without_a_terminal_yes_is_required(committed: tuple[str, str]) -> None:
     uri, out = committed
-    code, text, err = run("rewind", uri, "--to-commit", "0")
+    code, text, err = run("rewind", uri, "--output-root", out, "--to-commit", "0")
     assert code == EXIT_ERROR and "--yes" in err
     assert "Rewind" in text and "3 checkpoint(s)" in text  # the preview was shown before refusing
     assert len(_outputs(out)) == 3
-    code, _, _ = run("rewind", uri, "--to-commit", "0", "--yes")
+    code, _, _ = run("rewind", uri, "--output-root", out, "--to-commit", "0", "--yes")
     assert code == EXIT_OK and _outputs(out) == set()
     assert open_store(uri).progress().keys_done == 0
 
@@ -128,16 +128,16 @@ def test_resume_finishes_an_interrupted_reprocess(committed: tuple[str, str]) ->
     uri, out = committed
     failpoints.enable("store.reprocess.after_epoch", kind="raise")
     with pytest.raises(failpoints.InjectedFault):
-        run("reprocess", uri, "--commit", "1", "--yes")
+        run("reprocess", uri, "--output-root", out, "--commit", "1", "--yes")
     failpoints.disable_all()
-    code, text, _ = run("check", uri)
+    code, text, _ = run("check", uri, "--output-root", out)
     assert code == EXIT_FINDINGS and "airflow-ckpt resume" in text
-    code, text, err = run("reprocess", uri, "--key", "key-0-0", "--yes")
+    code, text, err = run("reprocess", uri, "--output-root", out, "--key", "key-0-0", "--yes")
     assert code == EXIT_ERROR and "unfinished" in err
-    code, text, err = run("resume", uri)
+    code, text, err = run("resume", uri, "--output-root", out)
     assert code == EXIT_ERROR and "--yes" in err, "a resume is confirmed like the action it finishes"
-    code, text, _ = run("resume", uri, "--yes")
+    code, text, _ = run("resume", uri, "--output-root", out, "--yes")
     assert code == EXIT_OK and "(resumed)" in text and "files moved to quarantine: 3" in text
-    assert _outputs(out) == set() and run("check", uri)[0] == EXIT_OK
-    code, text, _ = run("resume", uri)
+    assert _outputs(out) == set() and run("check", uri, "--output-root", out)[0] == EXIT_OK
+    code, text, _ = run("resume", uri, "--output-root", out)
     assert code == EXIT_OK and "Nothing to resume" in text

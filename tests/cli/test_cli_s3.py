@@ -60,7 +60,7 @@ def test_console_script_reads_and_clears_an_s3_store(s3_bucket: str, s3_options:
     assert listing.code == 0 and listing.out.count("checkpointed") == 3
     keys = airflow_ckpt("keys", uri, *flags, "--limit", "5", env=env)
     assert keys.code == 0 and len(keys.out.splitlines()) == 5
-    cleared = airflow_ckpt("clear", uri, *flags, "--yes", env=env)
+    cleared = airflow_ckpt("clear", uri, *flags, "--output-root", f"s3://{s3_bucket}/out", "--yes", env=env)
     assert cleared.code == 0, cleared.err
     assert "checkpoints deleted: 3" in cleared.out and "files deleted:       3" in cleared.out
     for result in (progress, listing, keys, cleared):

@@ -1,6 +1,10 @@
 """The commit operator on a worker, over an S3 store whose records a bucket writer forged: roots on
 the worker's host and in another bucket, and intent records naming files there as orphans. The
-commit deletes nothing there (docs/security.md, "The trust model")."""
+commit deletes nothing there (docs/security.md, "The trust model").
+
+The DAG declares no ``output_roots`` (and ``[ckpt] trusted_output_roots`` is not set), so even a
+root the records name in the store's own bucket declares nothing: the commit keeps its orphan and
+says so (a warning naming the parameter, and ``output_files_kept`` in its XCom)."""
 
 from __future__ import annotations
 
@@ -28,11 +32,17 @@ def test_the_commit_operator_deletes_nothing_forged_roots_name(airflow_harness: 
     other_root = forged.other_uri.rpartition("/")[0]
     open_blobs(other_root, **forged.options).put("orphan-looking.parquet", b"keep me too")
     store = forged.store()
+    # The records also name a root in the store's own bucket, with a real orphan under it.
+    epoch = json.loads(store.blobs.get("epochs/00000001.json")[0])
+    epoch["output_roots"].append(forged.own_output)
+    store.blobs.put("epochs/00000001.json", json.dumps(epoch).encode())
+    orphan = f"{forged.own_output}/part-orphan.parquet"
+    open_blobs(forged.own_output, **forged.options).put("part-orphan.parquet", b"a failed attempt's rows")
     checkpoint_id = new_checkpoint_id()  # an attempt that never sealed: its files look like orphans
     record = {
         "checkpoint_id": checkpoint_id,
         "epoch": 1,
-        "paths": [victim.as_uri(), f"{other_root}/orphan-looking.parquet"],
+        "paths": [victim.as_uri(), f"{other_root}/orphan-looking.parquet", orphan],
     }
     store.blobs.put(f"attempts/{checkpoint_id}/intents/0000.json", json.dumps(record).encode())
     connection = {
@@ -52,6 +62,12 @@ def test_the_commit_operator_deletes_nothing_forged_roots_name(airflow_harness: 
         },
     )
     assert run.state == "success", run.output[-4000:]
+    assert open_blobs(forged.own_output, **forged.options).get("part-orphan.parquet")[0] == b"a failed attempt's rows"
+    summary = airflow_harness.xcom("ckpt_forged_commit", run.run_id, "commit")
+    assert summary["orphans_deleted"] == 0 and orphan in summary["output_files_kept"], summary
+    because = "No output root is declared (output_roots of DAG task 'ckpt_forged_commit.commit': none)"
+    assert summary["output_kept_because"].startswith(because), summary
+    assert because in run.output and "Set output_roots=[...]" in run.output
     assert victim.read_text() == "keep me"
     assert open_blobs(other_root, **forged.options).get("orphan-looking.parquet")[0] == b"keep me too"
     forged.untouched()

@@ -195,9 +195,9 @@ def test_the_cli_confirmation_lists_the_output_roots_and_the_refused_records(
     write_task(store, backend, epoch=epoch, partition=0, keys=["a", "b"], seal=False)
     victims = poison(store, backend, tmp_path, epoch)
     out, err = io.StringIO(), io.StringIO()
-    code = main(
-        [command, backend.store_uri, *_cli_flags(backend, monkeypatch)], out=out, err=err, stdin=io.StringIO("")
-    )
+    # The person vouches for the store's output root (a URI alone declares none: docs/security.md).
+    argv = [command, backend.store_uri, "--output-root", backend.output_uri, *_cli_flags(backend, monkeypatch)]
+    code = main(argv, out=out, err=err, stdin=io.StringIO(""))
     assert code != EXIT_OK  # no terminal, no --yes: refused, after showing what it would do
     text = out.getvalue()
     assert f"Output files are deleted only under: {backend.output_uri}." in text, text

@@ -98,7 +98,8 @@
             "touched (airflow-ckpt check lists them).";
         }
         if (r.undeclared_output_files) {
-          kept += " " + r.undeclared_output_files + " output file(s) kept: this store declares no output root.";
+          kept += " " + r.undeclared_output_files + " output file(s) kept: no output root is declared " +
+            "(set output_roots on the DAG's tasks, or [ckpt] trusted_output_roots).";
         }
         show(kept ? "error" : "ok", "Done: " + r.deleted_checkpoints + " checkpoint(s) and " + r.deleted_files +
           " file(s) deleted." + kept + " Recorded in the audit log (entry " + answer.body.audit_log_id + ")." +
