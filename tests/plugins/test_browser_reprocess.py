@@ -3,8 +3,9 @@
 An editor opens the task instance's tab, asks for a reprocess by two keys, reads the preview in
 the dialog (its numbers and files are the store's own dry run), confirms; the store and the
 output changed accordingly and the audit log (the plugin's rows and Airflow's own Audit Log tab)
-shows the entry. A viewer sees the panel with its buttons disabled. Screenshots go to
-``test-output/ui/``.
+shows the entry. A viewer sees the panel with its buttons disabled. An interrupted reprocess
+shows Resume and Abandon; each opens the dialog with the unfinished plan's preview, and Resume
+runs it only once confirmed. Screenshots go to ``test-output/ui/``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import uuid
 
 import pytest
 
+from airflow_ckpt_provider import failpoints
 from airflow_ckpt_provider.store import EpochStatus, RetentionPolicy, Selection, open_blobs, open_store
 from tests.cli.sample_store import fill_store
 from tests.plugins.test_browser import OUTPUT, browser, log_in, text_of
@@ -126,3 +128,48 @@ def test_a_viewer_cannot_reprocess(ui_server: ApiServer, browser: WebDriver) -> 
     )
     assert status == 403
     assert open_store(root).progress().keys_done == 150 and len(list(open_blobs(out).list(""))) == 3
+
+
+def test_resume_and_abandon_open_the_unfinished_plan_s_preview_first(ui_server: ApiServer, browser: WebDriver) -> None:
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    run_id = f"browser_rs_{uuid.uuid4().hex[:8]}"
+    ui_server.trigger_run(run_id)
+    root, out = _committed_store(ui_server, run_id)
+    store = open_store(root, trusted_output_roots=[out])
+    selection = Selection(commits=[1])
+    failpoints.enable("store.reprocess.after_epoch", kind="raise")  # the maintenance epoch opens, nothing moves
+    try:
+        with pytest.raises(failpoints.InjectedFault):
+            store.reprocess(selection, expected=store.preview_reprocess(selection))
+    finally:
+        failpoints.disable_all()
+    wait = WebDriverWait(browser, 60)
+
+    log_in(browser, ui_server, "admin")
+    _open_task_view(browser, ui_server, run_id)
+    resume = wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, "[data-testid=resume-button]")))
+    abandon = browser.find_element(By.CSS_SELECTOR, "[data-testid=abandon-button]")
+    dialog = browser.find_element(By.CSS_SELECTOR, "[data-testid=reprocess-dialog]")
+    confirm = dialog.find_element(By.CSS_SELECTOR, "[data-testid=reprocess-confirm]")
+    for button, name in ((abandon, "Abandon"), (resume, "Resume")):
+        button.click()  # the dialog opens on the plan's preview, never on the action
+        wait.until(ec.visibility_of(dialog))
+        wait.until(lambda d: text_of(d, "preview-files") == "3")
+        assert confirm.text == name and confirm.is_enabled()
+        listed = [li.text for li in dialog.find_elements(By.CSS_SELECTOR, "[data-testid=preview-file-list] li")]
+        assert sorted(listed) == [f"{out}/part-0000{i}.parquet" for i in range(3)]
+        assert len(list(open_blobs(out).list(""))) == 3  # nothing ran yet
+        if name == "Abandon":
+            dialog.find_element(By.CSS_SELECTOR, "[data-testid=reprocess-cancel]").click()
+            wait.until(ec.invisibility_of_element(dialog))
+    browser.switch_to.default_content()
+    browser.save_screenshot(str(OUTPUT / "resume-preview-dialog.png"))
+    _open_task_frame_again(browser)
+
+    confirm.click()
+    wait.until(lambda d: text_of(d, "reprocess-result").startswith("Done (resume)"))
+    assert "3 file(s) moved to the quarantine" in text_of(browser, "reprocess-result")
+    assert list(open_blobs(out).list("")) == [] and open_store(root).progress().keys_done == 0
+    assert [e["owner"] for e in ui_server.audit_entries(run_id) if e["event"] == "checkpoints.resume_reprocess"] == [
+        "admin"
+    ]

@@ -356,3 +356,24 @@ def test_output_files_in_odd_directories_are_deleted_exactly(tmp_path: Path, nam
     assert result.deleted_files == (path,)
     assert not (out / "part-0.parquet").exists()
     assert (sibling / "part-0.parquet").read_bytes() == b"keep me"
+
+
+def test_who_declares_nothing_is_named_and_configured_roots_never_declare_by_themselves(tmp_path: Path) -> None:
+    """An anchor that declares nothing keeps every output file and the refusal names it; configured roots
+    (``[ckpt] trusted_output_roots``) only bound what the records declare (docs/security.md)."""
+    uri, out = (tmp_path / "store").as_uri(), tmp_path / "lake" / "out"
+    out.mkdir(parents=True)
+    legacy = open_store(uri)
+    legacy.begin_epoch(owner="job")  # declares no root, as stores of earlier versions
+    who = "output_roots of DAG task 'etl.commit' and of its Spark task 'process'"
+    guard = open_store(uri, trusted_output_roots=(), output_roots_declared_by=who).deletion_guard()
+    assert guard.keeps_all_output and guard.root_uris == ()
+    assert guard.refusal((out / "part-0.parquet").as_uri()) == (
+        f"{(out / 'part-0.parquet').as_uri()}: no output root is declared ({who}: none), so no output file is deleted"
+    )
+    configured = [(tmp_path / "lake").as_uri()]
+    assert open_store(uri, configured_output_roots=configured).deletion_guard().root_uris == ()
+    open_store(uri).begin_epoch(owner="job", output_roots=[out.as_uri(), (tmp_path / "host").as_uri()])
+    bounded = open_store(uri, configured_output_roots=configured).deletion_guard()
+    assert bounded.root_uris == (out.as_uri(),) and not bounded.keeps_all_output
+    assert [r.split(" is outside")[0] for r in bounded.refused_roots] == [f"output root {(tmp_path / 'host').as_uri()}"]
