@@ -68,6 +68,11 @@ def test_the_commit_operator_deletes_nothing_forged_roots_name(airflow_harness: 
     because = "No output root is declared (output_roots of DAG task 'ckpt_forged_commit.commit': none)"
     assert summary["output_kept_because"].startswith(because), summary
     assert because in run.output and "Set output_roots=[...]" in run.output
+    # A reprocess from the DAG says the same before anything moves (without preview_only it is refused).
+    preview = airflow_harness.xcom("ckpt_forged_commit", run.run_id, "reprocess")
+    assert preview["result"] is None and preview["preview"]["refused_paths"], preview
+    assert forged.host_file.as_uri() in preview["output_files_kept"], preview
+    assert "DAG task 'ckpt_forged_commit.reprocess'" in preview["output_kept_because"], preview
     assert victim.read_text() == "keep me"
     assert open_blobs(other_root, **forged.options).get("orphan-looking.parquet")[0] == b"keep me too"
     forged.untouched()
