@@ -109,20 +109,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.flaky(reruns=0))
 
 
+def _finished() -> list[tuple[str, int]]:
+    """This process's campaign reports, as (text, violations)."""
+    return [(report.format(), len(report.violations)) for report in _reports if report.trials or report.races]
+
+
+#: Reports of the campaign's xdist worker (``pytest -n``), received when it finishes.
+_from_workers: list[tuple[str, int]] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """The controller of ``pytest -n`` collects the report of the worker that ran the campaign."""
+    _from_workers.extend(tuple(entry) for entry in getattr(node, "workeroutput", {}).get("ckpt_campaign", []))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """A violation any campaign recorded fails the run, whichever test or attempt recorded it."""
-    if exitstatus == pytest.ExitCode.OK and any(report.violations for report in _reports):
+    """A violation any campaign recorded fails the run, whichever test or attempt (or xdist worker)
+    recorded it: a worker hands its reports to the controller, which decides the exit status."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["ckpt_campaign"] = _finished()
+        return
+    if exitstatus == pytest.ExitCode.OK and any(violations for _, violations in _finished() + _from_workers):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    for report in _reports:
-        if not (report.trials or report.races):
-            continue
-        text = report.format()
+    for text, violations in _finished() + _from_workers:
         terminalreporter.write_sep("=", "fault campaign report")
         terminalreporter.write_line(text)
-        if report.violations:
-            terminalreporter.write_line(f"{len(report.violations)} campaign violations: the run fails", red=True)
+        if violations:
+            terminalreporter.write_line(f"{violations} campaign violations: the run fails", red=True)
         REPORT_PATH.parent.mkdir(parents=True, exist_ok=True)
         REPORT_PATH.write_text(text + "\n")

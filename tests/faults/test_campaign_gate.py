@@ -27,10 +27,12 @@ def test_a_trial(campaign_report):
 """
 
 
-def _run(tmp_path: Path, *, fail_the_test: bool) -> subprocess.CompletedProcess[str]:
+def _run(tmp_path: Path, *, fail_the_test: bool, workers: int = 0) -> subprocess.CompletedProcess[str]:
     probe = tmp_path / "test_probe.py"
     probe.write_text(f"FAIL_THE_TEST = {fail_the_test}\n" + PROBE)
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--reruns", "1"]
+    if workers:  # as scripts/test.sh runs the suite: the campaign on an xdist worker
+        command += ["-n", str(workers), "--dist", "loadgroup"]
     command += ["-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path), "-p", "tests.faults.conftest"]
     return subprocess.run([*command, str(probe)], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
@@ -41,7 +43,8 @@ def test_a_trial_that_breaks_a_promise_once_is_not_rerun_into_a_pass(tmp_path: P
     assert "1 failed" in run.stdout and "rerun" not in run.stdout.splitlines()[-1]
 
 
-def test_a_violation_in_the_report_fails_the_run_even_if_every_test_passed(tmp_path: Path) -> None:
-    run = _run(tmp_path, fail_the_test=False)
+@pytest.mark.parametrize("workers", [0, 1], ids=["one-process", "xdist-worker"])
+def test_a_violation_in_the_report_fails_the_run_even_if_every_test_passed(tmp_path: Path, workers: int) -> None:
+    run = _run(tmp_path, fail_the_test=False, workers=workers)
     assert run.returncode == pytest.ExitCode.TESTS_FAILED, run.stdout
     assert "1 passed" in run.stdout and "campaign violations: the run fails" in run.stdout
