@@ -38,75 +38,60 @@ def _keys_a_reader_sees(output: Path) -> list[int]:
     return sorted(keys)
 
 
-def test_a_second_trigger_of_a_successful_day_replaces_the_output(
+def test_a_day_failed_resumed_triggered_again_and_cleared_holds_each_key_once(
     airflow_harness: AirflowHarness, tmp_path: Path
 ) -> None:
+    """One day's history on one output: a failed run, a new run of the day (resumes it), a second
+    trigger after its success (replaces the output), then Clear of that run (replaces it again).
+    After each run a plain reader sees every key once and no file of the output it replaced."""
     _install(airflow_harness)
     output = tmp_path / "out"
     env = {"HANDOFF_OUTPUT": str(output)}
     day = dt.datetime(2024, 6, 1, tzinfo=dt.UTC)
 
-    first = airflow_harness.run_dag(DAG_ID, logical_date=day, env=env)
-    assert first.state == "success", first.output[-4000:]
-    assert _keys_a_reader_sees(output) == KEYS
-    first_files = set(output.glob("*.parquet"))
-    first_plan = airflow_harness.xcom(DAG_ID, first.run_id, "submit", "checkpoint_plan")
-    assert first_plan["rerun"]["action"] == "first"
+    failed = airflow_harness.run_dag(DAG_ID, logical_date=day, conf={"fail_partition": 2}, env=env)
+    assert failed.state == "failed", failed.output[-4000:]
+    failed_plan = airflow_harness.xcom(DAG_ID, failed.run_id, "submit", "checkpoint_plan")
+    assert failed_plan["rerun"]["action"] == "first"
 
-    # A second trigger of the same day (a new run id, as `airflow dags test` run again gets).
-    second = airflow_harness.run_dag(DAG_ID, logical_date=day, run_after=day + dt.timedelta(hours=1), env=env)
-    assert second.run_id != first.run_id and second.state == "success", second.output[-4000:]
-    plan = airflow_harness.xcom(DAG_ID, second.run_id, "submit", "checkpoint_plan")
-    assert plan["checkpoint_uri"] == first_plan["checkpoint_uri"]  # one store for the day
+    # A new run of the same day after the failure (a new run id): it resumes the failed one.
+    resumed = airflow_harness.run_dag(
+        DAG_ID, logical_date=day, run_after=day + dt.timedelta(hours=1), conf={"fail_partition": -1}, env=env
+    )
+    assert resumed.run_id != failed.run_id and resumed.state == "success", resumed.output[-4000:]
+    plan = airflow_harness.xcom(DAG_ID, resumed.run_id, "submit", "checkpoint_plan")
+    assert plan["checkpoint_uri"] == failed_plan["checkpoint_uri"]  # one store for the day
     assert plan["checkpoint_uri"].endswith("/ckpt_handoff/submit/date=2024-06-01")
-    assert plan["rerun"]["action"] == "replace" and plan["rerun"]["live_run"] == first.run_id
+    assert (plan["rerun"]["action"], plan["keys_skipped"], plan["checkpoints_skipped"]) == ("resume", 20, 2)
+    commit = airflow_harness.xcom(DAG_ID, resumed.run_id, "commit")
+    assert (commit["rows_committed"], commit["orphans_deleted"], commit["files_replaced"]) == (40, 1, 0)
+    assert _keys_a_reader_sees(output) == KEYS
+    resumed_files = set(output.glob("*.parquet"))
+
+    # A second trigger of the committed day (a new run id, as `airflow dags test` run again gets).
+    second_after = day + dt.timedelta(hours=2)
+    second = airflow_harness.run_dag(DAG_ID, logical_date=day, run_after=second_after, env=env)
+    assert second.run_id != resumed.run_id and second.state == "success", second.output[-4000:]
+    plan = airflow_harness.xcom(DAG_ID, second.run_id, "submit", "checkpoint_plan")
+    assert plan["rerun"]["action"] == "replace" and plan["rerun"]["live_run"] == resumed.run_id
+    assert plan["keys_skipped"] == 0
     commit = airflow_harness.xcom(DAG_ID, second.run_id, "commit")
     assert (commit["rows_committed"], commit["files_replaced"], commit["unknown_files"]) == (40, 4, 0)
     assert _keys_a_reader_sees(output) == KEYS  # replaced, not appended
-    assert not first_files & set(output.glob("*.parquet"))
-    store = open_store(plan["checkpoint_uri"])
-    assert store.check().ok, store.check().problems
+    assert not resumed_files & set(output.glob("*.parquet"))
+    second_files = set(output.glob("*.parquet"))
 
-
-def test_clear_of_a_successful_run_replaces_the_output(airflow_harness: AirflowHarness, tmp_path: Path) -> None:
-    _install(airflow_harness)
-    output = tmp_path / "out"
-    env = {"HANDOFF_OUTPUT": str(output)}
-    day = dt.datetime(2024, 6, 5, tzinfo=dt.UTC)
-
-    first = airflow_harness.run_dag(DAG_ID, logical_date=day, env=env)
-    assert first.state == "success", first.output[-4000:]
-    first_files = set(output.glob("*.parquet"))
-    # "Clear" of the successful run: the same run id runs both tasks again.
-    cleared = airflow_harness.run_dag(DAG_ID, logical_date=day, env=env)
-    assert cleared.run_id == first.run_id and cleared.state == "success", cleared.output[-4000:]
+    # "Clear" of that successful run: the same run id runs both tasks again.
+    cleared = airflow_harness.run_dag(DAG_ID, logical_date=day, run_after=second_after, env=env)
+    assert cleared.run_id == second.run_id and cleared.state == "success", cleared.output[-4000:]
     plan = airflow_harness.xcom(DAG_ID, cleared.run_id, "submit", "checkpoint_plan")
-    assert (plan["rerun"]["action"], plan["epoch"], plan["keys_skipped"]) == ("replace", 2, 0)
+    assert (plan["rerun"]["action"], plan["epoch"], plan["keys_skipped"]) == ("replace", 4, 0)
     commit = airflow_harness.xcom(DAG_ID, cleared.run_id, "commit")
     assert (commit["rows_committed"], commit["files_replaced"]) == (40, 4)
-    assert _keys_a_reader_sees(output) == KEYS and not first_files & set(output.glob("*.parquet"))
+    assert _keys_a_reader_sees(output) == KEYS and not second_files & set(output.glob("*.parquet"))
     store = open_store(plan["checkpoint_uri"])
     assert store.check().ok, store.check().problems
-    assert store.rerun_plan("ckpt_handoff/submit/date=2024-06-05").action.value == "replace"
-
-
-def test_retrigger_after_a_failed_run_resumes_it(airflow_harness: AirflowHarness, tmp_path: Path) -> None:
-    _install(airflow_harness)
-    output = tmp_path / "out"
-    env = {"HANDOFF_OUTPUT": str(output)}
-    day = dt.datetime(2024, 6, 2, tzinfo=dt.UTC)
-
-    failed = airflow_harness.run_dag(DAG_ID, logical_date=day, conf={"fail_partition": 2}, env=env)
-    assert failed.state == "failed", failed.output[-4000:]
-    again = airflow_harness.run_dag(
-        DAG_ID, logical_date=day, run_after=day + dt.timedelta(hours=1), conf={"fail_partition": -1}, env=env
-    )
-    assert again.run_id != failed.run_id and again.state == "success", again.output[-4000:]
-    plan = airflow_harness.xcom(DAG_ID, again.run_id, "submit", "checkpoint_plan")
-    assert (plan["rerun"]["action"], plan["keys_skipped"], plan["checkpoints_skipped"]) == ("resume", 20, 2)
-    commit = airflow_harness.xcom(DAG_ID, again.run_id, "commit")
-    assert (commit["rows_committed"], commit["orphans_deleted"], commit["files_replaced"]) == (40, 1, 0)
-    assert _keys_a_reader_sees(output) == KEYS
+    assert store.rerun_plan("ckpt_handoff/submit/date=2024-06-01").action.value == "replace"
 
 
 def test_on_rerun_skip_leaves_the_committed_output(airflow_harness: AirflowHarness, tmp_path: Path) -> None:
