@@ -28,7 +28,6 @@ from tests.support.airflow_harness import AirflowHarness
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.timeout(2400)]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "dags_examples"
-DAGS = Path(__file__).resolve().parents[1] / "support" / "dags"
 EVENTS = 20_000
 CORRECTIONS = "ckpt_daily_events_corrections"
 BAD_RECORD = re.compile(r"event (\d+) has the amount 'N/A', not a number\. Correct it in the Airflow Variable")
@@ -101,24 +100,3 @@ def test_the_retry_resumes_once_the_record_is_corrected_or_the_crash_passed(
         amounts = dict(zip(table["event_id"], table["amount"], strict=True))
         assert amounts[int(corrected[0])] == 0.0  # the corrected record, as corrected
     assert store.list_checkpoints() == []
-
-
-def test_airflow_retry_resumes_with_checkpointed_job(airflow_harness: AirflowHarness, tmp_path: Path) -> None:
-    airflow_harness.install_dag(DAGS / "daily_retry_dag.py", EXAMPLES / "jobs")
-    output = tmp_path / "out"
-    env = {
-        "DAILY_RETRY_OUTPUT": str(output),
-        # Epoch 1 only: partition 2's Python worker dies right after writing its file.
-        "CKPT_FAILPOINTS": "spark.task.after_write.e1.p2.a0=exit",
-    }
-    run = airflow_harness.run_dag("ckpt_daily_retry", logical_date=dt.datetime(2024, 10, 3, tzinfo=dt.UTC), env=env)
-    assert run.state == "success", run.output[-4000:]
-    assert airflow_harness.task_instances("ckpt_daily_retry", run.run_id)["process_events"] == ("success", 2)
-    plan = airflow_harness.xcom("ckpt_daily_retry", run.run_id, "process_events", "checkpoint_plan")
-    result = airflow_harness.xcom("ckpt_daily_retry", run.run_id, "process_events")
-    assert plan["epoch"] == 2 and 0 < plan["keys_skipped"] < EVENTS
-    assert result["keys"] == EVENTS - plan["keys_skipped"]
-    commit = airflow_harness.xcom("ckpt_daily_retry", run.run_id, "commit")
-    assert commit["rows_committed"] == EVENTS and commit["orphans_deleted"] >= 1
-    ids = _event_ids(output)
-    assert len(ids) == EVENTS and len(set(ids)) == EVENTS

@@ -1,9 +1,10 @@
 """Example DAGs 2 and 4: four incremental runs, a rewind to commit 2, then the next run.
 
 Real SeaweedFS S3, real spark-submit, real metadata DB, file keys with the ``retain`` policy.
-After the rewind the lake holds exactly the rows of runs 1-2 (runs 3-4's lake files are in the
-store's quarantine); the next ingestion run opens exactly the landing files of runs 3-4 (the
-job's own read counters) and afterwards every landed row is in the lake exactly once.
+Each incremental run opens only the files that are new (the job's own read counters), skips the
+others and commits their rows. After the rewind the lake holds exactly the rows of runs 1-2
+(runs 3-4's lake files are in the store's quarantine); the next ingestion run opens exactly the
+landing files of runs 3-4 and afterwards every landed row is in the lake exactly once.
 """
 
 from __future__ import annotations
@@ -81,7 +82,18 @@ def test_rewind_to_commit_2_of_4_then_the_next_run_redoes_3_and_4(
             INGEST, logical_date=dt.datetime(2024, 7, day, tzinfo=dt.UTC), env=env, timeout=900
         )
         assert run.state == "success", run.output[-5000:]
+        result = airflow_harness.xcom(INGEST, run.run_id, "ingest")
+        counts = (result["input_files_listed"], result["input_files_skipped"], result["input_files_pending"])
+        assert counts == (landed, landed - new_files, new_files), result
+        # s3:// inputs are read by the job's pyarrow reader, which counts every file it opens.
+        assert result["input_pyarrow_files_read"] == new_files, result
+        assert result["rows"] == new_files * ROWS_PER_FILE
+        commit = airflow_harness.xcom(INGEST, run.run_id, "commit")
+        assert commit["rows_committed"] == new_files * ROWS_PER_FILE, commit
+        assert commit["retention_policy"] == "retain" and commit["unknown_files"] == 0
         lake_after.append(_lake(client, s3_bucket))
+        assert _ids(lake_after[-1]) == _rows_of(range(landed))  # every landed row exactly once
+    assert store.progress().key_type == "string"
     commits = [e.number for e in store.list_epochs() if e.status.value == "committed"]
     assert commits == [1, 2, 3, 4], store.list_epochs()
     after_two = sum(FILES_PER_RUN[:2])
