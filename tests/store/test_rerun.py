@@ -123,3 +123,19 @@ def test_the_task_view_shows_the_committed_figures_and_what_a_rerun_does(backend
     rerun = progress["rerun"]
     assert (rerun["action"], rerun["live_run"], rerun["job"]) == ("replace", "run1", DAY)
     assert "replaces the live output" in rerun["description"]
+
+
+def test_after_clear_checkpoints_the_next_run_of_the_job_replaces_the_committed_output(backend: Backend) -> None:
+    """Clear checkpoints keeps committed output and makes every key pending; the next run of the job
+    writes every key again, and its commit retracts the output it re-did instead of refusing it as
+    unknown files or keeping both (a plain reader sees each key once)."""
+    store = backend.store()
+    _, first, _ = _run(store, backend, DAY, "run1")
+    _commit(store, backend, RetentionPolicy.DELETE_AFTER_SUCCESS)
+    store.clear()
+    assert backend.output_names() == first  # clear never deletes committed output
+    assert done_keys(store) == []
+    _, second, _ = _run(store, backend, DAY, "run2")
+    assert _commit(store, backend, RetentionPolicy.DELETE_AFTER_SUCCESS) == first
+    assert backend.output_names() == second
+    assert store.check().ok, store.check().problems
