@@ -22,13 +22,14 @@ mkdir -p test-output
 set +e
 # Integration tests drive Spark, SeaweedFS, Airflow and Chromium on a 2-core machine: a failed
 # test is run once more and reported as rerun (a deterministic failure still fails the suite).
-# Two pytest workers (pytest-xdist), a test file per worker at a time (tests/conftest.py groups
-# them): most of a DAG test is waiting on a subprocess, a retry delay or a poll, which the other
-# worker fills. CKPT_TEST_WORKERS=0 runs everything in one process.
+# Two pytest workers (pytest-xdist), a test file per worker at a time (--dist loadfile: a module's
+# fixtures, such as a DAG run, an api-server or a Spark cluster, start once): most of a DAG test is
+# waiting on a subprocess, a retry delay or a poll, which the other worker fills.
+# CKPT_TEST_WORKERS=0 runs everything in one process.
 workers="${CKPT_TEST_WORKERS:-2}"
 parallel=()
 if [ "$workers" != "0" ]; then
-  parallel=(-n "$workers" --dist loadgroup)
+  parallel=(-n "$workers" --dist loadfile)
 fi
 .venv/bin/python -m pytest -p no:cacheprovider -ra --durations=25 --reruns 1 --reruns-delay 2 "${parallel[@]}" "$@"
 status=$?

@@ -16,19 +16,6 @@ from ckpt_testkit.spark_cluster import SparkStandaloneCluster
 from tests.support.airflow_harness import AirflowHarness
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Groups for ``pytest -n N --dist loadgroup`` (scripts/test.sh): a test file runs on one worker,
-    so its module fixtures (a DAG run, an api-server, a Spark cluster) start once; the fault campaign's
-    files share one worker, one resident Spark host and one report. Runs before xdist's own hook,
-    which turns the group into the test's node id."""
-    faults = Path(__file__).parent / "faults"
-    for item in items:
-        path = Path(str(item.path))
-        group = "faults" if faults in path.parents else path.relative_to(Path(__file__).parent).as_posix()
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
     """One SeaweedFS server for the session, started on first use. Never stop it in a test:

@@ -136,10 +136,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The report of each process that ran trials (with ``pytest -n``, each worker that ran a campaign
+    file has its own resident Spark host and report), printed and written one after the other."""
+    texts = []
     for text, violations in _finished() + _from_workers:
         terminalreporter.write_sep("=", "fault campaign report")
         terminalreporter.write_line(text)
         if violations:
             terminalreporter.write_line(f"{violations} campaign violations: the run fails", red=True)
+        texts.append(text)
+    if texts:
         REPORT_PATH.parent.mkdir(parents=True, exist_ok=True)
-        REPORT_PATH.write_text(text + "\n")
+        REPORT_PATH.write_text("\n\n".join(texts) + "\n")

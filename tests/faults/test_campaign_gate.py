@@ -32,7 +32,7 @@ def _run(tmp_path: Path, *, fail_the_test: bool, workers: int = 0) -> subprocess
     probe.write_text(f"FAIL_THE_TEST = {fail_the_test}\n" + PROBE)
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--reruns", "1"]
     if workers:  # as scripts/test.sh runs the suite: the campaign on an xdist worker
-        command += ["-n", str(workers), "--dist", "loadgroup"]
+        command += ["-n", str(workers), "--dist", "loadfile"]
     command += ["-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path), "-p", "tests.faults.conftest"]
     return subprocess.run([*command, str(probe)], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
