@@ -87,24 +87,3 @@ def test_cleared_run_resumes_and_commit_removes_orphans(
     assert statsd.metrics("airflow.ckpt.checkpoints_sealed:2|c")
     assert statsd.metrics("airflow.ckpt.orphans_deleted:1|c")
     assert statsd.metrics("airflow.ckpt.commit_duration:")
-
-
-def test_airflow_retry_resumes_in_the_same_task_instance(airflow_harness: AirflowHarness, tmp_path: Path) -> None:
-    _install(airflow_harness)
-    output = tmp_path / "out"
-    marker = tmp_path / "failed-once"
-    env = {"HANDOFF_OUTPUT": str(output), "HANDOFF_RETRIES": "1"}
-    day = dt.datetime(2024, 3, 2, tzinfo=dt.UTC)
-
-    run = airflow_harness.run_dag(
-        DAG_ID, logical_date=day, conf={"fail_partition": 1, "fail_once_marker": str(marker)}, env=env
-    )
-    assert run.state == "success", run.output[-4000:]
-    assert airflow_harness.task_instances(DAG_ID, run.run_id)["submit"] == ("success", 2)
-    plan = airflow_harness.xcom(DAG_ID, run.run_id, "submit", "checkpoint_plan")
-    assert (plan["epoch"], plan["checkpoints_skipped"], plan["keys_skipped"]) == (2, 1, 10)
-    result = airflow_harness.xcom(DAG_ID, run.run_id, "submit")
-    assert result["keys"] == 30
-    commit = airflow_harness.xcom(DAG_ID, run.run_id, "commit")
-    assert (commit["rows_committed"], commit["orphans_deleted"]) == (40, 1)
-    assert _output_keys(output) == list(range(40))
