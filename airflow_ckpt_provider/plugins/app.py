@@ -421,11 +421,13 @@ async def dag_page(
 
 
 def _refused_endpoint(request: Request) -> str | None:
-    """The action a refused POST asked for: clear, discard, or (reprocess) what its body names."""
+    """The action a refused POST asked for: clear, discard, or (reprocess, and its preview) what its
+    body names. A preview is a read, never audited when it answers; a refused one is, like an action."""
     if request.method != "POST" or "/api/task/" not in request.url.path:
         return None
-    last = request.url.path.rstrip("/").rsplit("/", 1)[-1]
-    return last if last in (*ACTIONS, "reprocess") else None
+    *_, parent, last = request.url.path.rstrip("/").rsplit("/", 2)
+    action = parent if last == "preview" else last
+    return action if action in (*ACTIONS, "reprocess") else None
 
 
 async def _requested_task(request: Request) -> dict[str, str | None]:
@@ -463,7 +465,9 @@ async def _audit_refusal(request: Request, status_code: int, detail: str) -> Non
     if action == "reprocess" and task["action"] in EVENTS:
         action = str(task["action"])
     user = await _requesting_user(request)
-    entry = {"refused": detail, "http_status": status_code}
+    entry: dict[str, object] = {"refused": detail, "http_status": status_code}
+    if request.url.path.rstrip("/").endswith("/preview"):
+        entry["preview"] = True
     try:
         await run_in_threadpool(
             lambda: write_audit_entry(

@@ -1,5 +1,6 @@
-"""Every bad input of a reprocess action is a 422 with an audit entry, never a 500 (docs/security.md).
-A preview (a read) with the same input is a 422 too, unaudited like every preview."""
+"""Every bad input of a reprocess action or of its preview is a 422 with an audit entry, never a 500
+(docs/security.md). A preview that answers is a read and is not audited; a refused one is, marked
+``preview``, so the audit log shows who sent malformed requests before any action."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ pytestmark = pytest.mark.airflow
 )
 @pytest.mark.parametrize("endpoint", ["reprocess", "reprocess/preview"])
 def test_a_bad_selection_is_422_and_audited(ui_server: ApiServer, selection: dict[str, Any], endpoint: str) -> None:
-    audited = endpoint == "reprocess"
     run_id, _, out = committed_run(ui_server)
     with ui_server.client("admin") as admin:
         response = admin.post(
@@ -31,6 +31,6 @@ def test_a_bad_selection_is_422_and_audited(ui_server: ApiServer, selection: dic
     assert response.status_code == 422, response.text
     assert "0000000000" not in response.text, "the input is not echoed back"
     refused = [e for e in ui_server.audit_entries(run_id) if e["event"].endswith(".failed")]
-    if audited:
-        assert refused and refused[-1]["extra"]["http_status"] == 422, refused
+    assert refused and refused[-1]["extra"]["http_status"] == 422, refused
+    assert refused[-1]["extra"].get("preview", False) is (endpoint == "reprocess/preview"), refused[-1]
     assert len(outputs(out)) == 3
