@@ -34,6 +34,7 @@ if not Path(CHROMEDRIVER).exists():
     )
 
 from selenium import webdriver  # noqa: E402 - only once the driver is known to exist
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
@@ -87,7 +88,7 @@ def test_clear_from_the_task_instance_view(ui_server: ApiServer, browser: WebDri
     root = ui_server.default_store_path(run_id)
     store = fill_store(root.as_uri(), (ui_server.home / "out" / run_id).as_uri(), partitions=3)
     progress = store.progress()
-    wait = WebDriverWait(browser, 60)
+    wait = WebDriverWait(browser, 60, ignored_exceptions=(StaleElementReferenceException,))
 
     log_in(browser, ui_server, "admin")
     browser.get(f"{ui_server.base_url}/dags/{DAG_ID}/runs/{run_id}/tasks/{SPARK_TASK}/plugin/checkpoints")
@@ -165,7 +166,7 @@ def test_the_dialog_lists_the_records_the_guard_refuses_before_anything_is_delet
     poisoned = str(uuid.uuid4())
     record = {"checkpoint_id": poisoned, "epoch": 1, "paths": [victim.as_uri()]}
     store.blobs.put(f"attempts/{poisoned}/intents/0000.json", json.dumps(record).encode())
-    wait = WebDriverWait(browser, 60)
+    wait = WebDriverWait(browser, 60, ignored_exceptions=(StaleElementReferenceException,))
 
     log_in(browser, ui_server, "admin")
     browser.get(f"{ui_server.base_url}/dags/{DAG_ID}/runs/{run_id}/tasks/{SPARK_TASK}/plugin/checkpoints")
@@ -218,7 +219,7 @@ def test_dag_view_and_viewer_cannot_clear(ui_server: ApiServer, browser: WebDriv
     ui_server.trigger_run(run_id)
     root = ui_server.default_store_path(run_id)
     fill_store(root.as_uri(), (ui_server.home / "out" / run_id).as_uri(), partitions=2)
-    wait = WebDriverWait(browser, 60)
+    wait = WebDriverWait(browser, 60, ignored_exceptions=(StaleElementReferenceException,))
 
     log_in(browser, ui_server, "viewer")
     browser.get(f"{ui_server.base_url}/dags/{DAG_ID}/plugin/dag-checkpoints")
@@ -260,7 +261,7 @@ def test_the_tab_url_has_no_unfilled_placeholder_and_a_mapped_tab_shows_its_own_
             partitions=partitions,
             owner=f"{MAPPED_DAG}/{MAPPED_TASK}/{mapped_run}/map_index={map_index}",
         )
-    wait = WebDriverWait(browser, 60)
+    wait = WebDriverWait(browser, 60, ignored_exceptions=(StaleElementReferenceException,))
     log_in(browser, ui_server, "admin")
     # A server's first store read loads pyarrow; on a loaded machine that can outlast the view's
     # 5 s deadline ("cannot be reached"): read once over the API until it answers, then browse.
