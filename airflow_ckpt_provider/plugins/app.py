@@ -422,12 +422,14 @@ async def dag_page(
 
 def _refused_endpoint(request: Request) -> str | None:
     """The action a refused POST asked for: clear, discard, or (reprocess, and its preview) what its
-    body names. A preview is a read, never audited when it answers; a refused one is, like an action."""
+    body names. A reprocess preview is a read, never audited when it answers; a refused one is, like
+    the action (its body is the action's, bad input included). Clear and discard previews stay reads."""
     if request.method != "POST" or "/api/task/" not in request.url.path:
         return None
     *_, parent, last = request.url.path.rstrip("/").rsplit("/", 2)
-    action = parent if last == "preview" else last
-    return action if action in (*ACTIONS, "reprocess") else None
+    if last == "preview" and parent == "reprocess":
+        return "reprocess"
+    return last if last in (*ACTIONS, "reprocess") else None
 
 
 async def _requested_task(request: Request) -> dict[str, str | None]:
