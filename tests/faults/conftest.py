@@ -114,13 +114,13 @@ def _finished() -> list[tuple[str, int]]:
     return [(report.format(), len(report.violations)) for report in _reports if report.trials or report.races]
 
 
-#: Reports of the campaign's xdist worker (``pytest -n``), received when it finishes.
+#: Reports of the xdist workers (``pytest -n``) that ran campaign files, received as each finishes.
 _from_workers: list[tuple[str, int]] = []
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: object, error: object) -> None:
-    """The controller of ``pytest -n`` collects the report of the worker that ran the campaign."""
+    """The controller of ``pytest -n`` collects the reports of each worker that ran campaign files."""
     _from_workers.extend(tuple(entry) for entry in getattr(node, "workeroutput", {}).get("ckpt_campaign", []))
 
 
