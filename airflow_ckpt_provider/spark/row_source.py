@@ -165,11 +165,23 @@ class DoneInput:
     #: Valid checkpoints vouched for by their input record, and the rest (for the log and the result).
     vouched: int = 0
     unvouched: int = 0
+    #: The oldest epoch of a checkpoint that vouched (an action removing checkpoints since then is
+    #: where a shortcut could be wrong: spark/job/skip_audit.py checks it).
+    vouched_since: int | None = None
+    #: Whether this run checked its shortcut (spark/job/skip_audit.py), and how many pending keys it found.
+    audited: bool = False
+    pending_skipped: int = 0
+
+    @property
+    def shortcut(self) -> bool:
+        """Whether input is skipped without reading its keys."""
+        return bool(self.prune or self.buckets)
 
     def describe(self) -> str:
         parts = [f"{len(self.prune)} done files skipped unread", f"{len(self.buckets)} done buckets filtered"]
         parts.append("done keys anti-joined" if self.needs_keys else "no done key read")
-        return ", ".join(parts) + f" ({self.vouched} checkpoints vouched by their input, {self.unvouched} not)"
+        audit = f"; audit found {self.pending_skipped} pending keys in skipped input" if self.audited else ""
+        return ", ".join(parts) + f" ({self.vouched} checkpoints vouched by their input, {self.unvouched} not{audit})"
 
 
 def resolve_done_input(valid: Iterable[Checkpoint], *, snapshot_keys: int, source: RowSource) -> DoneInput:
@@ -199,6 +211,7 @@ def resolve_done_input(valid: Iterable[Checkpoint], *, snapshot_keys: int, sourc
     buckets: set[int] = set()
     needs_keys = snapshot_keys > 0
     vouched = unvouched = 0
+    since: int | None = None
     for checkpoint, record in records:
         covered = False
         if record is not None and digest is not None:
@@ -208,12 +221,14 @@ def resolve_done_input(valid: Iterable[Checkpoint], *, snapshot_keys: int, sourc
             covered = (files_done and ("files" in record or "pieces" in record)) or _bucket_covers(
                 record, digest, source.buckets, buckets
             )
+        if record is not None:  # it may vouch for a file with others' pieces even when not covered itself
+            since = checkpoint.epoch if since is None else min(since, checkpoint.epoch)
         if covered:
             vouched += 1
         else:
             unvouched += 1
             needs_keys = needs_keys or checkpoint.num_keys > 0
-    return DoneInput(frozenset(prune), frozenset(buckets), needs_keys, vouched, unvouched)
+    return DoneInput(frozenset(prune), frozenset(buckets), needs_keys, vouched, unvouched, since)
 
 
 def _covered(

@@ -11,6 +11,7 @@ from airflow_ckpt_provider.store.errors import (
     EmptySelectionError,
     EpochConflictError,
     EpochFencedError,
+    InputSkippedError,
     InvalidArgumentError,
     InvalidCheckpointIdError,
     InvalidKeysError,
@@ -39,6 +40,7 @@ from airflow_ckpt_provider.store.errors import (
     UnknownReprocessError,
     UnsafePathError,
 )
+from airflow_ckpt_provider.store.input_audit import SkipAudit
 from airflow_ckpt_provider.store.model import (
     Checkpoint,
     CheckpointStatus,
@@ -84,6 +86,7 @@ __all__ = [
     "EpochFencedError",
     "EpochStatus",
     "FileMetadata",
+    "InputSkippedError",
     "InvalidArgumentError",
     "InvalidCheckpointIdError",
     "InvalidKeysError",
@@ -106,6 +109,7 @@ __all__ = [
     "RetentionPolicy",
     "Selection",
     "SelectionUnavailableError",
+    "SkipAudit",
     "StoreAccessDeniedError",
     "StoreChangedError",
     "StoreContents",

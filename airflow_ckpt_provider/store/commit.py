@@ -21,11 +21,13 @@ from airflow_ckpt_provider.store.deletion_guard import DeletionGuard, canonical_
 from airflow_ckpt_provider.store.epochs import EpochLog
 from airflow_ckpt_provider.store.errors import (
     CommitRefusedError,
+    InputSkippedError,
     NoEpochError,
     OverlappingKeysError,
     PreconditionFailedError,
     UnknownOutputFilesError,
 )
+from airflow_ckpt_provider.store.input_audit import audit_findings
 from airflow_ckpt_provider.store.keys import duplicate_keys
 from airflow_ckpt_provider.store.layout import commit_done_key, commit_key
 from airflow_ckpt_provider.store.model import CommitResult, EpochStatus, FileMetadata, UnknownFiles
@@ -110,6 +112,7 @@ class Committer:
                     f"epoch {epoch.number} of {self._context.uri} failed: run the job again to completion (it "
                     "resumes), then commit. Nothing was deleted"
                 )
+            refuse_skipped_input(self._context, self._reader, state)
             check_disjoint(self._reader, state)
             files_by_id = self._reader.files_by_checkpoint(state.valid)
             files = [f for c in state.valid for f in files_by_id[c.checkpoint_id]]
@@ -308,6 +311,24 @@ class Committer:
             replaced_files=tuple(sorted(replaced)),
             committed_keys=state.catalog.sum("num_keys", state.valid_mask),
         )
+
+
+def refuse_skipped_input(context: StoreContext, reader: StateReader, state: StoreState) -> None:
+    """:class:`InputSkippedError` if a run since the last commit found pending input keys its shortcut
+    skipped and they are not processed yet (store/input_audit.py). Reads nothing more when no run
+    recorded such a finding."""
+    findings = audit_findings(context, reader, state)
+    if not findings:
+        return
+    described = tuple(f.describe(context.uri) for f in findings)
+    raise InputSkippedError(
+        "; ".join(described) + ". Committing would lose those keys' input, so nothing was committed or deleted. "
+        "Ways out: run the job again (a run after such a finding checks the input it would skip and reads it "
+        "exactly), then commit that run; if the run did not read its input exactly (said above), discard the "
+        "uncommitted work first (`airflow-ckpt discard`, or store.discard_uncommitted()) so that its keys are "
+        "read again whole. A shortcut that vouched for pending keys is a bug: please report it",
+        described,
+    )
 
 
 def check_disjoint(reader: StateReader, state: StoreState) -> None:

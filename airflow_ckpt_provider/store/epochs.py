@@ -31,6 +31,7 @@ from airflow_ckpt_provider.store.layout import (
     EPOCH_EXPECTED_RE,
     EPOCH_RE,
     OUTPUT_DECLARATION_RE,
+    SKIP_AUDIT_RE,
     epoch_key,
     output_declaration_key,
 )
@@ -54,6 +55,8 @@ class EpochFiles:
     degraded: set[int]
     #: Keys of the output roots the Spark driver declared, by epoch (docs/design.md, section 7).
     outputs: dict[int, list[str]] = dataclasses.field(default_factory=dict)
+    #: Keys of the skip audits the runs recorded, by epoch (store/input_audit.py).
+    skip_audits: dict[int, list[str]] = dataclasses.field(default_factory=dict)
 
 
 class EpochLog:
@@ -76,6 +79,7 @@ class EpochLog:
         expected: dict[int, str] = {}
         degraded: set[int] = set()
         outputs: dict[int, list[str]] = {}
+        skip_audits: dict[int, list[str]] = {}
         for info in self._blobs.list("epochs/"):
             name = info.key.rsplit("/", 1)[-1]
             for regex, target in ((EPOCH_RE, records), (EPOCH_END_RE, ends), (EPOCH_EXPECTED_RE, expected)):
@@ -93,7 +97,10 @@ class EpochLog:
                 match = OUTPUT_DECLARATION_RE.match(name)
                 if match:
                     outputs.setdefault(int(match.group(1)), []).append(info.key)
-        return EpochFiles(records, ends, expected, degraded, outputs)
+                match = SKIP_AUDIT_RE.match(name)
+                if match and info.size:
+                    skip_audits.setdefault(int(match.group(1)), []).append(info.key)
+        return EpochFiles(records, ends, expected, degraded, outputs, skip_audits)
 
     def load(self, number: int, files: EpochFiles) -> Epoch:
         """Epoch ``number`` with its status, expected count and degraded flag from ``files``."""
@@ -113,9 +120,10 @@ class EpochLog:
             return None
         return self.load(max(files.records), files)
 
-    def all(self) -> list[Epoch]:
+    def all(self, since: int | None = None) -> list[Epoch]:
         files = self.list_files()
-        return self._context.map(lambda n: self.load(n, files), sorted(files.records))
+        numbers = sorted(n for n in files.records if since is None or n >= since)
+        return self._context.map(lambda n: self.load(n, files), numbers)
 
     def is_degraded(self, epoch: int) -> bool:
         return any(True for _ in self._blobs.list(epoch_key(epoch, ".degraded-")))

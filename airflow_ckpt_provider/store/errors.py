@@ -85,6 +85,21 @@ class UnknownOutputFilesError(CommitRefusedError):
         self.paths = paths
 
 
+class InputSkippedError(CommitRefusedError):
+    """A run skipped input keys that were pending: committing it would lose them (store/input_audit.py).
+
+    A shortcut of a row-key run (skipping whole files or hash buckets by the checkpoints that vouch for
+    them) was found to cover keys no valid checkpoint holds. Nothing was committed or deleted. Ways out:
+    run the job again (it reads the input exactly after such a finding), then commit that run; if the run
+    that found them did not read its input exactly, discard the uncommitted work first
+    (``airflow-ckpt discard``). ``findings`` says what each audit found.
+    """
+
+    def __init__(self, message: str, findings: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.findings = findings
+
+
 class PreconditionFailedError(CheckpointError):
     """A conditional write lost: the object exists (create-if-absent) or changed (if-match).
 

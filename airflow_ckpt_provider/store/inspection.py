@@ -19,6 +19,7 @@ from airflow_ckpt_provider.store.errors import (
     CorruptCheckpointError,
     KeyTypeMismatchError,
 )
+from airflow_ckpt_provider.store.input_audit import audit_findings
 from airflow_ckpt_provider.store.layout import epoch_key, parts_prefix
 from airflow_ckpt_provider.store.listing import checkpoint_records
 from airflow_ckpt_provider.store.model import Checkpoint, ConsistencyReport, EpochStatus, Progress, StoreContents
@@ -143,6 +144,12 @@ class Inspector:
         if not problems:
             try:
                 check_disjoint(self._reader, state)
+                problems.extend(
+                    f"pending input keys skipped: {finding.describe(self._context.uri)}. The commit refuses until a "
+                    "run processes them: run the job again (discard its uncommitted work first if it did not read "
+                    "its input exactly)"
+                    for finding in audit_findings(self._context, self._reader, state)
+                )
             except (CommitRefusedError, KeyTypeMismatchError, CorruptCheckpointError) as exc:
                 problems.append(f"keys: {exc}")
         if verify_output and not problems:

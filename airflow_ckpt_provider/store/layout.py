@@ -8,6 +8,7 @@ epochs/{n:08d}.end.json             how the epoch ended
 epochs/{n:08d}.expected.json        expected partition count
 epochs/{n:08d}.degraded-{hex}.json  degraded markers
 epochs/{n:08d}.output-{hash}.json   an output root the Spark driver declared before a write
+epochs/{n:08d}.skip-audit-{source}.json  what a run found when it checked its skipped input (store/input_audit.py)
 checkpoints/{id}/manifest.json      written last: the checkpoint is visible iff it exists
 attempts/{id}/intents/, keys/, files/   what the task attempt wrote before it (manifest format 2)
 checkpoints/{id}/intents/, keys/, files/  the same, in stores written before format 2
@@ -32,6 +33,8 @@ EPOCH_EXPECTED_RE = re.compile(r"^(\d{8})\.expected\.json$")
 DEGRADED_RE = re.compile(r"^(\d{8})\.degraded-[0-9a-f]+\.json$")
 #: An output root the Spark driver declared for epoch n before a write (docs/design.md, section 7).
 OUTPUT_DECLARATION_RE = re.compile(r"^(\d{8})\.output-[0-9a-f]{16}\.json$")
+#: What the run of epoch n found when it checked the input a shortcut skipped (store/input_audit.py).
+SKIP_AUDIT_RE = re.compile(r"^(\d{8})\.skip-audit-[0-9A-Za-z_-]{1,64}\.json$")
 COMMIT_RE = re.compile(r"^commits/\d{8}\.json$")
 _HIDDEN_PREFIXES = ("_", ".")
 #: Sealing manifests (and, before manifest format 2, every record of an attempt).
@@ -62,6 +65,11 @@ def validate_checkpoint_id(checkpoint_id: str) -> str:
 
 def epoch_key(number: int, suffix: str = ".json") -> str:
     return f"epochs/{number:08d}{suffix}"
+
+
+def skip_audit_key(epoch: int, source: str) -> str:
+    """Where the run of ``epoch`` records the audit of one row source's skipped input."""
+    return epoch_key(epoch, f".skip-audit-{source}.json")
 
 
 def output_declaration_key(epoch: int, root: str) -> str:

@@ -85,6 +85,8 @@ class StoreState:
     #: Whether ``attempts/`` was listed: else ``unsealed`` and ``listed_dirs`` miss the attempts of this
     #: version that never sealed. Whoever deletes directories requires it (``require_attempts``).
     attempts_listed: bool = True
+    #: Keys of the skip audits runs recorded, by epoch (store/input_audit.py): listed with the epochs.
+    skip_audits: dict[int, list[str]] = field(default_factory=dict)
 
     def require_attempts(self) -> None:
         """Raise if this read did not list the attempts (a caller about to delete or audit directories)."""
@@ -281,6 +283,7 @@ class StateReader:
             corrupt=corrupt,
             snapshot=snapshot,
             degraded_epochs=files.degraded,
+            skip_audits=files.skip_audits,
             etags=etags,
             commit_record=commit_record,
             segment_state=segment_state,

@@ -36,6 +36,7 @@ from airflow_ckpt_provider.store.context import StoreContext
 from airflow_ckpt_provider.store.deletion import StoreDeleter
 from airflow_ckpt_provider.store.deletion_guard import DeletionGuard
 from airflow_ckpt_provider.store.epochs import EpochLog
+from airflow_ckpt_provider.store.input_audit import SkipAudit, write_skip_audit
 from airflow_ckpt_provider.store.inspection import Inspector
 from airflow_ckpt_provider.store.keys import INLINE_MAX_FILES, INLINE_MAX_KEYS, KEY_COLUMN
 from airflow_ckpt_provider.store.layout import epoch_key, new_checkpoint_id, validate_checkpoint_id
@@ -234,9 +235,20 @@ class CheckpointStore:
         """The latest epoch (with its status and degraded flag), or None before the first submit. Reads only."""
         return self.epoch_log.current()
 
-    def list_epochs(self) -> list[Epoch]:
-        """Every epoch record still in the store, oldest first. Reads only."""
-        return self.epoch_log.all()
+    def list_epochs(self, since: int | None = None) -> list[Epoch]:
+        """Every epoch record still in the store (from epoch ``since`` on, if given), oldest first. Reads only."""
+        return self.epoch_log.all(since)
+
+    def record_skip_audit(self, audit: SkipAudit) -> None:
+        """Record what a row-key run found when it checked the input its shortcut skipped
+        (store/input_audit.py): visible at once to :meth:`commit`, which refuses the commit while the
+        audit is unresolved, and to :meth:`check`, which reports it. Idempotent (one record per epoch
+        and source, last write wins). Raises :class:`StoreUnavailableError`."""
+        write_skip_audit(self.context.blobs, audit)
+
+    def skip_audit_epochs(self, since: int) -> list[int]:
+        """The epochs from ``since`` on whose runs recorded a skip audit (one listing of ``epochs/``). Reads only."""
+        return sorted(n for n in self.epoch_log.list_files().skip_audits if n >= since)
 
     def is_degraded(self, epoch: int) -> bool:
         """Whether ``epoch`` recorded that checkpointing was off somewhere (one listing of its degraded markers)."""

@@ -17,7 +17,7 @@ from pyspark.sql.types import StructType
 
 from airflow_ckpt_provider.contract import CONF_WRITER_ENGINE
 from airflow_ckpt_provider.spark.errors import KeyColumnNotFoundError
-from airflow_ckpt_provider.spark.job import row_skip
+from airflow_ckpt_provider.spark.job import row_skip, skip_audit
 from airflow_ckpt_provider.spark.job.context import JobContext
 from airflow_ckpt_provider.spark.job.partitioning import co_partition
 from airflow_ckpt_provider.spark.job.source_keys import SourceKeys
@@ -348,6 +348,7 @@ class CheckpointedJob:
             "keys": sum(s.keys for s in self._summaries),
             "sealed_partitions": sum(s.sealed_partitions for s in self._summaries),
             "input": self._files.stats(),
+            "input_audit": skip_audit.audit_summary(self._skips),
             "writes": writes,
         }
 

@@ -15,6 +15,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from airflow_ckpt_provider.spark.errors import KeyColumnNotFoundError, KeyDefinitionConflictError
+from airflow_ckpt_provider.spark.job import skip_audit
 from airflow_ckpt_provider.spark.job.context import JobContext
 from airflow_ckpt_provider.spark.keys import SOURCE_FILE_COLUMN, SOURCE_KEY_COLUMN, key_columns
 from airflow_ckpt_provider.spark.plan import clustered_on, source_listing
@@ -77,13 +78,17 @@ def skip_completed(
         valid = job.store.valid_checkpoints()
         snapshot_keys = max(0, progress.keys_done - sum(c.num_keys for c in valid))
         done = resolve_done_input(valid, snapshot_keys=snapshot_keys, source=source)
+    pruned = without_files(source_df, done.prune)
+    if pruned is None:
+        pruned, done = source_df, dataclasses.replace(done, prune=frozenset(), needs_keys=True)
+    # After an action that removed checkpoints, check the shortcut before trusting it (skip_audit.py).
+    done = skip_audit.audit(job, source_df, source, done, progress.keys_done)
+    if not done.prune:
+        pruned = source_df
     if unique and done.needs_keys and progress.keys_done > job.broadcast_threshold:
         # A sort-merge anti-join shuffles anyway; a fixed repartition after it keeps keys in place.
         buckets = job.partitions(num_partitions)
         source = dataclasses.replace(source, buckets=buckets)
-    pruned = without_files(source_df, done.prune)
-    if pruned is None:
-        pruned, done = source_df, dataclasses.replace(done, prune=frozenset(), needs_keys=True)
     with_key = job.keys.add_source_key(pruned, columns, source.source_id)
     if buckets is not None:
         with_key = without_buckets(with_key, buckets, done.buckets)

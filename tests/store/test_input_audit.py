@@ -1,0 +1,85 @@
+"""The commit refuses to lose input (store/input_audit.py), on both backends.
+
+A row-key run that found pending keys in the input its shortcut skipped records a skip audit;
+the commit refuses (``InputSkippedError``, a ``CommitRefusedError``) and ``check()`` reports it
+while the audit is unresolved. Here the audits are recorded through the store's API as the
+Spark side does (tests/spark/test_input_audit.py runs the Spark side).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_ckpt_provider.store import (
+    CheckpointStore,
+    CommitRefusedError,
+    EpochStatus,
+    FileMetadata,
+    InputSkippedError,
+    SkipAudit,
+    new_checkpoint_id,
+)
+from tests.store.conftest import Backend
+
+
+def _run(backend: Backend, store: CheckpointStore, keys: list[list[str]]) -> int:
+    """One successful run sealing one checkpoint per key list; its epoch."""
+    epoch = store.begin_epoch(owner="t").number
+    for partition, part in enumerate(keys):
+        checkpoint_id = new_checkpoint_id()
+        path = backend.write_output(f"part-{checkpoint_id}.parquet")
+        store.record_intent(checkpoint_id, [path], epoch=epoch)
+        store.stage_keys(checkpoint_id, part)
+        store.stage_files(checkpoint_id, [FileMetadata(path, 4, len(part))])
+        store.checkpoint(checkpoint_id, epoch=epoch, partition=partition)
+    store.end_epoch(epoch, status=EpochStatus.SUCCEEDED)
+    return epoch
+
+
+def _audit(epoch: int, keys: tuple[str, ...], *, fell_back: bool) -> SkipAudit:
+    return SkipAudit(
+        epoch=epoch, source="src1", columns=("order_id",), pending_skipped=len(keys), keys=keys, fell_back=fell_back
+    )
+
+
+def test_a_commit_refuses_while_skipped_pending_keys_are_not_processed(backend: Backend) -> None:
+    store = backend.store()
+    _run(backend, store, [["a", "b"], ["c"]])
+    store.commit([backend.output_uri])
+    # A run found e and f pending in the input its shortcut skipped; it read exactly, yet they stay pending
+    # (what the guard is for: the fallback did not do its work).
+    second = _run(backend, store, [["d"]])
+    store.record_skip_audit(_audit(second, ("e", "f"), fell_back=True))
+
+    with pytest.raises(InputSkippedError) as refused:
+        store.commit([backend.output_uri])
+    assert isinstance(refused.value, CommitRefusedError)
+    message = str(refused.value)
+    assert f"epoch {second}" in message and '"e"' in message and "run the job again" in message
+    assert store.get_checkpointed_files()  # nothing was committed
+    report = store.check()
+    assert not report.ok
+    assert any("pending input keys skipped" in p and '"f"' in p for p in report.problems), report.problems
+
+    # The next run processes them: resolved, the commit goes through, check is clean.
+    _run(backend, store, [["e", "f"]])
+    store.commit([backend.output_uri])
+    assert store.check().ok
+
+
+def test_a_run_that_did_not_read_exactly_refuses_until_its_work_is_discarded(backend: Backend) -> None:
+    store = backend.store()
+    _run(backend, store, [["a"]])
+    store.commit([backend.output_uri])
+    # This run sealed e from the rows it read, but skipped the rows of e (and f) in the skipped input.
+    second = _run(backend, store, [["e"]])
+    store.record_skip_audit(_audit(second, ("e", "f"), fell_back=False))
+    _run(backend, store, [["f"]])  # a later run processing f does not make e's rows whole
+    with pytest.raises(InputSkippedError, match="did not read its input exactly"):
+        store.commit([backend.output_uri])
+
+    store.discard_uncommitted()
+    _run(backend, store, [["e", "f"]])
+    store.commit([backend.output_uri])
+    assert store.check().ok
+    assert store.skip_audit_epochs(since=1) == [second]  # the record stays until retention prunes its epoch
