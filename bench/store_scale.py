@@ -42,7 +42,8 @@ compacting was killed), instead of the table above:
   every half second, and each client's own counts) against the bound.
 
     .venv/bin/python bench/store_scale.py --tail [--sizes 2000,20000] [--concurrent 100000] [--sealers 32]
-        [--backends local,s3] [--s3-staged] [--allow-noisy] [--out bench/results/store_tail.json]
+        [--backends local,s3] [--variants unbounded,bounded] [--s3-staged] [--allow-noisy]
+        [--out bench/results/store_tail.json]
 
 Every mode refuses to run when the 1-minute load average at its start is above 1.5 (bench/quiet.py),
 unless ``--allow-noisy`` (then every line printed is marked noisy); the load at start and end is recorded.
@@ -69,7 +70,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -406,6 +407,7 @@ def run(
 # ---------------------------------------------------------------------- --tail: compaction fell behind
 
 TAIL_OPERATIONS = ("keys_read", "progress", "begin_epoch", "commit")
+TAIL_VARIANTS = ("unbounded", "bounded")
 #: Targets for a store whose compaction fell behind: with 20,000 loose manifests, begin_epoch <= 3 s
 #: local and <= 10 s on S3, keys <= 2 s local; growth from 2,000 to 20,000 loose <= 4x for every read.
 TAIL_TARGETS = {("local", "begin_epoch"): 3.0, ("s3", "begin_epoch"): 10.0, ("local", "keys_read"): 2.0}
@@ -586,9 +588,11 @@ def run_tail(
     s3_staged: bool = False,
     stage_dir: Path | None = None,
     max_loose: int | None = None,
+    variants: Sequence[str] = TAIL_VARIANTS,
     on_row: Callable[[dict[str, Any]], None] = lambda result: None,
 ) -> dict[str, Any]:
-    """The loose-tail measurements (module doc, ``--tail``); ``max_loose``: the bound (None: the store's default)."""
+    """The loose-tail measurements (module doc, ``--tail``); ``max_loose``: the bound (None: the store's default);
+    ``variants``: which of the unbounded and bounded stores to fill at each size."""
     result: dict[str, Any] = {"commit": _commit_of(ROOT), "keys_per_checkpoint": keys, "reads": [], "concurrent": []}
     (ROOT / "bench" / "work").mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ckpt-store-tail-", dir=ROOT / "bench" / "work") as tmp:
@@ -601,7 +605,7 @@ def run_tail(
                     server = SeaweedServer(Path(tmp) / "seaweed")
                     server.start()
                 for n in sizes:
-                    for variant in ("unbounded", "bounded"):
+                    for variant in variants:
                         name = f"{variant}-{n}-{uuid.uuid4().hex[:6]}"
                         stage = None
                         if backend == "local":
@@ -718,6 +722,9 @@ def main() -> int:
     parser.add_argument("--sizes", default="2000,20000", help="--tail: checkpoints sealed before the reads")
     parser.add_argument("--concurrent", type=int, default=100_000, help="--tail: checkpoints sealed concurrently")
     parser.add_argument("--sealers", type=int, default=32, help="--tail: concurrent sealers, one client each")
+    parser.add_argument(
+        "--variants", default=",".join(TAIL_VARIANTS), help="--tail: which stores to fill per size (unbounded,bounded)"
+    )
     parser.add_argument("--backends", default="local,s3", help="--tail: local, s3 or both")
     parser.add_argument(
         "--max-loose", type=int, default=None, help="--tail: the bound of the bounded stores (default: the store's)"
@@ -776,6 +783,9 @@ def _main_tail(args: argparse.Namespace, machine: quiet.Quiet) -> int:
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if not set(backends) <= {"local", "s3"}:
         raise SystemExit(f"--backends takes local and/or s3, not {backends}")
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if not variants or not set(variants) <= set(TAIL_VARIANTS):
+        raise SystemExit(f"--variants takes unbounded and/or bounded, not {variants}")
     result = run_tail(
         _sizes(args.sizes),
         args.concurrent,
@@ -785,6 +795,7 @@ def _main_tail(args: argparse.Namespace, machine: quiet.Quiet) -> int:
         s3_staged=args.s3_staged,
         stage_dir=args.stage_dir,
         max_loose=args.max_loose,
+        variants=variants,
         on_row=write,
     )
     print_tail(result)

@@ -48,3 +48,14 @@ def test_a_tiny_noisy_run_measures_reads_growth_and_the_tail(tmp_path: Path) -> 
     assert concurrent["checkpoints"] == 60 and concurrent["bound"] == 16
     assert concurrent["tail_max"] <= 16 and concurrent["folds"] > 0
     assert all(line.startswith(quiet.NOISY_MARK) for line in done.stdout.splitlines() if line.strip())
+
+
+def test_variants_choose_the_stores_filled(tmp_path: Path) -> None:
+    out = tmp_path / "tail.json"
+    done = _tail("-1", out, "--allow-noisy", "--variants", "bounded", "--sizes", "20", "--concurrent", "0")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert [(r["variant"], r["checkpoints"]) for r in result["reads"]] == [("bounded", 20)]
+    assert result["concurrent"] == []
+    refused = _tail("-1", out, "--allow-noisy", "--variants", "loose")
+    assert refused.returncode != 0 and "--variants takes" in refused.stderr

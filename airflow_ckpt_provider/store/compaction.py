@@ -107,7 +107,8 @@ class Compactor:
     def compact(
         self, *, min_loose: int = 1, merge: bool = True, delete_retired: bool = True, limit: int | None = None
     ) -> CompactionResult:
-        """Fold loose sealed manifests into a segment (when at least ``min_loose``), then merge segments.
+        """Fold loose sealed manifests into a segment (when the store holds at least ``min_loose``), then
+        merge segments.
 
         ``limit``: fold at most that many loose checkpoints (a window of the loose ones, from a
         random start, so that concurrent bounded compactions mostly fold different ones), delete at
@@ -124,15 +125,19 @@ class Compactor:
         covered = _covered(segments)
         listing = self._listing() if limit is None else checkpoint_records(self._blobs, attempts=False)
         sealed = sorted(i for i, keys in listing.items() if manifest_key(i) in keys)
-        loose_ids = _window([i for i in sealed if i not in covered], limit)
+        loose = [i for i in sealed if i not in covered]
+        loose_ids = _window(loose, limit)
         # A manifest mark_committed rewrote after its checkpoint was compacted: fold that status in again.
-        recommitted = _window(sorted(i for i in sealed if covered.get(i) is False), limit)
-        loose_ids += self._committed_since(recommitted)
+        recommitted = self._committed_since(_window(sorted(i for i in sealed if covered.get(i) is False), limit))
+        if len(loose) + len(recommitted) < min_loose:  # the whole tail counts, not the batch ``limit`` takes
+            loose_ids = []
+        else:
+            loose_ids += recommitted
         leftovers = _window(sorted(i for i in listing if i in covered and i not in loose_ids), limit)
         if limit is not None:
             listing = self._attempt_listing(listing, [*loose_ids, *leftovers])
         result = CompactionResult(segment=None, checkpoints=0)
-        if loose_ids and len(loose_ids) >= min_loose:
+        if loose_ids:
             result = self._fold_loose(state, segments, loose_ids, listing, leftovers)
             if result.lost_race:
                 return result

@@ -137,10 +137,11 @@ def test_sealers_keep_the_loose_tail_under_its_bound_while_the_driver_cannot(bac
 
 
 def test_begin_epoch_folds_a_bounded_batch_and_leaves_the_rest(backend: Backend) -> None:
-    """A store whose tail was never bounded (``max_loose_manifests=0``, the driver killed): the
-    resumed ``begin_epoch`` folds at most ``submit_fold_limit`` loose manifests and reads the
-    rest, instead of compacting all of them on the submit's critical path (about six requests
-    each); the epoch's base and the done keys are exactly the sealed checkpoints."""
+    """A store whose tail was never bounded (``max_loose_manifests=0``, the driver killed), so that it is
+    over the bound of the client that resumes: the resumed ``begin_epoch`` folds at most
+    ``submit_fold_limit`` loose manifests and reads the rest, instead of compacting all of them on the
+    submit's critical path (about six requests each); the epoch's base and the done keys are exactly the
+    sealed checkpoints."""
     count, limit = 240, 30
     writer = backend.store(max_loose_manifests=0)
     epoch = begin(writer, backend).number
@@ -148,7 +149,7 @@ def test_begin_epoch_folds_a_bounded_batch_and_leaves_the_rest(backend: Backend)
         ids = seal_tasks(writer, backend, epoch, count, threads=4)
     assert loose_count(backend) == count
 
-    resumed = backend.store()
+    resumed = backend.store(max_loose_manifests=200)  # 240 loose: over its bound
     resumed.submit_fold_limit = limit
     epoch2, begin_requests = requests_of(resumed, lambda: begin(resumed, backend, takeover=True))
     assert sorted(epoch2.base) == sorted(ids)
@@ -160,6 +161,32 @@ def test_begin_epoch_folds_a_bounded_batch_and_leaves_the_rest(backend: Backend)
     assert backend.store().compact().checkpoints == count - limit
     assert loose_count(backend) == 0
     assert done_keys(backend.store()) == list(range(count * KEYS_PER_TASK))
+
+
+def test_begin_epoch_only_reads_a_tail_under_its_bound(backend: Backend) -> None:
+    """A tail the sealers kept under its bound is read by the resumed ``begin_epoch``, not folded: folding
+    costs about as many requests again as reading (on S3, 500 folded at the submit cost seconds), and
+    the job's driver folds in the background. Folding starts once the tail reached the bound."""
+    count, bound = 60, 80
+    writer = backend.store(max_loose_manifests=0)
+    epoch = begin(writer, backend).number
+    with killed_driver(backend):
+        ids = seal_tasks(writer, backend, epoch, count, threads=4)
+
+    resumed = backend.store(max_loose_manifests=bound)
+    epoch2, begin_requests = requests_of(resumed, lambda: begin(resumed, backend, takeover=True))
+    assert sorted(epoch2.base) == sorted(ids)
+    assert loose_count(backend) == count  # nothing folded
+    assert begin_requests <= count + 20, begin_requests  # one read per loose manifest, a few listings
+    assert done_keys(backend.store()) == list(range(count * KEYS_PER_TASK))
+
+    # At the bound, the submit folds (at most its limit).
+    more = seal_tasks(backend.store(max_loose_manifests=0), backend, epoch2.number, bound - count)
+    resumed = backend.store(max_loose_manifests=bound)
+    resumed.submit_fold_limit = 25
+    epoch3 = begin(resumed, backend, takeover=True)
+    assert sorted(epoch3.base) == sorted([*ids, *more])
+    assert loose_count(backend) == bound - 25
 
 
 def test_a_fold_that_lost_the_race_to_a_merge_still_lands(backend: Backend) -> None:
