@@ -2,13 +2,20 @@
 
 Each history picks a key mode (row keys grouped at the source, ``unique=True``, composite, file
 keys) and a writer (Spark's, Arrow), writes a tiny input, then runs up to ``--steps`` operations
-(run, failed run, new input file, commit, retain cleanup, reprocess by key / file / commit, undo,
-rewind, discard, clear) with the oracle of ``ckpt_testkit.histories`` after every step. Hypothesis
-shrinks the first violation to a minimal history, printed in the report with the seed to replay it.
+(run, failed run, new input file, commit, retain and delete_after_success cleanups, the re-run that
+replaces committed output, reprocess by key / file / epoch / commit / time, undo, purge, rewind,
+discard, clear) with the oracle of ``ckpt_testkit.histories`` after every step. ``--s3`` starts a
+SeaweedFS server and puts the store and output of about half the histories on it; ``--crashes`` lets
+histories arm a crash (a driver-side failpoint raising) that the next operation meets, recovered as
+documented (the fault campaign's histories). Hypothesis shrinks the first violation to a minimal
+history, printed in the report with the seed to replay it.
 
-    python -m bench.histories --histories 2000 --seed 20261127 [--steps 10]
+    python -m bench.histories --histories 2000 --seed 20261127 [--steps 10] [--s3] [--crashes]
 
-Writes ``bench/results/histories.txt`` (or ``--out``). One Spark session (local[2]) for the whole run.
+Writes ``bench/results/histories.txt`` (or ``--out``). One Spark session for the whole run
+(``--cores``, default 1: a history's jobs are tiny, and two runs side by side use the machine's
+two cores better than one run on two). ``--estimate N`` runs N histories and prints how long
+``--histories`` of them would take, without writing the report.
 """
 
 from __future__ import annotations
@@ -28,19 +35,21 @@ from hypothesis.stateful import run_state_machine_as_test  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
 from ckpt_testkit import histories  # noqa: E402
-from ckpt_testkit.histories import TALLY, StoreHistory, history_steps, use_session  # noqa: E402
+from ckpt_testkit.histories import TALLY, StoreHistory, history_steps, use_s3, use_session  # noqa: E402
 from ckpt_testkit.spark_cluster import SPARK_HOME  # noqa: E402
 
 
-def _session() -> SparkSession:
+def _session(cores: int) -> SparkSession:
     os.environ.setdefault("SPARK_HOME", SPARK_HOME)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(f"local[{cores}]")
         .appName("ckpt-histories")
         .config("spark.driver.memory", "1g")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.python.worker.reuse", "true")
         .config("spark.sql.files.openCostInBytes", str(128 * 1024 * 1024))
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
@@ -56,12 +65,24 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=20261127)
     parser.add_argument("--steps", type=int, default=10, help="operations per history after the start")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "histories.txt")
+    parser.add_argument("--cores", type=int, default=1, help="local[N] Spark session")
+    parser.add_argument("--s3", action="store_true", help="about half the histories on a SeaweedFS server")
+    parser.add_argument("--crashes", action="store_true", help="histories arm driver-side crashes at their steps")
+    parser.add_argument("--estimate", type=int, default=0, help="run this many histories, print the time estimate")
     args = parser.parse_args()
 
     histories.VERBOSE = True
-    use_session(_session())
+    histories.CRASHES = args.crashes
+    use_session(_session(args.cores))
+    server = None
+    if args.s3:
+        from ckpt_testkit.seaweed import SeaweedServer
+
+        server = SeaweedServer().start()
+        use_s3(server.options(), server.create_bucket("histories"))
+    asked = args.estimate or args.histories
     config = settings(
-        max_examples=args.histories,
+        max_examples=asked,
         stateful_step_count=args.steps,
         deadline=None,
         database=None,
@@ -75,23 +96,42 @@ def main() -> int:
         run_state_machine_as_test(StoreHistory, settings=config)
     except BaseException:  # the shrunk history and the oracle's message
         failure = traceback.format_exc()
+    finally:
+        if server is not None:
+            server.close(remove=True)
     seconds = time.monotonic() - started
+    per_history = seconds / max(TALLY.histories, 1)
+    if args.estimate:
+        print(
+            f"{TALLY.histories} histories in {seconds:.0f} s ({per_history:.1f} s each, steps "
+            f"{sum(TALLY.steps.values())}); expected for --histories {args.histories}: "
+            f"{per_history * args.histories / 3600:.1f} h"
+        )
+        return 1 if failure else 0
 
     lines = [
         f"store histories: seed {args.seed}, up to {args.steps} steps each, asked for {args.histories} histories",
         f"histories run (shrinking included): {TALLY.histories}; {seconds:.0f} s "
-        f"({seconds / max(TALLY.histories, 1):.1f} s per history)",
+        f"({per_history:.1f} s per history); Spark local[{args.cores}]"
+        f"{', S3 for about half' if args.s3 else ''}{', crashes armed' if args.crashes else ''}",
         f"violations: {1 if failure else 0}",
         f"keys processed by reruns: {TALLY.keys_rerun}",
         "",
         "histories by key mode / writer:",
         *(f"  {name:22} {count}" for name, count in sorted(TALLY.modes.items())),
         "",
-        "steps run (every operation should appear):",
-        *(f"  {name:22} {TALLY.steps.get(name, 0)}" for name in history_steps()),
+        "steps run (every operation should appear), and their mean wall time:",
+        *(
+            f"  {name:22} {TALLY.steps.get(name, 0):6}  {TALLY.seconds[name] / max(TALLY.steps.get(name, 0), 1):6.2f} s"
+            for name in history_steps()
+        ),
+        f"  {'oracle (every step)':22} {'':6}  {TALLY.seconds['oracle'] / max(sum(TALLY.steps.values()), 1):6.2f} s",
         "",
         "refused by the store (typed errors, nothing changed):",
         *(f"  {name:50} {count}" for name, count in sorted(TALLY.refused.items())),
+        "",
+        "crashes that fired, each recovered and judged by the oracle:",
+        *(f"  {name:50} {count}" for name, count in sorted(TALLY.crashes.items())),
     ]
     if failure:
         lines += ["", "FIRST VIOLATION (shrunk; replay with the same --seed):", failure]

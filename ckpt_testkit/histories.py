@@ -4,17 +4,20 @@ to one store and one output, with an oracle after every step.
 One history: a key mode (row keys grouped at the source, ``unique=True``, a composite key, or file
 keys), a writer (Spark's or the Arrow one), a tiny input (a few Parquet files, tens of rows), then a
 sequence of: successful runs, runs failing in the user's code on a bad record, new input files,
-commits, ``retain`` cleanups, reprocess by key / input file / commit, undo, rewind, discard of
-uncommitted work, clear. The model says which keys are done (and since which epoch, committed by
-which commit); the oracle after every step checks
+commits, ``retain`` cleanups, ``delete_after_success`` cleanups (the next run of the same job then
+replaces the committed output: issue 27), reprocess by key / input file / epoch / commit / time
+window, undo, purge of the quarantine, rewind, discard of uncommitted work, clear. The store is
+local, or on the S3 server when the caller gives one (:func:`use_s3`). The model says which keys
+are done (and since which epoch, committed by which commit); the oracle after every step checks
 
 * a successful run processes exactly the input keys that are pending (none lost, none twice) and
   leaves every input key done;
 * the store's done keys (``get_checkpointed_keys``) are what the model says (bounded by it after a
   failed run or a reprocess by key, whose exact extent is the store's choice);
 * the output, read by a plain pyarrow reader, holds exactly the rows of the done keys once each
-  (plus rows a ``clear`` left behind, which no store tracks any more), whenever no failed attempt
-  may have left orphans (the next commit deletes them).
+  (plus the committed rows a ``clear`` or a ``delete_after_success`` cleanup left, until the next
+  commit of the same job replaces them), whenever no failed attempt may have left orphans (the
+  next commit deletes them).
 
 Used by ``tests/spark/test_histories.py`` (a CI slice, the reprocess-loss reproductions as explicit
 histories) and ``bench/histories.py`` (a large seeded run). The Spark session is the caller's
@@ -23,15 +26,16 @@ histories) and ``bench/histories.py`` (a large seeded run). The Spark session is
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -42,29 +46,60 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from pyspark.sql import SparkSession
 from pyspark.sql.types import DoubleType, StructField, StructType
 
+from airflow_ckpt_provider import failpoints
 from airflow_ckpt_provider.spark import CheckpointedJob
-from airflow_ckpt_provider.spark.paths import file_key
+from airflow_ckpt_provider.spark.paths import arrow_filesystem, arrow_path, file_key
 from airflow_ckpt_provider.store import (
+    REPROCESS_FAILPOINTS,
     CheckpointError,
     CheckpointStore,
+    CommitResult,
     EpochStatus,
     RetentionPolicy,
     Selection,
+    open_blobs,
     open_store,
 )
+from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, RerunAction
 
 MODES = ("grouped", "unique", "composite", "files")
 ENGINES = ("spark", "arrow")
 OUTPUT_COLUMNS = ["order_id", "line"]
 RowId = tuple[str, int]
+T = TypeVar("T")
+#: Driver-side failpoints a history may crash at (``raise`` in this process: the operation stops there, as a
+#: killed process would, except that ``finally`` blocks run). Executor-side crashes are the campaign's.
+CRASH_POINTS = (
+    "store.begin_epoch.after_create",
+    "store.commit.between_phases",
+    "store.commit.before_delete_orphans",
+    "store.commit.during_delete_orphans",
+    "store.cleanup.start",
+    "store.cleanup.after_snapshot_keys",
+    "store.cleanup.after_snapshot_manifest",
+    *REPROCESS_FAILPOINTS,
+)
+#: Whether histories arm crashes (``arm_crash``): the fault campaign's histories (bench/histories.py --crashes).
+CRASHES = False
+#: The job every run of a history is for (epoch metadata): a run after a ``delete_after_success`` cleanup
+#: replaces the committed output of the same job (store/rerun.py).
+JOB = "histories/day=2026-11-27"
 
 _session: SparkSession | None = None
+#: The S3 server's ``open_store`` options and a bucket (:func:`use_s3`); None: every store is local.
+_s3: tuple[dict[str, Any], str] | None = None
 
 
 def use_session(spark: SparkSession) -> None:
     """The Spark session every history runs its jobs in."""
     global _session
     _session = spark
+
+
+def use_s3(options: dict[str, Any] | None, bucket: str | None = None) -> None:
+    """Histories that draw ``on_s3`` keep their store and output in ``bucket`` on this S3 server (None: none)."""
+    global _s3
+    _s3 = None if options is None or bucket is None else (dict(options), bucket)
 
 
 @dataclass
@@ -75,6 +110,10 @@ class Tally:
     steps: Counter[str] = field(default_factory=Counter)
     modes: Counter[str] = field(default_factory=Counter)
     refused: Counter[str] = field(default_factory=Counter)
+    #: Crashes that fired, by failpoint (each followed by its recovery and the oracle).
+    crashes: Counter[str] = field(default_factory=Counter)
+    #: Wall time by step kind (and "oracle": the checks after every step), for where a history's time goes.
+    seconds: Counter[str] = field(default_factory=Counter)
     keys_rerun: int = 0
 
 
@@ -104,9 +143,11 @@ class StoreHistory(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.tmp = Path(tempfile.mkdtemp(prefix="ckpt-history-"))
+        self.options: dict[str, Any] = {}
         self.store_uri = f"file://{self.tmp}/store"
         self.output = f"file://{self.tmp}/out"
         self.store: CheckpointStore = open_store(self.store_uri)
+        self.on_s3 = False
         self.mode = "grouped"
         self.engine = "spark"
         self.inputs: list[str] = []
@@ -116,12 +157,18 @@ class StoreHistory(RuleBasedStateMachine):
         self.done: dict[Any, int] = {}
         self.committed_by: dict[Any, int] = {}
         self.commits: list[int] = []
-        self.untracked: Counter[RowId] = Counter()  # rows a clear left in the output
+        # Committed rows whose keys a clear or a delete_after_success cleanup dropped: the next commit of the
+        # same job retracts them (store/rerun.py: a re-run replaces the committed output, never adds a copy).
+        self.replaceable: Counter[RowId] = Counter()
+        self.windows: dict[int, tuple[str, str]] = {}  # run epoch -> (just before it began, just after it ended)
+        self.quarantined = False  # a reprocess, rewind or undo moved files a purge may delete
+        self.armed: str | None = None  # the failpoint the next crashable operation meets (arm_crash)
         self.orphans_possible = False
         self.latest = "none"  # none | run_ok | run_failed | committed | maintenance
         self.undo_state: tuple[dict[Any, int], dict[Any, int]] | None = None
         TALLY.histories += 1
         self.started = time.monotonic()
+        self.mark = self.started  # when the current step began (the last oracle check ended)
         self.log: list[str] = []
 
     def teardown(self) -> None:
@@ -131,6 +178,9 @@ class StoreHistory(RuleBasedStateMachine):
                 f"history {TALLY.histories}: {self.mode}/{self.engine} {took:.0f} s: {' '.join(self.log)}", flush=True
             )
         self.store.close()
+        if self.on_s3:
+            blobs = open_blobs(self.store_uri.rsplit("/", 1)[0], **self.options)
+            blobs.delete_many([i.key for i in blobs.list("")])
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     # ------------------------------------------------------------------ input
@@ -179,26 +229,41 @@ class StoreHistory(RuleBasedStateMachine):
         return {tuple(k.values()) if isinstance(k, dict) else k for k in table.column(0).to_pylist()}
 
     def _output_rows(self) -> Counter[RowId]:
-        directory = self.tmp / "out"
-        if not directory.exists():
+        filesystem = arrow_filesystem(self.output, self.options)
+        selector = pa.fs.FileSelector(arrow_path(self.output), recursive=True, allow_not_found=True)
+        root = arrow_path(self.output).rstrip("/") + "/"
+        files = [
+            i.path
+            for i in filesystem.get_file_info(selector)
+            if i.type == pa.fs.FileType.File
+            # What a plain reader skips: hidden files and directories (_SUCCESS, _temporary/, .crc)
+            and not any(part.startswith(("_", ".")) for part in i.path.removeprefix(root).split("/"))
+        ]
+        if not files:
             return Counter()
-        dataset = ds.dataset(str(directory), format="parquet")
-        if not dataset.files:
-            return Counter()
-        table = dataset.to_table(columns=OUTPUT_COLUMNS)
+        table = ds.dataset(files, filesystem=filesystem, format="parquet").to_table(columns=OUTPUT_COLUMNS)
         return Counter(zip(table.column("order_id").to_pylist(), table.column("line").to_pylist(), strict=True))
 
     def _expected_rows(self) -> Counter[RowId]:
         tracked = Counter(row for row, (_, key) in self.rows.items() if key in self.done)
-        return tracked + self.untracked
+        return tracked + self.replaceable
 
     # ------------------------------------------------------------------ a run
 
     def _run(self, poison: frozenset[str]) -> int | None:
         assert _session is not None, "call use_session(spark) first"
         spark = _session
-        epoch = self.store.begin_epoch(owner="histories").number
-        job = CheckpointedJob(spark, self.store_uri, epoch=epoch)
+        before = _now()
+        run_id = f"run-{len(self.windows) + 1}"
+        metadata = {JOB_METADATA_KEY: JOB, "run_id": run_id}
+
+        def begin() -> int:
+            # The operator declares its output root at the submit; so do histories (a store on S3 may then
+            # write its output to local disk).
+            return self.store.begin_epoch(owner="histories", metadata=metadata, output_roots=[self.output]).number
+
+        epoch = self._crashing(begin, begin)  # a crashed submit is submitted again (it takes over its epoch)
+        job = CheckpointedJob(spark, self.store_uri, epoch=epoch, **self.options)
         try:
             if self.mode == "files":
                 df = job.read_parquet(self.inputs, min_partitions=2)
@@ -213,8 +278,10 @@ class StoreHistory(RuleBasedStateMachine):
             if not poison:
                 raise
             self.store.end_epoch(epoch, status=EpochStatus.FAILED)
+            self.windows[epoch] = (before, _now())
             return None
         self.store.end_epoch(epoch, status=EpochStatus.SUCCEEDED)
+        self.windows[epoch] = (before, _now())
         assert not poison, "the run with a bad record succeeded"
         self._epoch = epoch
         return summary.keys
@@ -226,27 +293,39 @@ class StoreHistory(RuleBasedStateMachine):
         engine=st.sampled_from(ENGINES),
         orders=st.integers(4, 10),
         first=st.sampled_from(["run+commit", "run", "nothing"]),
+        on_s3=st.booleans(),
     )
-    def begin(self, mode: str, engine: str, orders: int, first: str) -> None:
+    def begin(self, mode: str, engine: str, orders: int, first: str, on_s3: bool) -> None:
         """A history's input, and (so that short histories reach reprocess) usually a first run."""
-        self.start(mode, engine, orders)
+        self.start(mode, engine, orders, on_s3=on_s3)
         if first != "nothing":
             self.run()
         if first == "run+commit":
             self.commit()
 
-    def start(self, mode: str, engine: str, orders: int) -> None:
+    def start(self, mode: str, engine: str, orders: int, *, on_s3: bool = False) -> None:
+        if on_s3 and _s3 is not None:
+            # The store on S3, the output on local disk (both writers can write it; the Arrow writer to
+            # S3 is the campaign's and tests/spark's, Spark's own writer needs s3a://, which this Spark has not).
+            options, bucket = _s3
+            self.store.close()
+            self.options, self.on_s3 = options, True
+            self.store_uri = f"s3://{bucket}/{self.tmp.name}/store"
+            self.store = open_store(self.store_uri, trusted_output_roots=[self.output], **options)
         self.mode, self.engine = mode, engine
         (self.tmp / "in").mkdir(parents=True)
         self._write_files(range(orders), 3)
         self.next_order = orders
-        TALLY.modes[f"{mode}/{engine}"] += 1
+        TALLY.modes[f"{mode}/{engine}{'/s3' if self.on_s3 else ''}"] += 1
 
     # A second run in a row with nothing pending adds nothing a history needs (one is kept: it vouched wrongly).
     @precondition(lambda self: self.latest != "run_ok" or bool(self._input_keys() - set(self.done)))
     @rule()
     def run(self) -> None:
         pending = self._input_keys() - set(self.done)
+        replacing = self.latest == "deleted"
+        if replacing:  # a new run of the same job after its output was committed and its keys deleted
+            assert self.store.rerun_plan(JOB).action is RerunAction.REPLACE
         processed = self._run(frozenset())
         epoch = self._epoch
         assert processed == len(pending), (
@@ -258,13 +337,15 @@ class StoreHistory(RuleBasedStateMachine):
             self.done[key] = epoch
         TALLY.keys_rerun += processed or 0
         self.latest, self.undo_state = "run_ok", None
-        self._done_step("run")
+        self._done_step("rerun_replace" if replacing else "run")
 
     @precondition(lambda self: bool(self._input_keys() - set(self.done)))
     @rule(data=st.data())
     def failed_run(self, data: st.DataObject) -> None:
-        pending = sorted(self._input_keys() - set(self.done), key=str)
-        bad = data.draw(st.sampled_from(pending))
+        self.fail_on(data.draw(st.sampled_from(sorted(self._input_keys() - set(self.done), key=str))))
+
+    def fail_on(self, bad: Any) -> None:
+        """A run whose user code fails on the row(s) of the pending key ``bad``."""
         order = next(row[0] for row, (_, key) in self.rows.items() if key == bad)
         epoch = self.store.current_epoch()
         before = set(self.done)
@@ -289,8 +370,10 @@ class StoreHistory(RuleBasedStateMachine):
     @precondition(lambda self: self.latest == "run_ok")
     @rule()
     def commit(self) -> None:
-        # After a clear, the committed output it left is no record's any more: keep it, knowingly.
-        result = self.store.commit(output_roots=[self.output], unknown_files="keep" if self.untracked else "fail")
+        def commit() -> CommitResult:
+            return self.store.commit(output_roots=[self.output])
+
+        result = self._crashing(commit, commit)  # a crashed commit is retried: it finishes the job
         number = self._epoch
         for key in self.done:
             self.committed_by.setdefault(key, number)
@@ -299,16 +382,67 @@ class StoreHistory(RuleBasedStateMachine):
         self.latest = "committed"
         report = self.store.check()
         assert report.ok, report
-        assert result is not None
+        if self.replaceable:  # the earlier commits of this job no longer count: their files were retracted
+            assert result.replaced_files, "the commit of a re-run did not replace the committed output"
+            self.replaceable = Counter()
         self._done_step("commit")
 
     @precondition(lambda self: self.latest == "committed")
     @rule()
     def retain_cleanup(self) -> None:
-        self.store.cleanup(RetentionPolicy.RETAIN)
+        self._cleanup(RetentionPolicy.RETAIN)
         self._done_step("retain_cleanup")
 
+    @precondition(lambda self: self.latest == "committed")
+    @rule()
+    def delete_after_success(self) -> None:
+        """The per-run policy: every checkpoint goes; the committed output stays until the next run of the
+        job replaces it (its commit retracts these files)."""
+        self._cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS)
+        assert not self._store_done(), "delete_after_success kept done keys"
+        self.replaceable += Counter(row for row, (_, key) in self.rows.items() if key in self.done)
+        self.done, self.committed_by, self.commits = {}, {}, []
+        self.latest, self.undo_state, self.quarantined = "deleted", None, False
+        self._done_step("delete_after_success")
+
+    # ------------------------------------------------------------------ crashes (the fault campaign's histories)
+
+    @precondition(lambda self: CRASHES and self.armed is None)
+    @rule(point=st.sampled_from(CRASH_POINTS))
+    def arm_crash(self, point: str) -> None:
+        """Crash (``raise`` at ``point``) the next operation that meets it; the operation is then recovered
+        as documented (the same call again, or ``resume_reprocess``) and the oracle judges the result."""
+        self.armed = point
+        self.log.append(f"arm:{point}")
+
+    def _crashing(self, action: Callable[[], T], recover: Callable[[], T]) -> T:
+        """``action()``, crashed at the armed failpoint (if it meets it) and then ``recover()``-ed."""
+        point, self.armed = self.armed, None
+        if point is None:
+            return action()
+        failpoints.enable(point, "raise")
+        try:
+            return action()
+        except failpoints.InjectedFault:
+            TALLY.crashes[point] += 1
+            self.log.append(f"crashed:{point}")
+        finally:
+            failpoints.disable_all()
+        return recover()
+
+    def _cleanup(self, policy: RetentionPolicy) -> None:
+        def cleanup() -> None:
+            self.store.cleanup(policy)
+
+        self._crashing(cleanup, cleanup)  # a crashed cleanup is run again
+
+    def _resume(self, action: Callable[[], Any]) -> Any:
+        """Finish a crashed reprocess, rewind, undo or purge: resume it, or (crashed before it began) run it again."""
+        resumed = self.store.resume_reprocess()
+        return action() if resumed is None else resumed
+
     def _done_step(self, name: str) -> None:
+        TALLY.seconds[name] += time.monotonic() - self.mark
         TALLY.steps[name] += 1
         self.log.append(name)
 
@@ -317,7 +451,7 @@ class StoreHistory(RuleBasedStateMachine):
         before = set(self.done)
         saved = (dict(self.done), dict(self.committed_by))
         try:
-            action()
+            self._crashing(action, lambda: self._resume(action))
         except CheckpointError as exc:
             TALLY.refused[f"{name}: {type(exc).__name__}"] += 1
             assert self._store_done() == before, f"a refused {name} changed the done keys"
@@ -330,10 +464,11 @@ class StoreHistory(RuleBasedStateMachine):
             self.committed_by.pop(key, None)
         self.undo_state = saved
         self.latest = "maintenance"
+        self.quarantined = True
         self._done_step(name)
         return pending
 
-    @precondition(lambda self: bool(self.done))
+    @precondition(lambda self: bool(self.done) and not self.replaceable)
     @rule(data=st.data())
     def reprocess_key(self, data: st.DataObject) -> None:
         self.reprocess_one_key(data.draw(st.sampled_from(sorted(self.done, key=str))))
@@ -344,14 +479,37 @@ class StoreHistory(RuleBasedStateMachine):
         if pending is not None:
             assert key in pending
 
-    @precondition(lambda self: self.mode == "files" and bool(self.done))
+    @precondition(lambda self: self.mode == "files" and bool(self.done) and not self.replaceable)
     @rule(data=st.data())
     def reprocess_file(self, data: st.DataObject) -> None:
-        key = data.draw(st.sampled_from(sorted(self.done, key=str)))
+        self.reprocess_input_file(data.draw(st.sampled_from(sorted(self.done, key=str))))
+
+    def reprocess_input_file(self, key: Any) -> None:
         path = next(p for p, k in self.rows.values() if k == key)
         pending = self._maintenance("reprocess_file", lambda: self.store.reprocess(Selection(files=[path])))
         if pending is not None:
             assert pending == {key}
+
+    @precondition(lambda self: bool(self.done) and not self.replaceable)
+    @rule(data=st.data(), by_time=st.booleans())
+    def reprocess_epoch(self, data: st.DataObject, by_time: bool) -> None:
+        """Reprocess what one run sealed: by its epoch number, or by a time window around it."""
+        self.reprocess_by_epoch(data.draw(st.sampled_from(sorted(set(self.done.values())))), by_time=by_time)
+
+    def reprocess_by_epoch_time(self, number: int) -> None:
+        self.reprocess_by_epoch(number, by_time=True)
+
+    def reprocess_by_epoch(self, number: int, *, by_time: bool = False) -> None:
+        expected = {k for k, e in self.done.items() if e == number}
+        if by_time:
+            after, before = self.windows[number]
+            selection = Selection(sealed_after=after, sealed_before=before)
+        else:
+            selection = Selection(epochs=[number])
+        name = "reprocess_time" if by_time else "reprocess_epoch"
+        pending = self._maintenance(name, lambda: self.store.reprocess(selection))
+        if pending is not None:
+            assert pending == expected, f"{name} {number}: {len(pending)} pending, {len(expected)} want"
 
     @precondition(lambda self: bool(self.commits))
     @rule(data=st.data())
@@ -364,10 +522,12 @@ class StoreHistory(RuleBasedStateMachine):
         if pending is not None:
             assert pending == expected, f"reprocess of commit {number}: {len(pending)} pending, {len(expected)} want"
 
-    @precondition(lambda self: bool(self.commits))
+    @precondition(lambda self: bool(self.commits) and not self.replaceable)
     @rule(data=st.data())
     def rewind(self, data: st.DataObject) -> None:
-        to = data.draw(st.sampled_from([0, *self.commits]))
+        self.rewind_to(data.draw(st.sampled_from([0, *self.commits])))
+
+    def rewind_to(self, to: int) -> None:
         expected = {k for k, e in self.done.items() if e > to}
         pending = self._maintenance("rewind", lambda: self.store.rewind(to))
         if pending is not None:
@@ -379,7 +539,7 @@ class StoreHistory(RuleBasedStateMachine):
         assert self.undo_state is not None
         done, committed_by = self.undo_state
         try:
-            self.store.undo_reprocess()
+            self._crashing(self.store.undo_reprocess, lambda: self._resume(self.store.undo_reprocess))
         except CheckpointError as exc:
             TALLY.refused[f"undo: {type(exc).__name__}"] += 1
             return
@@ -388,7 +548,23 @@ class StoreHistory(RuleBasedStateMachine):
         assert self._store_done() == set(self.done), "undo did not restore the done keys exactly"
         self._done_step("undo")
 
-    @precondition(lambda self: bool(self.done))
+    @precondition(lambda self: self.quarantined)
+    @rule()
+    def purge(self) -> None:
+        """Delete the quarantined files for good: nothing a reader or the store counts changes; undo ends."""
+        before = self._store_done()
+        try:
+            self._crashing(self.store.purge_quarantine, lambda: self._resume(self.store.purge_quarantine))
+        except CheckpointError as exc:
+            TALLY.refused[f"purge: {type(exc).__name__}"] += 1
+            return
+        assert self._store_done() == before, "a purge changed the done keys"
+        self.undo_state, self.quarantined = None, False
+        if self.latest == "maintenance":
+            self.latest = "purged"
+        self._done_step("purge")
+
+    @precondition(lambda self: bool(self.done) and not self.replaceable)
     @rule()
     def discard_uncommitted(self) -> None:
         try:
@@ -400,7 +576,7 @@ class StoreHistory(RuleBasedStateMachine):
         self.latest, self.undo_state = "maintenance", None  # orphans of failed attempts: the commit's
         self._done_step("discard_uncommitted")
 
-    @precondition(lambda self: bool(self.done))
+    @precondition(lambda self: bool(self.done) and not self.replaceable)
     @rule()
     def clear(self) -> None:
         try:
@@ -409,7 +585,7 @@ class StoreHistory(RuleBasedStateMachine):
             TALLY.refused[f"clear: {type(exc).__name__}"] += 1
             return
         committed = {k for k in self.done if k in self.committed_by}
-        self.untracked += Counter(row for row, (_, key) in self.rows.items() if key in committed)
+        self.replaceable += Counter(row for row, (_, key) in self.rows.items() if key in committed)
         self.done, self.committed_by = {}, {}
         self.latest, self.undo_state = "maintenance", None
         self._done_step("clear")
@@ -420,6 +596,14 @@ class StoreHistory(RuleBasedStateMachine):
     def store_and_output_agree_with_the_model(self) -> None:
         if not self.inputs:  # before start
             return
+        started = time.monotonic()
+        try:
+            self._check_oracle()
+        finally:
+            self.mark = time.monotonic()
+            TALLY.seconds["oracle"] += self.mark - started
+
+    def _check_oracle(self) -> None:
         assert self._store_done() == set(self.done), "the store's done keys differ from the model's"
         if not self.orphans_possible:
             got, want = self._output_rows(), self._expected_rows()
@@ -439,12 +623,22 @@ def history_steps() -> Iterable[str]:
             "new_input_file",
             "commit",
             "retain_cleanup",
+            "delete_after_success",
+            "rerun_replace",
             "reprocess_key",
             "reprocess_file",
+            "reprocess_epoch",
+            "reprocess_time",
             "reprocess_commit",
             "rewind",
             "undo",
+            "purge",
             "discard_uncommitted",
             "clear",
         ]
     )
+
+
+def _now() -> str:
+    """The time as the store writes it (store/records.py ``now``: milliseconds), for time-window selections."""
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

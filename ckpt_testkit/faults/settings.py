@@ -8,6 +8,8 @@
 ``CKPT_FAULT_DOUBLE_SUBMITS``  pairs of real spark-submits started together (default 1)
 ``CKPT_FAULT_REPROCESS_TRIALS`` reprocess/rewind/undo/purge crash trials per backend (default 6; 36 deals
                                every action x failpoint x crash kind once)
+``CKPT_FAULT_HISTORY_TRIALS``  random store histories with crashes armed at their steps (default 1;
+                               tests/spark/test_histories.py, ckpt_testkit/histories.py)
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class CampaignSettings:
     races: int
     double_submits: int
     reprocess_trials: int = 6
+    history_trials: int = 1
 
     @classmethod
     def from_env(cls) -> CampaignSettings:
@@ -42,6 +45,7 @@ class CampaignSettings:
             races=_int("CKPT_FAULT_RACES", 100),
             double_submits=_int("CKPT_FAULT_DOUBLE_SUBMITS", 1),
             reprocess_trials=_int("CKPT_FAULT_REPROCESS_TRIALS", 6),
+            history_trials=_int("CKPT_FAULT_HISTORY_TRIALS", 1),
         )
 
     def replay_hint(self) -> str:

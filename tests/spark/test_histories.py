@@ -8,20 +8,24 @@ each. The large run is ``python -m bench.histories`` (bench/results/histories.tx
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 from pyspark.sql import SparkSession
 
-from ckpt_testkit.histories import TALLY, StoreHistory, use_session
+from ckpt_testkit import histories
+from ckpt_testkit.faults.settings import CampaignSettings
+from ckpt_testkit.histories import TALLY, StoreHistory, history_steps, use_s3, use_session
 
 pytestmark = pytest.mark.spark
 
-#: Seeded CI slice: 4 histories of up to 5 steps after the first run (a history takes 30-60 s on 2 busy cores).
+#: Seeded CI slice: 3 histories of up to 5 steps after the first run (a history takes 10-40 s on 2 busy cores);
+#: the operations it may miss are covered by the history through every operation below.
 SLICE = settings(
-    max_examples=4,
+    max_examples=3,
     stateful_step_count=5,
     deadline=None,
     database=None,
@@ -44,12 +48,21 @@ def _history(mode: str, orders: int, engine: str = "spark") -> StoreHistory:
     return machine
 
 
-def _steps(machine: StoreHistory, *steps: str | tuple[str, object]) -> None:
-    """Run ``steps`` (a rule's name, or its name and argument), checking the oracle after each."""
+Step = str | tuple[str, Any] | Callable[[StoreHistory], None]
+
+
+def _steps(machine: StoreHistory, *steps: Step) -> None:
+    """Run ``steps`` (a rule's name; its name and argument, the argument possibly a function of the machine;
+    or a function of the machine), checking the oracle after each."""
     try:
         for step in steps:
-            name, *argument = (step,) if isinstance(step, str) else step
-            getattr(machine, name)(*argument)
+            if callable(step):
+                step(machine)
+            else:
+                name, *argument = (step,) if isinstance(step, str) else step
+                if argument and callable(argument[0]):
+                    argument = [argument[0](machine)]
+                getattr(machine, name)(*argument)
             machine.store_and_output_agree_with_the_model()
     finally:
         machine.teardown()
@@ -83,9 +96,107 @@ def test_reprocess_by_commit_after_a_run_with_nothing_pending_on_a_retain_store(
     _steps(machine, "run", "commit", "retain_cleanup", "run", ("reprocess_by_commit", 1), "run", "commit")
 
 
-def test_random_histories() -> None:
-    """A seeded slice of random histories over every key mode, both writers and every operation."""
+def _first_file(machine: StoreHistory) -> object:
+    return sorted(machine.done, key=str)[0]
+
+
+def _latest_run(machine: StoreHistory) -> int:
+    return max(machine.done.values())
+
+
+@pytest.mark.s3
+@pytest.mark.faults
+def test_every_operation_on_s3_with_file_keys_and_crashes(s3_options: dict[str, Any], s3_bucket: str) -> None:
+    """One history through every operation of the machine with the store on the S3 server (file keys; the
+    reproductions above are row keys): failed run, run, commit, reprocess by file / time / epoch / commit,
+    undo, purge, new input, rewind, retain, discard, delete_after_success and the re-run that replaces the
+    committed output, clear. Five of its steps crash at a driver-side failpoint (the fault campaign's
+    histories: a crash at step k, not on a fresh store) and are recovered as documented (the same call
+    again, or ``resume_reprocess``) before the oracle judges them."""
+    use_s3(s3_options, s3_bucket)
+    before = dict(TALLY.crashes)
+    machine = StoreHistory()
+    machine.start("files", "spark", 6, on_s3=True)
+    assert machine.on_s3
+    _steps(
+        machine,
+        ("fail_on", _first_file_pending),
+        "run",
+        _armed("store.commit.between_phases", "commit"),
+        _armed("store.reprocess.after_move", "reprocess_input_file", _first_file),
+        _armed("store.undo.after_restore", "undo"),
+        ("reprocess_by_epoch_time", _latest_run),
+        _armed("store.purge.before_end", "purge"),
+        ("new_input_file", 2),
+        _armed("store.begin_epoch.after_create", "run"),
+        "commit",
+        ("reprocess_by_epoch", _latest_run),
+        ("rewind_to", lambda m: m.commits[0]),
+        "run",
+        "commit",
+        _armed("store.cleanup.after_snapshot_keys", "retain_cleanup"),
+        ("reprocess_by_commit", lambda m: m.commits[-1]),
+        ("fail_on", _first_file_pending),
+        "discard_uncommitted",
+        "run",
+        "commit",
+        "delete_after_success",
+        "run",
+        "commit",
+        "clear",
+    )
+    fired = {p for p, n in TALLY.crashes.items() if n > before.get(p, 0)}
+    assert len(fired) == 6, fired
+
+
+def _first_file_pending(machine: StoreHistory) -> object:
+    return sorted(machine._input_keys() - set(machine.done), key=str)[0]
+
+
+@pytest.mark.s3
+def test_random_histories(s3_options: dict[str, Any], s3_bucket: str) -> None:
+    """A seeded slice of random histories over every key mode, both writers, local and S3 stores and
+    every operation; then the slice's report: every operation and both key kinds appeared (the tests
+    above count too: they run first, in this file's order)."""
     before = TALLY.histories
+    use_s3(s3_options, s3_bucket)
     seed(SEED)(StoreHistory)
     run_state_machine_as_test(StoreHistory, settings=SLICE)
     assert TALLY.histories > before
+    table = "\n".join(f"  {name:22} {TALLY.steps.get(name, 0)}" for name in history_steps())
+    print(f"\nhistories: {TALLY.histories}; modes: {dict(TALLY.modes)}\nsteps:\n{table}")
+    missing = [name for name in history_steps() if not TALLY.steps.get(name)]
+    assert not missing, f"operations no history of the slice ran: {missing}"
+    kinds = {mode.split("/")[0] for mode in TALLY.modes}
+    assert "files" in kinds and kinds & {"grouped", "unique", "composite"}, kinds
+    assert any(mode.endswith("/s3") for mode in TALLY.modes), TALLY.modes
+
+
+def _armed(point: str, step: str, argument: Callable[[StoreHistory], Any] | None = None) -> Step:
+    """``step`` with a crash armed at ``point`` (``raise`` there, then the documented recovery)."""
+
+    def crashing(machine: StoreHistory) -> None:
+        machine.armed = point
+        getattr(machine, step)(*([] if argument is None else [argument(machine)]))
+        assert machine.armed is None, f"{step} did not meet a crashable operation"
+
+    return crashing
+
+
+@pytest.mark.faults
+def test_random_histories_with_crashes() -> None:
+    """A seeded slice of random histories whose steps may crash (``arm_crash``): CKPT_FAULT_HISTORY_TRIALS."""
+    settings = CampaignSettings.from_env()
+    histories.CRASHES = True
+    try:
+        seed(settings.seed)(StoreHistory)
+        run_state_machine_as_test(
+            StoreHistory, settings=settings_for(max_examples=settings.history_trials, stateful_step_count=4)
+        )
+    finally:
+        histories.CRASHES = False
+    print(f"\ncrash histories (seed {settings.seed}): crashes fired {dict(TALLY.crashes)}")
+
+
+def settings_for(**changes: Any) -> settings:
+    return settings(SLICE, **changes)
