@@ -321,3 +321,31 @@ def test_the_driver_declares_its_output_root_and_cannot_leave_the_operators(
     with pytest.raises(OutputRootNotDeclaredError, match="output_roots"):
         job.write_parquet(job.skip_completed(spark.read.parquet(*inputs), "event_id"), elsewhere.as_uri())
     assert not elsewhere.exists()
+
+
+def test_a_key_only_the_writer_takes_warns_before_the_job_that_a_failure_keeps_nothing(
+    spark: SparkSession, local_target: Target, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A key given to ``write_parquet`` on a frame ``skip_completed`` did not prepare: the writer shuffles every row
+    by it, so the user's UDF failing before that exchange keeps no progress. The driver says so before the job
+    runs (the warning is logged, then the job fails), and the store shows it: no checkpoint. Taken at the read
+    (skip_completed), the key draws no warning (test_row_keys_progress shows such a run keeping its tasks' keys)."""
+    inputs = make_inputs(tmp_path / "in", files=4)
+    poison = F.udf(lambda account: 1 // 0 if account.endswith("003") else len(account), "int")
+    job = _job(spark, local_target)
+    unprepared = spark.read.parquet(*inputs).withColumn("n", poison("account"))
+    caplog.set_level("WARNING", logger="airflow_ckpt_provider.spark.job.partitioning")
+    with pytest.raises(Exception, match="ZeroDivisionError"):
+        job.write_parquet(unprepared, local_target.output_uri, key="account")
+    warned = [r for r in caplog.records if "keeps NO progress" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].levelname == "WARNING"
+    assert "skip_completed(df, key=...)" in warned[0].getMessage()
+    assert done_keys(local_target.store()) == set()
+
+    caplog.clear()
+    prepared_target = Target("local", f"file://{tmp_path}/prepared-store", f"file://{tmp_path}/prepared-out")
+    taken = _job(spark, prepared_target)
+    keyed = taken.skip_completed(spark.read.parquet(*inputs), "account")
+    taken.write_parquet(keyed.withColumn("n", F.length("account")), prepared_target.output_uri)
+    assert not [r for r in caplog.records if "keeps NO progress" in r.getMessage()]
+    assert len(done_keys(prepared_target.store())) == 24

@@ -294,7 +294,11 @@ class CheckpointedJob:
 
         ``key``: needed only when the source was not read with ``skip_completed`` or
         ``read_parquet``. Not idempotent by itself: a rerun processes only keys no
-        valid checkpoint holds. Raises (before writing anything)
+        valid checkpoint holds. A key given here (not taken at the read) makes the writer
+        hash-partition the rows by it, so a failure anywhere before the writer (the user's
+        own transformation) keeps no progress: the log warns before the job runs; take the
+        key with ``skip_completed`` at the read to keep every finished task's keys.
+        Raises (before writing anything)
         :class:`KeyColumnNotFoundError`, :class:`KeyTypeMismatchError`,
         :class:`SourceKeyLostError`, :class:`NullKeyError`,
         :class:`NativeWriterUnavailableError` (``engine="spark"`` where it cannot run);

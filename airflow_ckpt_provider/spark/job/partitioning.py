@@ -20,6 +20,15 @@ from airflow_ckpt_provider.spark.row_source import InputRecords, input_records
 
 log = logging.getLogger(__name__)
 
+#: Logged before the job runs when the writer takes its key from a frame ``skip_completed`` did not prepare.
+UNPREPARED_KEY_WARNING = (
+    "the key was given to the writer, not taken at the read with skip_completed: the writer hash-partitions "
+    "the rows by it, so everything before the writer (the read and your transformations) runs in one stage "
+    "before any task writes or seals, and a failure there (a UDF raising on a bad record, a lost executor "
+    "past its retries) keeps NO progress: the rerun starts over. To keep each finished task's keys, take the "
+    "key at the read: skip_completed(df, key=...) (docs/row-keys.md, 'Keys the writer takes')"
+)
+
 
 @dataclass(frozen=True)
 class Partitioned:
@@ -41,6 +50,8 @@ def co_partition(job: JobContext, df: DataFrame, column: str, num_partitions: in
             log.info("no shuffle before the writer: %s", rows.shape.reason)
             return rows
         shape = PlanShape(False, None, None, "rows are not grouped by the source key on the way to the writer")
+        if job.keys.row_source_of(df) is None:
+            log.warning(UNPREPARED_KEY_WARNING)
     else:
         shape = plan_shape(df, column, file_keyed=True, reader_tasks=job.files.reader_tasks)
         if shape.grouped:
