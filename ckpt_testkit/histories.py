@@ -5,7 +5,7 @@ One history: a key mode (row keys grouped at the source, ``unique=True``, a comp
 keys), a writer (Spark's or the Arrow one), a tiny input (a few Parquet files, tens of rows), then a
 sequence of: successful runs, runs failing in the user's code on a bad record, new input files,
 commits, ``retain`` cleanups, ``delete_after_success`` cleanups (the next run of the same job then
-replaces the committed output: issue 27), reprocess by key / input file / epoch / commit / time
+replaces the committed output), reprocess by key / input file / epoch / commit / time
 window, undo, purge of the quarantine, rewind, discard of uncommitted work, clear. The store is
 local, or on the S3 server when the caller gives one (:func:`use_s3`). The model says which keys
 are done (and since which epoch, committed by which commit); the oracle after every step checks

@@ -2,11 +2,12 @@
 
 The shortcuts are right as the code stands (tests/spark/test_reprocess_histories.py), so to show the
 guard catches a wrong one these tests break our own shortcut on purpose: ``input_records`` is
-monkeypatched back to what it did before issue 34's fix (a task's record vouches for its input even
-when that input was filtered). That is the bug the guard is for, injected; nothing else is mocked.
+monkeypatched back to what it did before records vouched only for unfiltered input (a task's record
+vouches for its input even when that input was filtered). That is the bug the guard is for, injected;
+nothing else is mocked.
 
-History (reproduction 3 of issue 34, tiny): run, commit, ``cleanup(RETAIN)``, a run with nothing
-pending (its checkpoints then vouch wrongly), reprocess by commit 1, a rerun.
+History (the third reproduction of the reprocess data loss, tiny): run, commit, ``cleanup(RETAIN)``, a
+run with nothing pending (its checkpoints then vouch wrongly), reprocess by commit 1, a rerun.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def _session(spark: SparkSession) -> Iterator[None]:
 
 @pytest.fixture
 def wrong_shortcut(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Input records that vouch for filtered input (the shortcut bug of issue 34, put back on purpose)."""
+    """Input records that vouch for filtered input (the shortcut bug, put back on purpose)."""
 
     def vouch_always(source: row_source.RowSource, **kwargs: Any) -> row_source.InputRecords | None:
         unfiltered = dataclasses.replace(source, anti_joined=False, pruned=frozenset(), skipped_buckets=frozenset())
