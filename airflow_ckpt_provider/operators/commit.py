@@ -12,7 +12,7 @@ from airflow_ckpt_provider.hooks.config import CheckpointConfig
 from airflow_ckpt_provider.hooks.store_location import TaskStore, store_template_fields
 from airflow_ckpt_provider.operators import metrics
 from airflow_ckpt_provider.operators.base import CheckpointStoreBaseOperator, kept_output
-from airflow_ckpt_provider.store import RetentionPolicy, UnknownFiles
+from airflow_ckpt_provider.store import RetentionPolicy, UnknownFiles, UnknownOutputFilesError
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -33,6 +33,26 @@ def top_directories(paths: Iterable[str]) -> list[str]:
         if not any(parent.startswith(top.rstrip("/") + "/") for top in tops):
             tops.append(parent)
     return tops
+
+
+def manual_trigger_hint(context: Context) -> str:
+    """What to say beside unknown files when this run was triggered by hand at a time of day: its logical
+    date is then the trigger time, so it is another job than the day's earlier runs, whose files are
+    unknown to its store (docs/airflow.md, "Re-running a day"). Empty for every other run."""
+    dag_run = context.get("dag_run")
+    logical = getattr(dag_run, "logical_date", None)
+    run_type = str(getattr(dag_run, "run_type", "") or "").rsplit(".", 1)[-1].lower()
+    if run_type != "manual" or not isinstance(logical, dt.datetime):
+        return ""
+    utc = logical.astimezone(dt.UTC) if logical.tzinfo else logical
+    if (utc.hour, utc.minute, utc.second, utc.microsecond) == (0, 0, 0, 0):
+        return ""
+    return (
+        f" This run was triggered by hand with logical date {utc.isoformat()}: a manual trigger's logical date is "
+        "its trigger time unless one is given, so it is another job than the runs of the same day before it, and "
+        "files they wrote are unknown to its store. To re-run a day, clear that day's run, or trigger with the "
+        "day's logical date."
+    )
 
 
 class CheckpointCommitOperator(CheckpointStoreBaseOperator):
@@ -145,9 +165,17 @@ class CheckpointCommitOperator(CheckpointStoreBaseOperator):
         degraded = self._degraded(task_store)
 
         started = time.monotonic()
-        result = store.commit(
-            self._output_roots(), degraded=degraded, unknown_files=UnknownFiles(str(self.unknown_files).strip().lower())
-        )
+        try:
+            result = store.commit(
+                self._output_roots(),
+                degraded=degraded,
+                unknown_files=UnknownFiles(str(self.unknown_files).strip().lower()),
+            )
+        except UnknownOutputFilesError as exc:
+            hint = manual_trigger_hint(context)
+            if not hint:
+                raise
+            raise UnknownOutputFilesError(f"{exc}{hint}", exc.paths) from exc
         removed = store.cleanup(policy)
         elapsed = dt.timedelta(seconds=time.monotonic() - started)
 

@@ -35,6 +35,7 @@ from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.hooks.default_location import JobIdentity
 from airflow_ckpt_provider.operators import metrics
+from airflow_ckpt_provider.operators.takeover import takeover_of_ended_owner
 from airflow_ckpt_provider.store import CheckpointStore, Epoch, EpochFencedError, EpochStatus
 from airflow_ckpt_provider.store.owner import OWNER_METADATA_KEY, EpochOwner, MappedInstanceConflictError
 from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, OnRerun, RerunAction, RerunPlan
@@ -106,8 +107,10 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         files only there, and the job may write only under them. Default: the job's driver
         declares each write's directory before writing (docs/design.md, section 7).
     :param takeover_open_epoch: take over an epoch that another owner holds open (use when
-        that submit is known to be dead). Without it such a submit fails fast with
-        ``EpochConflictError`` and nothing is changed.
+        that submit is known to be dead). Without it, an epoch whose task instance has ended (the
+        metadata DB no longer has it, or says failed, upstream_failed, skipped or removed: a killed
+        run) is taken over, and any other open epoch makes the submit fail fast with
+        ``EpochConflictError``, nothing changed (operators/takeover.py).
     :param on_rerun: what a run does when its job's output is already committed and its keys were not
         kept (``delete_after_success``): ``replace`` (default: process every key again; the commit
         retracts the earlier commit's files, so a reader never sees both) or ``skip`` (submit nothing:
@@ -177,9 +180,8 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         return self._ckpt_hook
 
     @staticmethod
-    def _refuse_sibling(store: CheckpointStore, owner: EpochOwner) -> None:
+    def _refuse_sibling(store: CheckpointStore, owner: EpochOwner, latest: Epoch | None) -> None:
         """Fail fast when another mapped instance of this task and run already uses the store."""
-        latest = store.current_epoch()
         other = None if latest is None else EpochOwner.from_epoch(latest)
         if latest is not None and owner.sibling_of(other):
             assert other is not None
@@ -215,10 +217,23 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         store = ckpt.get_store()
         ti = context.get("ti")
         owner = self._owner(context)
-        self._refuse_sibling(store, owner)
+        latest = store.current_epoch()
+        self._refuse_sibling(store, owner, latest)
+        # A run of this job killed earlier left its epoch open: taken over if its task instance has ended.
+        took_over = None if self.takeover_open_epoch else takeover_of_ended_owner(latest, owner, ti)
+        if took_over is not None:
+            self.log.warning(
+                "Taking over epoch %d of %s, left open by %s: %s. Its sealed keys are skipped; the commit "
+                "deletes its unsealed files",
+                took_over["epoch"],
+                store.uri,
+                took_over["owner"],
+                took_over["reason"],
+            )
         epoch = store.begin_epoch(
             owner=owner.key(),
             takeover=self.takeover_open_epoch,
+            takeover_epoch=None if took_over is None else int(took_over["epoch"]),
             output_roots=self._declared_output_roots(),
             metadata={
                 JOB_METADATA_KEY: self._job(context).key(),
@@ -228,11 +243,14 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
                 "map_index": owner.map_index,
                 "try_number": getattr(ti, "try_number", None),
                 OWNER_METADATA_KEY: owner.to_json(),
+                **({"took_over": took_over} if took_over is not None else {}),
             },
         )
         plan = self._plan(store, epoch) | {XCOM_AWS_CONN_ID: self.aws_conn_id, "map_index": owner.map_index}
         if self._rerun is not None:
             plan["rerun"] = self._rerun.to_json()
+        if took_over is not None:
+            plan["took_over"] = took_over
         self.log.info(
             "Opened epoch %d of %s: skipping %d keys already done in %d valid checkpoints%s",
             epoch.number,

@@ -140,13 +140,17 @@ class EpochLog:
         metadata: Mapping[str, Any] | None,
         takeover: bool,
         output_roots: Sequence[str] | None = None,
+        takeover_epoch: int | None = None,
     ) -> Epoch:
-        """Open the epoch after ``state.latest`` with ``state``'s valid checkpoints as its base."""
+        """Open the epoch after ``state.latest`` with ``state``'s valid checkpoints as its base.
+        ``takeover_epoch``: take over the open latest epoch only if it is that one (the caller found its
+        owner dead); the create-if-absent of the next number makes the check and the takeover one step."""
         declared = None if output_roots is None else tuple(self.declarable_root(r) for r in output_roots)
         latest = state.latest
         refuse_unfinished_maintenance(self._context.uri, latest, "submit")
         held_by_other = latest is not None and (owner is None or latest.owner != owner)
-        if latest is not None and latest.status is EpochStatus.OPEN and not takeover and held_by_other:
+        taken_over = takeover or (takeover_epoch is not None and latest is not None and latest.number == takeover_epoch)
+        if latest is not None and latest.status is EpochStatus.OPEN and not taken_over and held_by_other:
             raise EpochConflictError(
                 f"epoch {latest.number} of {self._context.uri} is still open (owner {latest.owner!r}, opened "
                 f"{latest.created_at}): another submit may be running on this store. Wait for it. If it is "

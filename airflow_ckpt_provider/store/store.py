@@ -266,6 +266,7 @@ class CheckpointStore:
         metadata: Mapping[str, Any] | None = None,
         takeover: bool = False,
         output_roots: Sequence[str] | None = None,
+        takeover_epoch: int | None = None,
     ) -> Epoch:
         """Open the next epoch (create-if-absent) with the valid checkpoints as its base.
 
@@ -273,8 +274,10 @@ class CheckpointStore:
         zombie (never valid) and writers of older epochs are fenced. If the latest
         epoch is still open and held by another owner (or by no owner), raises
         :class:`EpochConflictError` unless ``takeover``; an owner may always take over
-        its own open epoch (a retry of the same task). Two racing callers: exactly
-        one wins, the other gets :class:`EpochConflictError`. Not idempotent.
+        its own open epoch (a retry of the same task). ``takeover_epoch=N`` takes over
+        only epoch N: if another epoch is the latest by then (its owner came back and
+        opened one), :class:`EpochConflictError` as without it. Two racing callers:
+        exactly one wins, the other gets :class:`EpochConflictError`. Not idempotent.
 
         Folds loose manifests first only when their number reached ``max_loose_manifests`` (the
         sealers keep the tail under half of it; any number when the bound is off), and then at most
@@ -300,6 +303,7 @@ class CheckpointStore:
             metadata=metadata,
             takeover=takeover,
             output_roots=output_roots,
+            takeover_epoch=takeover_epoch,
         )
 
     def rerun_plan(

@@ -58,3 +58,19 @@ def test_another_instance_is_fenced_the_same_instance_takes_over(tmp_path: Path)
     assert _begin(uri, first) == 2  # its retry takes over its own open epoch
     assert first.sibling_of(sibling) and not first.sibling_of(first) and not first.sibling_of(None)
     assert not first.sibling_of(EpochOwner("d", "t", "other_run", 1))
+
+
+def test_takeover_epoch_takes_over_only_the_epoch_judged_dead(tmp_path: Path) -> None:
+    """``takeover_epoch=N`` (a submit found N's task instance ended, operators/takeover.py) supersedes N
+    only while N is the latest epoch: an owner that came back and opened another one meanwhile wins."""
+    uri = str(tmp_path / "s")
+    killed, next_run, late = (EpochOwner("d", "t", run) for run in ("r1", "r2", "r3"))
+    assert _begin(uri, killed) == 1
+    with pytest.raises(EpochConflictError, match="still open"):
+        _begin(uri, next_run, takeover_epoch=2)  # not the open epoch
+    assert _begin(uri, next_run, takeover_epoch=1) == 2
+    epochs = open_store(uri).list_epochs()
+    assert [(e.number, e.status.value) for e in epochs] == [(1, "failed"), (2, "open")]
+    with pytest.raises(EpochConflictError, match="still open"):
+        _begin(uri, late, takeover_epoch=1)  # judged epoch 1, but epoch 2 is open now: never superseded
+    assert [e.number for e in open_store(uri).list_epochs()] == [1, 2]

@@ -13,13 +13,14 @@ import datetime as dt
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import closing
+from contextlib import closing, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,7 +206,39 @@ class AirflowHarness:
             timeout=timeout,
         )
 
+    def start_airflow(self, *args: str, output: Path, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """The ``airflow`` CLI in a process group of its own (its spark-submit and JVM included), output
+        to ``output``: for a test that kills a run (:meth:`kill_group`)."""
+        with open(output, "wb") as log:
+            return subprocess.Popen(
+                [sys.executable, "-m", "airflow", *args],
+                env={**self.env, **(env or {})},
+                cwd=self.home,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    @staticmethod
+    def kill_group(proc: subprocess.Popen[bytes]) -> None:
+        """SIGKILL the process group :meth:`start_airflow` started (by its id), as a lost worker dies."""
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+
     # ------------------------------------------------------------------ metadata DB
+
+    def run_of(self, dag_id: str, logical_date: dt.datetime) -> tuple[str, str]:
+        """(run id, state) of the run of ``logical_date`` (Airflow keeps one run per logical date)."""
+        rows = [
+            (run_id, state)
+            for run_id, state, logical in self._query(
+                "SELECT run_id, state, logical_date FROM dag_run WHERE dag_id=?", dag_id
+            )
+            if logical and dt.datetime.fromisoformat(str(logical)).replace(tzinfo=dt.UTC) == logical_date
+        ]
+        assert len(rows) == 1, rows
+        return str(rows[0][0]), str(rows[0][1])
 
     def _query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         with closing(sqlite3.connect(self.db_path)) as db:

@@ -17,7 +17,12 @@ with DAG(
     "ckpt_handoff",
     schedule=None,
     catchup=False,
-    params={"fail_partition": Param(-1, type="integer"), "fail_once_marker": Param("", type="string")},
+    params={
+        "fail_partition": Param(-1, type="integer"),
+        "fail_once_marker": Param("", type="string"),
+        "hold_partition": Param(-1, type="integer"),
+        "hold_marker": Param("", type="string"),
+    },
 ) as dag:
     submit = CheckpointedSparkSubmitOperator(
         task_id="submit",
@@ -33,6 +38,10 @@ with DAG(
             "{{ params.fail_partition }}",
             "--fail-once-marker",
             "{{ params.fail_once_marker }}",
+            "--hold-partition",
+            "{{ params.hold_partition }}",
+            "--hold-marker",
+            "{{ params.hold_marker }}",
         ],
         conn_id="spark_serial",  # local[1]: partitions run in order, so a failure is deterministic
         conf={"spark.ui.enabled": "false", "spark.driver.memory": "512m"},
@@ -41,7 +50,6 @@ with DAG(
         aws_conn_id=os.environ.get("HANDOFF_AWS_CONN") or None,
         retries=int(os.environ.get("HANDOFF_RETRIES", "0")),
         retry_delay=dt.timedelta(seconds=1),
-        on_rerun=os.environ.get("HANDOFF_ON_RERUN", "replace"),
     )
     commit = CheckpointCommitOperator(
         task_id="commit",

@@ -2,13 +2,15 @@
 operator's handoff contract on its own. Keys 0..N-1 in P partitions; each Spark task
 skips the keys already checkpointed, writes one Parquet file for the rest, and seals a
 checkpoint. ``--fail-partition p`` makes partition p fail (after the others sealed when
-the job runs on local[1,1])."""
+the job runs on local[1,1]). ``--hold-partition p`` makes partition p write its file, create
+``--hold-marker`` and wait there until the test kills the run (a killed run: its epoch stays open)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import time
 import uuid
 
 import pyarrow as pa
@@ -25,6 +27,8 @@ def main() -> None:
     parser.add_argument("--output", required=True)
     parser.add_argument("--fail-partition", type=int, default=-1)
     parser.add_argument("--fail-once-marker", default="", help="fail only if this file does not exist yet")
+    parser.add_argument("--hold-partition", type=int, default=-1)
+    parser.add_argument("--hold-marker", default="", help="created when the held partition has written its file")
     args = parser.parse_args()
 
     spark = SparkSession.builder.getOrCreate()
@@ -41,6 +45,7 @@ def main() -> None:
     done_b = spark.sparkContext.broadcast(done)
     output = "file://" + os.path.abspath(args.output.removeprefix("file://")).rstrip("/")
     fail_partition = args.fail_partition
+    hold_partition, hold_marker = args.hold_partition, args.hold_marker
     if args.fail_once_marker:
         if os.path.exists(args.fail_once_marker):
             fail_partition = -1
@@ -59,6 +64,11 @@ def main() -> None:
         pq.write_table(pa.table({"key": keys, "value": [k * 10 for k in keys]}), local)
         if index == fail_partition:  # after the write, before the seal: leaves an orphan
             raise RuntimeError(f"partition {index} fails on purpose")
+        if index == hold_partition:  # after the write, before the seal: held until killed
+            if hold_marker:
+                open(hold_marker, "w").close()
+            while True:
+                time.sleep(1)
         task_store.stage_keys(cid, keys)
         task_store.stage_files(cid, [FileMetadata(path, os.path.getsize(local), len(keys))])
         task_store.checkpoint(cid, epoch=epoch, partition=index)
