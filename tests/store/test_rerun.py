@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from airflow_ckpt_provider.plugins.task_view import build_task_store_view
-from airflow_ckpt_provider.store import CheckpointStore, EpochStatus, RetentionPolicy
+from airflow_ckpt_provider.store import CheckpointStore, EpochStatus, RetentionPolicy, Selection
 from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, RerunAction
 from tests.store.conftest import Backend
 from tests.store.helpers import begin, done_keys, names, write_task
@@ -139,3 +139,19 @@ def test_after_clear_checkpoints_the_next_run_of_the_job_replaces_the_committed_
     assert _commit(store, backend, RetentionPolicy.DELETE_AFTER_SUCCESS) == first
     assert backend.output_names() == second
     assert store.check().ok, store.check().problems
+
+
+def test_a_reprocess_never_counts_output_a_rerun_replaced(backend: Backend) -> None:
+    """A commit whose files a re-run of its job replaced no longer counts for the output: selecting
+    it plans nothing, instead of checkpoints, rows and files that are gone already."""
+    store = backend.store()
+    _run(store, backend, DAY, "run1")
+    _commit(store, backend, RetentionPolicy.DELETE_AFTER_SUCCESS)
+    _, second, _ = _run(store, backend, DAY, "run2")
+    _commit(store, backend, RetentionPolicy.DELETE_AFTER_SUCCESS)
+
+    stale = store.preview_reprocess(Selection(commits=(1,)))
+    assert (stale.checkpoints, stale.files, stale.refused_paths, stale.new_epoch) == ((), (), (), None)
+    live = store.preview_reprocess(Selection(commits=(2,)))
+    assert len(live.checkpoints) == len(KEYS) and all(f.present for f in live.files)
+    assert names([f.path for f in live.files] + list(live.refused_paths)) == second

@@ -3,7 +3,9 @@
 A *unit* is one checkpoint that counts for the store's output (docs/reprocess.md,
 "Vocabulary"): valid (manifest present), folded into the retain snapshot, or known only from
 a commit's lineage (its data deleted by ``delete_after_success`` or an earlier ``clear``; its
-keys are pending already, its committed files are not).
+keys are pending already, its committed files are not). A checkpoint known only from the lineage
+whose files a later commit of the same job retracted (a re-run replaced them: ``replaced_files``,
+store/rerun.py) no longer counts.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from airflow_ckpt_provider.store.deletion_guard import canonical_uri
 from airflow_ckpt_provider.store.errors import SelectionUnavailableError
 from airflow_ckpt_provider.store.model import Checkpoint, CheckpointStatus, FileMetadata
 from airflow_ckpt_provider.store.reprocess.lineage import (
@@ -25,6 +28,7 @@ from airflow_ckpt_provider.store.reprocess.lineage import (
     read_snapshot_index,
 )
 from airflow_ckpt_provider.store.reprocess.records import PLAN_FIELD, Retractions
+from airflow_ckpt_provider.store.rerun import REPLACED_FIELD, committed_output
 
 if TYPE_CHECKING:
     from airflow_ckpt_provider.store.state import StoreState
@@ -100,6 +104,13 @@ class StoreView:
     def retracted(self) -> set[str]:
         return self.retractions.retracted_ids()
 
+    @cached_property
+    def replaced_paths(self) -> set[str]:
+        """Output paths (canonical) a later commit of the same job retracted and no commit named again."""
+        records = self.store.state_reader.commit_records()
+        replaced = {canonical_uri(str(p)) for r in records for p in r.get(REPLACED_FIELD) or []}
+        return replaced - committed_output(records, canonical_uri) if replaced else set()
+
     def maintenance_plan(self) -> dict[str, Any] | None:
         """The plan of the latest epoch if it is a maintenance epoch (one GET), else None."""
         latest = self.state.latest
@@ -166,6 +177,11 @@ class StoreView:
         if entry.checkpoint_id in self.valid or entry.checkpoint_id in self.retracted:
             return None
         folded = self.snapshot_index.get(entry.checkpoint_id)
+        files = entry.files
+        if not folded and files and self.replaced_paths:
+            files = tuple(f for f in files if canonical_uri(f.path) not in self.replaced_paths)
+            if not files:
+                return None  # a re-run of its job replaced its output: nothing of it is committed any more
         return Unit(
             checkpoint_id=entry.checkpoint_id,
             epoch=entry.epoch,
@@ -173,7 +189,7 @@ class StoreView:
             source=FOLDED if folded else COMMITTED_ONLY,
             num_keys=folded[1] if folded else 0,
             committed=True,
-            files=entry.files,
+            files=files,
             commit=entry.commit,
         )
 
