@@ -2,7 +2,9 @@
 
 Tenants' ``order_no`` keys overlap; each mapped instance must keep its own store.
 ``TENANTS_OUTPUT`` is the base directory (one sub-directory per tenant for the mapped task,
-``group/<tenant>`` for the mapped task group), ``TENANTS_STORE`` an explicit
+``group/<tenant>`` for the mapped task group), ``TENANTS_MAPPED`` the mapped task's tenants
+(``name:rows,...``; default ``a:300,b:400``; the group always has a and b),
+``TENANTS_GROUP_ON_RERUN`` the group's submit ``on_rerun`` (default ``replace``), ``TENANTS_STORE`` an explicit
 ``checkpoint_uri`` for every instance of ``tenants`` (default: none, each instance gets its
 default location), ``TENANTS_EVENT_LOG`` a directory for Spark's event log (the fault campaign's
 mapped trials, ``ckpt_testkit/faults/mapped_trials.py``).
@@ -28,7 +30,11 @@ from airflow_ckpt_provider.sensors.checkpoint import CheckpointSensor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUTPUT = os.environ.get("TENANTS_OUTPUT", "/tmp/tenants-output")
-TENANTS = {"a": 300, "b": 400}
+GROUP_TENANTS = {"a": 300, "b": 400}
+TENANTS = {
+    name: int(rows)
+    for name, _, rows in (item.partition(":") for item in os.environ.get("TENANTS_MAPPED", "a:300,b:400").split(","))
+}
 ROW_DELAY_MS = os.environ.get("TENANTS_ROW_DELAY_MS", "0")
 CONF = {"spark.ui.enabled": "false", "spark.driver.memory": "512m"}
 if os.environ.get("TENANTS_EVENT_LOG"):  # Spark's event log, for the fault campaign's progress oracle
@@ -72,6 +78,7 @@ with DAG("ckpt_tenants", schedule=None, catchup=False) as dag:
             application_args=args,
             conn_id="spark_serial",
             conf=CONF,
+            on_rerun=os.environ.get("TENANTS_GROUP_ON_RERUN", "replace"),
         )
         sensor = CheckpointSensor(
             task_id="sensor", spark_task_id="tenant.submit", deferrable=False, poke_interval=1, timeout=60
@@ -86,7 +93,7 @@ with DAG("ckpt_tenants", schedule=None, catchup=False) as dag:
                 "args": ["--tenant", name, "--rows", str(rows), "--output", f"{OUTPUT}/group/{name}"],
                 "roots": [f"{OUTPUT}/group/{name}"],
             }
-            for name, rows in TENANTS.items()
+            for name, rows in GROUP_TENANTS.items()
         ]
     )
     # Not mapped: commits the store of every mapped instance of "tenant.submit" (each already
