@@ -5,7 +5,11 @@ The four Airflow processes run as separate processes on a free port (``api-serve
 manager. Everything the test does goes through the public REST API: unpause, trigger a run
 with a bad record, see the Spark task's first try fail, correct the record in the Airflow
 Variable the DAG reads, resume with the clear call (a run's conf cannot change on Clear),
-and wait for the commit. A plain pyarrow reader then sees every event exactly once.
+and wait for the commit. A plain pyarrow reader then sees every event exactly once. Then a
+backfill over that day and the day before (``reprocess_behavior="completed"``, made with the REST
+API as ``airflow backfill create`` makes it, and run by the scheduler): Airflow clears the committed
+run of the day, which replaces its output, and runs the day before for the first time. The reader
+then sees each day's events once.
 """
 
 from __future__ import annotations
@@ -171,3 +175,51 @@ def test_fail_correct_clear_commit_through_the_rest_api(deployment: tuple[ApiSer
     assert len(table["event_id"]) == EVENTS and len(set(table["event_id"])) == EVENTS  # exactly once
     amounts = dict(zip(table["event_id"], table["amount"], strict=True))
     assert amounts[int(found)] == 0.0
+    committed = set((lake / "day=2024-11-05").glob("*.parquet"))
+    assert summary["files_committed"] == len(committed)
+
+    # A backfill of 2024-11-04..05 that reprocesses completed runs: the day above is cleared (the
+    # same run id) and run again, the day before runs for the first time; the scheduler runs both.
+    created = api.post(
+        "/backfills",
+        json={
+            "dag_id": DAG_ID,
+            "from_date": "2024-11-04T00:00:00Z",
+            "to_date": "2024-11-05T00:00:00Z",
+            "reprocess_behavior": "completed",
+            "max_active_runs": 2,
+            "dag_run_conf": {"events": EVENTS, "partitions": 4},
+        },
+    )
+    assert created.status_code == 200, created.text
+
+    def backfill_runs() -> dict[str, dict[str, Any]]:
+        found = api.get(f"/dags/{DAG_ID}/dagRuns").json()["dag_runs"]
+        return {r["logical_date"][:10]: r for r in found if r["run_type"] == "backfill"}
+
+    runs_by_day = _wait(
+        "the backfill's runs to end",
+        lambda: len(r := backfill_runs()) == 2 and all(x["state"] in ("success", "failed") for x in r.values()) and r,
+        900,
+        home,
+    )
+    assert {day: r["state"] for day, r in runs_by_day.items()} == {"2024-11-04": "success", "2024-11-05": "success"}
+    assert runs_by_day["2024-11-05"]["dag_run_id"] == run_id  # Airflow cleared the run, as Clear does
+
+    def xcom(run: str, task: str, key: str) -> dict[str, Any]:
+        entry = api.get(f"/dags/{DAG_ID}/dagRuns/{run}/taskInstances/{task}/xcomEntries/{key}").json()
+        return entry["value"] if isinstance(entry["value"], dict) else dict(json.loads(entry["value"]))
+
+    for day, action in (("2024-11-05", "replace"), ("2024-11-04", "first")):
+        run = runs_by_day[day]["dag_run_id"]
+        plan = xcom(run, "process_events", "checkpoint_plan")
+        assert plan["rerun"]["action"] == action and plan["keys_skipped"] == 0, plan
+        assert plan["checkpoint_uri"].endswith(f"/ckpt_daily_events/process_events/date={day}")
+        commit = xcom(run, "commit", "return_value")
+        assert commit["rows_committed"] == EVENTS and commit["unknown_files"] == 0, commit
+        assert commit["files_replaced"] == (len(committed) if action == "replace" else 0), commit
+        table = pq.read_table(lake / f"day={day}", columns=["event_id", "amount"]).to_pydict()
+        assert len(table["event_id"]) == EVENTS and len(set(table["event_id"])) == EVENTS  # exactly once
+        if action == "replace":  # the run again read the correction the user made
+            assert dict(zip(table["event_id"], table["amount"], strict=True))[int(found)] == 0.0
+    assert not committed & set((lake / "day=2024-11-05").glob("*.parquet"))  # replaced, not appended
