@@ -450,7 +450,9 @@ def tail_reads(
     """One store of ``n`` sealed checkpoints (``variant``: unbounded or bounded tail), then each read on a
     freshly opened store."""
     bound = {"max_loose_manifests": 0 if variant == "unbounded" else max_loose}
-    filler = open_store(stage.as_uri() if stage is not None else uri, **options, **bound)
+    # A staged fill's store is on local disk and its output on the S3 server: the bench vouches for that root.
+    trusted = {"trusted_output_roots": [output]} if stage is not None else {}
+    filler = open_store(stage.as_uri() if stage is not None else uri, **options, **bound, **trusted)
     print(f"[tail] {backend} {variant} {n:,}: sealing ... ({quiet.sample().describe()})", flush=True)
     row: dict[str, Any] = {"backend": backend, "variant": variant, "checkpoints": n, "keys": n * keys}
     row["fill_seconds"] = seal_plain(filler, output, n, keys)
