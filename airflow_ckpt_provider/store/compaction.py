@@ -133,7 +133,8 @@ class Compactor:
             loose_ids = []
         else:
             loose_ids += recommitted
-        leftovers = _window(sorted(i for i in listing if i in covered and i not in loose_ids), limit)
+        # A recommitted manifest is never a leftover to delete, folded now or not (its status is folded later).
+        leftovers = _window(sorted(i for i in listing if i in covered and i not in {*loose_ids, *recommitted}), limit)
         if limit is not None:
             listing = self._attempt_listing(listing, [*loose_ids, *leftovers])
         result = CompactionResult(segment=None, checkpoints=0)
