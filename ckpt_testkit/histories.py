@@ -61,6 +61,7 @@ from airflow_ckpt_provider.store import (
     open_store,
 )
 from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, RerunAction
+from ckpt_testkit.faults.plans import COMMIT_FAILPOINTS
 
 MODES = ("grouped", "unique", "composite", "files")
 ENGINES = ("spark", "arrow")
@@ -69,16 +70,7 @@ RowId = tuple[str, int]
 T = TypeVar("T")
 #: Driver-side failpoints a history may crash at (``raise`` in this process: the operation stops there, as a
 #: killed process would, except that ``finally`` blocks run). Executor-side crashes are the campaign's.
-CRASH_POINTS = (
-    "store.begin_epoch.after_create",
-    "store.commit.between_phases",
-    "store.commit.before_delete_orphans",
-    "store.commit.during_delete_orphans",
-    "store.cleanup.start",
-    "store.cleanup.after_snapshot_keys",
-    "store.cleanup.after_snapshot_manifest",
-    *REPROCESS_FAILPOINTS,
-)
+CRASH_POINTS = ("store.begin_epoch.after_create", *COMMIT_FAILPOINTS, *REPROCESS_FAILPOINTS)
 #: Whether histories arm crashes (``arm_crash``): the fault campaign's histories (bench/histories.py --crashes).
 CRASHES = False
 #: The job every run of a history is for (epoch metadata): a run after a ``delete_after_success`` cleanup
