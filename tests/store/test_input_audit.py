@@ -14,24 +14,18 @@ from airflow_ckpt_provider.store import (
     CheckpointStore,
     CommitRefusedError,
     EpochStatus,
-    FileMetadata,
     InputSkippedError,
     SkipAudit,
-    new_checkpoint_id,
 )
 from tests.store.conftest import Backend
+from tests.store.helpers import write_task
 
 
 def _run(backend: Backend, store: CheckpointStore, keys: list[list[str]]) -> int:
     """One successful run sealing one checkpoint per key list; its epoch."""
     epoch = store.begin_epoch(owner="t").number
     for partition, part in enumerate(keys):
-        checkpoint_id = new_checkpoint_id()
-        path = backend.write_output(f"part-{checkpoint_id}.parquet")
-        store.record_intent(checkpoint_id, [path], epoch=epoch)
-        store.stage_keys(checkpoint_id, part)
-        store.stage_files(checkpoint_id, [FileMetadata(path, 4, len(part))])
-        store.checkpoint(checkpoint_id, epoch=epoch, partition=partition)
+        write_task(store, backend, epoch=epoch, partition=partition, keys=part)
     store.end_epoch(epoch, status=EpochStatus.SUCCEEDED)
     return epoch
 
