@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from airflow_ckpt_provider.spark.job.context import JobContext
 from airflow_ckpt_provider.spark.keys import SOURCE_KEY_COLUMN
 from airflow_ckpt_provider.spark.plan import PlanShape, plan_shape, row_key_lineage, scan_files
-from airflow_ckpt_provider.spark.row_source import InputRecords, input_records
+from airflow_ckpt_provider.spark.row_source import InputRecords, RowSource, input_records
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +45,13 @@ class Partitioned:
 def co_partition(job: JobContext, df: DataFrame, column: str, num_partitions: int | None) -> Partitioned:
     """``df`` (carrying the hidden key ``column``) laid out for the writer, with a shuffle only if needed."""
     if column == SOURCE_KEY_COLUMN:
-        rows = row_key_partitioning(job, df)
+        source = job.keys.row_source_of(df)
+        rows = row_key_partitioning(job, df, source)
         if rows is not None:
             log.info("no shuffle before the writer: %s", rows.shape.reason)
             return rows
         shape = PlanShape(False, None, None, "rows are not grouped by the source key on the way to the writer")
-        if job.keys.row_source_of(df) is None:
+        if source is None:
             log.warning(UNPREPARED_KEY_WARNING)
     else:
         shape = plan_shape(df, column, file_keyed=True, reader_tasks=job.files.reader_tasks)
@@ -63,14 +64,14 @@ def co_partition(job: JobContext, df: DataFrame, column: str, num_partitions: in
     return Partitioned(shuffled, PlanShape(True, count, None, "hash-partitioned by the writer"), True)
 
 
-def row_key_partitioning(job: JobContext, df: DataFrame) -> Partitioned | None:
+def row_key_partitioning(job: JobContext, df: DataFrame, source: RowSource | None) -> Partitioned | None:
     """How row-keyed ``df`` reaches the writer without a shuffle, and what each task covers; None: shuffle.
 
     Without a shuffle when, on the way from where the key was taken: rows were
     repartitioned by it and stayed in their task since (``skip_completed``'s exchange),
-    or never left their task and the source declared unique keys (or was grouped).
+    or never left their task and the source declared unique keys (or was grouped). ``source``: the
+    ``skip_completed`` call whose key ``df`` carries (None: the writer was given the key).
     """
-    source = job.keys.row_source_of(df)
     unique = source is not None and source.unique
     lineage = row_key_lineage(df, SOURCE_KEY_COLUMN)
     if lineage.moved:
