@@ -77,3 +77,57 @@ def airflow_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflo
     harness = AirflowHarness.create(tmp_path_factory.mktemp("airflow_home"))
     print(f"\nairflow db migrate: {harness.migrate_seconds:.1f} s")
     yield harness
+
+
+@pytest.fixture(scope="session")
+def connect_server(request: pytest.FixtureRequest) -> str:
+    """A real Spark Connect server (``sc://127.0.0.1:port``) for the session, served from the driver of the
+    shared classic session (``spark`` of tests/spark; elsewhere a local one started here): about 0.2 s.
+
+    Clients in the test process: ``connect_spark``. Airflow tasks (``run_dag`` subprocesses) connect with
+    ``AIRFLOW_CONN_<ID>='{"conn_type": "spark_connect", "host": "127.0.0.1", "port": <port>}'``.
+    """
+    from ckpt_testkit.connect_server import start_in_session
+
+    try:
+        classic = request.getfixturevalue("spark")
+    except pytest.FixtureLookupError:
+        classic = request.getfixturevalue("connect_host_spark")
+    return start_in_session(classic)
+
+
+@pytest.fixture(scope="session")
+def connect_host_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A classic local session to host ``connect_server`` where tests/spark's ``spark`` fixture is not visible."""
+    import os
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    from ckpt_testkit.spark_cluster import SPARK_HOME
+
+    os.environ.setdefault("SPARK_HOME", SPARK_HOME)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("ckpt-connect-server")
+        .config("spark.driver.memory", "1g")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def connect_spark(connect_server: str) -> Iterator[Any]:
+    """A fresh Spark Connect session on ``connect_server`` (Connect mode in this process while the test runs;
+    do not use the classic ``spark`` fixture's frames in the same test)."""
+    from ckpt_testkit.connect_server import connect_client
+
+    with connect_client(connect_server) as session:
+        yield session
