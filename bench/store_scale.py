@@ -35,14 +35,15 @@ compacting was killed), instead of the table above:
   each, one epoch, no driver compaction), then on a freshly opened store each: ``get_checkpointed_keys``,
   ``progress``, ``begin_epoch`` (the resume; it folds at most ``submit_fold_limit``) and ``commit([])``,
   requests counted beside each time, and the growth from the smallest size to the largest. Two stores per
-  size: ``unbounded`` (``max_loose_manifests=0``: every manifest stays loose, what an earlier version or a
-  killed driver left) and ``bounded`` (the default bound: sealing tasks fold batches);
+  size: ``bounded`` (the default bound: sealing tasks fold batches, the only store a user can configure)
+  and ``folds-failing`` (the degraded case: every sealer's fold fails, a failpoint, so every manifest stays
+  loose; measured for what it costs, no target);
 * ``--concurrent`` (default 100000) checkpoints sealed by ``--sealers`` (32) threads, each with its own
   store client (as 32 executors), no driver: the loose tail's maximum (a watcher lists ``checkpoints/``
   every half second, and each client's own counts) against the bound.
 
     .venv/bin/python bench/store_scale.py --tail [--sizes 2000,20000] [--concurrent 100000] [--sealers 32]
-        [--backends local,s3] [--variants unbounded,bounded] [--s3-staged] [--allow-noisy]
+        [--backends local,s3] [--variants bounded,folds-failing] [--s3-staged] [--allow-noisy]
         [--out bench/results/store_tail.json]
 
 Every mode refuses to run when the 1-minute load average at its start is above 1.5 (bench/quiet.py),
@@ -62,6 +63,7 @@ import contextlib
 import inspect
 import io
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -81,6 +83,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from airflow_ckpt_provider import failpoints  # noqa: E402
 from airflow_ckpt_provider.store import (  # noqa: E402
     CheckpointStore,
     EpochStatus,
@@ -407,9 +410,12 @@ def run(
 # ---------------------------------------------------------------------- --tail: compaction fell behind
 
 TAIL_OPERATIONS = ("keys_read", "progress", "begin_epoch", "commit")
-TAIL_VARIANTS = ("unbounded", "bounded")
-#: Targets for a store whose compaction fell behind: with 20,000 loose manifests, begin_epoch <= 3 s
-#: local and <= 10 s on S3, keys <= 2 s local; growth from 2,000 to 20,000 loose <= 4x for every read.
+TAIL_VARIANTS = ("bounded", "folds-failing")
+#: The failpoint that makes every sealer's fold fail (the folds-failing variant).
+FOLD_FAILPOINT = "store.tail.before_fold"
+#: Targets for a store whose compaction fell behind: with 20,000 sealed checkpoints, begin_epoch <= 3 s
+#: local and <= 10 s on S3, keys <= 2 s local; growth from 2,000 to 20,000 <= 4x for every read. They
+#: apply to the bounded store; folds-failing is the degraded case, reported without a verdict.
 TAIL_TARGETS = {("local", "begin_epoch"): 3.0, ("s3", "begin_epoch"): 10.0, ("local", "keys_read"): 2.0}
 TAIL_MAX_GROWTH = 4.0
 
@@ -447,15 +453,21 @@ def tail_reads(
     stage: Path | None,
     max_loose: int | None = None,
 ) -> dict[str, Any]:
-    """One store of ``n`` sealed checkpoints (``variant``: unbounded or bounded tail), then each read on a
-    freshly opened store."""
-    bound = {"max_loose_manifests": 0 if variant == "unbounded" else max_loose}
+    """One store of ``n`` sealed checkpoints (``variant``: bounded, or folds-failing: every fold of the
+    sealers fails), then each read on a freshly opened store."""
+    bound = {"max_loose_manifests": max_loose}
     # A staged fill's store is on local disk and its output on the S3 server: the bench vouches for that root.
     trusted = {"trusted_output_roots": [output]} if stage is not None else {}
     filler = open_store(stage.as_uri() if stage is not None else uri, **options, **bound, **trusted)
     print(f"[tail] {backend} {variant} {n:,}: sealing ... ({quiet.sample().describe()})", flush=True)
     row: dict[str, Any] = {"backend": backend, "variant": variant, "checkpoints": n, "keys": n * keys}
-    row["fill_seconds"] = seal_plain(filler, output, n, keys)
+    if variant == "folds-failing":
+        failpoints.enable(FOLD_FAILPOINT, kind="raise", hit=None)
+        logging.getLogger("airflow_ckpt_provider.store.tail").setLevel(logging.ERROR)  # a warning per fold
+    try:
+        row["fill_seconds"] = seal_plain(filler, output, n, keys)
+    finally:
+        failpoints.disable_all()
     row["fill_folds"] = filler.loose_tail.folds
     filler.close()
     if stage is not None:
@@ -594,7 +606,7 @@ def run_tail(
     on_row: Callable[[dict[str, Any]], None] = lambda result: None,
 ) -> dict[str, Any]:
     """The loose-tail measurements (module doc, ``--tail``); ``max_loose``: the bound (None: the store's default);
-    ``variants``: which of the unbounded and bounded stores to fill at each size."""
+    ``variants``: which of the bounded and folds-failing stores to fill at each size."""
     result: dict[str, Any] = {"commit": _commit_of(ROOT), "keys_per_checkpoint": keys, "reads": [], "concurrent": []}
     (ROOT / "bench" / "work").mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ckpt-store-tail-", dir=ROOT / "bench" / "work") as tmp:
@@ -657,7 +669,7 @@ def print_tail(result: dict[str, Any]) -> None:
         print()
         print(f"growth (target <= {TAIL_MAX_GROWTH:g}x for every read):")
         for g in result["growth"]:
-            verdict = "met" if g["time_growth"] <= TAIL_MAX_GROWTH else "NOT met"
+            verdict = _verdict(g["variant"], g["time_growth"] <= TAIL_MAX_GROWTH)
             print(
                 f"  {g['backend']} {g['variant']} {g['operation']} {g['from']:,} -> {g['to']:,}: "
                 f"time {g['time_growth']:.1f}x, requests {g['request_growth']:.1f}x ({verdict})"
@@ -665,7 +677,7 @@ def print_tail(result: dict[str, Any]) -> None:
     for (backend, op), limit in TAIL_TARGETS.items():
         for row in result["reads"]:
             if row["backend"] == backend and row["checkpoints"] >= 20_000:
-                verdict = "met" if row[op]["seconds"] <= limit else "NOT met"
+                verdict = _verdict(row["variant"], row[op]["seconds"] <= limit)
                 print(f"  target {backend} {op} <= {limit:g} s at {row['checkpoints']:,} ({row['variant']}): {verdict}")
     for row in result["concurrent"]:
         verdict = "met" if row["tail_max"] <= row["bound"] else "NOT met"
@@ -673,6 +685,12 @@ def print_tail(result: dict[str, Any]) -> None:
             f"  {row['backend']}: {row['checkpoints']:,} sealed by {row['sealers']}: loose tail max {row['tail_max']:,}"
             f" (bound {row['bound']:,}: {verdict}), {row['requests_per_checkpoint']:.1f} requests/checkpoint"
         )
+
+
+def _verdict(variant: str, met: bool) -> str:
+    if variant != "bounded":
+        return "degraded case, no target"
+    return "met" if met else "NOT met"
 
 
 def _sizes(text: str) -> list[int]:
@@ -725,7 +743,7 @@ def main() -> int:
     parser.add_argument("--concurrent", type=int, default=100_000, help="--tail: checkpoints sealed concurrently")
     parser.add_argument("--sealers", type=int, default=32, help="--tail: concurrent sealers, one client each")
     parser.add_argument(
-        "--variants", default=",".join(TAIL_VARIANTS), help="--tail: which stores to fill per size (unbounded,bounded)"
+        "--variants", default=",".join(TAIL_VARIANTS), help="--tail: stores to fill per size (bounded,folds-failing)"
     )
     parser.add_argument("--backends", default="local,s3", help="--tail: local, s3 or both")
     parser.add_argument(
@@ -787,7 +805,7 @@ def _main_tail(args: argparse.Namespace, machine: quiet.Quiet) -> int:
         raise SystemExit(f"--backends takes local and/or s3, not {backends}")
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     if not variants or not set(variants) <= set(TAIL_VARIANTS):
-        raise SystemExit(f"--variants takes unbounded and/or bounded, not {variants}")
+        raise SystemExit(f"--variants takes bounded and/or folds-failing, not {variants}")
     result = run_tail(
         _sizes(args.sizes),
         args.concurrent,

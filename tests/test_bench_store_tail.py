@@ -37,11 +37,11 @@ def test_a_tiny_noisy_run_measures_reads_growth_and_the_tail(tmp_path: Path) -> 
     result = json.loads(out.read_text())
     assert result["machine"]["noisy"] is True and result["machine"]["end"] is not None
     rows = {(r["variant"], r["checkpoints"]): r for r in result["reads"]}
-    assert set(rows) == {("unbounded", 20), ("bounded", 20), ("unbounded", 40), ("bounded", 40)}
+    assert set(rows) == {("folds-failing", 20), ("bounded", 20), ("folds-failing", 40), ("bounded", 40)}
     for row in rows.values():
         for op in ("keys_read", "progress", "begin_epoch", "commit"):
             assert row[op]["requests"] > 0 and row[op]["seconds"] > 0
-    assert rows[("unbounded", 40)]["loose_before"] == 40
+    assert rows[("folds-failing", 40)]["loose_before"] == 40  # every fold failed: all of them loose
     assert rows[("bounded", 40)]["loose_before"] <= 16
     assert {g["operation"] for g in result["growth"]} == {"keys_read", "progress", "begin_epoch", "commit"}
     (concurrent,) = result["concurrent"]

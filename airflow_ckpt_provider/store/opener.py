@@ -75,8 +75,8 @@ def open_store(
     ``aws_session_token`` or ``boto3_session`` (S3); ``timeout_seconds`` (per request,
     default 10), ``max_attempts`` (retries, default 3), ``breaker_max_failures``
     (default 3), ``max_workers`` (parallel reads, default 16), ``max_loose_manifests``
-    (the bound sealing tasks keep the loose manifests under, default 2,000; 0: no bound,
-    store/tail.py). ``wrap_blobs`` wraps the
+    (the bound sealing tasks keep the loose manifests under, from 1 to 2,000, the default:
+    it cannot be turned off, store/tail.py). ``wrap_blobs`` wraps the
     object layer of the store and of every output location it opens (the UI bounds its
     requests in time this way). ``trusted_output_roots``: the output roots the caller vouches
     for (the DAG's operators' ``output_roots``, or roots a person gave): what the store's own
@@ -86,8 +86,9 @@ def open_store(
     ``DAG task 'd.commit'``), named when a deletion is refused. ``configured_output_roots`` (the
     ``[ckpt] trusted_output_roots`` option), used only without ``trusted_output_roots``: the
     store's recorded roots count where they lie under one of them, nothing else (a store whose
-    records declare nothing gets nothing). Raises :class:`InvalidStoreUriError`; reachability errors
-    surface on first use.
+    records declare nothing gets nothing). Raises :class:`InvalidStoreUriError`,
+    :class:`InvalidArgumentError` for an option out of its range; reachability errors surface on
+    first use.
     """
     unknown = set(options) - set(STORE_OPTIONS) - set(_S3_OPTIONS) - {"boto3_session"}
     if unknown:
@@ -109,8 +110,7 @@ def open_store(
         else 3,
         max_workers=int(options.get("max_workers") or 16),
         blob_opener=opener,
-        # 0 turns the bound off (the driver alone compacts), so it is a value too.
-        max_loose_manifests=int(options["max_loose_manifests"])
+        max_loose_manifests=options["max_loose_manifests"]
         if options.get("max_loose_manifests") is not None
         else DEFAULT_MAX_LOOSE,
         trusted_output_roots=trusted_output_roots,

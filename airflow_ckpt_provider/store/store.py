@@ -280,7 +280,7 @@ class CheckpointStore:
         exactly one wins, the other gets :class:`EpochConflictError`. Not idempotent.
 
         Folds loose manifests first only when their number reached ``max_loose_manifests`` (the
-        sealers keep the tail under half of it; any number when the bound is off), and then at most
+        sealers keep the tail under half of it), and then at most
         ``submit_fold_limit`` (500) of them (see :meth:`compact`): the rest stay loose for the
         job's driver to fold, so the submit's work is bounded however far compaction fell behind
         (a driver killed while compacting), and a bounded tail is only read, never folded, on the
@@ -295,7 +295,7 @@ class CheckpointStore:
         not in the store's scheme and bucket unless the store was opened with it among its
         ``trusted_output_roots`` (docs/security.md, "The trust model").
         """
-        self.compactor.compact(min_loose=self.loose_tail.max_loose or 1, limit=self.submit_fold_limit)
+        self.compactor.compact(min_loose=self.loose_tail.max_loose, limit=self.submit_fold_limit)
         return self.epoch_log.begin(
             self.state_reader.read(with_attempts=False, keep_files=False),
             owner=owner,

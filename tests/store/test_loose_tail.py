@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from airflow_ckpt_provider import failpoints
-from airflow_ckpt_provider.store import CheckpointStore, EpochFencedError
+from airflow_ckpt_provider.store import CheckpointStore, EpochFencedError, InvalidArgumentError
 from tests.store.conftest import Backend
 from tests.store.helpers import begin, done_keys, wait_for_hit, write_task
 
@@ -141,13 +141,13 @@ def test_sealers_keep_the_loose_tail_under_its_bound_while_the_driver_cannot(bac
 
 
 def test_begin_epoch_folds_a_bounded_batch_and_leaves_the_rest(backend: Backend) -> None:
-    """A store whose tail was never bounded (``max_loose_manifests=0``, the driver killed), so that it is
-    over the bound of the client that resumes: the resumed ``begin_epoch`` folds at most
+    """A tail over the bound of the client that resumes (sealed by clients with a larger bound, the driver
+    killed): the resumed ``begin_epoch`` folds at most
     ``submit_fold_limit`` loose manifests and reads the rest, instead of compacting all of them on the
     submit's critical path (about six requests each); the epoch's base and the done keys are exactly the
     sealed checkpoints."""
     count, limit = 240, 30
-    writer = backend.store(max_loose_manifests=0)
+    writer = backend.store()  # the default bound: 240 seals never reach its trigger
     epoch = begin(writer, backend).number
     with killed_driver(backend):
         ids = seal_tasks(writer, backend, epoch, count, threads=4)
@@ -172,7 +172,7 @@ def test_begin_epoch_only_reads_a_tail_under_its_bound(backend: Backend) -> None
     costs about as many requests again as reading (on S3, 500 folded at the submit cost seconds), and
     the job's driver folds in the background. Folding starts once the tail reached the bound."""
     count, bound = 60, 80
-    writer = backend.store(max_loose_manifests=0)
+    writer = backend.store()
     epoch = begin(writer, backend).number
     with killed_driver(backend):
         ids = seal_tasks(writer, backend, epoch, count, threads=4)
@@ -185,7 +185,7 @@ def test_begin_epoch_only_reads_a_tail_under_its_bound(backend: Backend) -> None
     assert done_keys(backend.store()) == list(range(count * KEYS_PER_TASK))
 
     # At the bound, the submit folds (at most its limit).
-    more = seal_tasks(backend.store(max_loose_manifests=0), backend, epoch2.number, bound - count)
+    more = seal_tasks(backend.store(), backend, epoch2.number, bound - count)
     resumed = backend.store(max_loose_manifests=bound)
     resumed.submit_fold_limit = 25
     epoch3 = begin(resumed, backend, takeover=True)
@@ -197,7 +197,7 @@ def test_a_fold_that_lost_the_race_to_a_merge_still_lands(backend: Backend) -> N
     """A fold whose conditional write of ``state.json`` lost to a compaction that only moved rows (a merge)
     adds its segment to the newer state instead of throwing its work away: concurrent folds by sealers of
     several processes all count (store/compaction.py, ``_land``)."""
-    store = backend.store(max_loose_manifests=0)
+    store = backend.store()
     epoch = begin(store, backend).number
     for partition in range(2):
         write_task(store, backend, epoch=epoch, partition=partition, keys=[partition])
@@ -227,7 +227,7 @@ def test_a_fenced_sealer_may_fold_but_changes_nothing_a_reader_sees(backend: Bac
     writer = backend.store(max_loose_manifests=4)
     old = begin(writer, backend).number
     seal_tasks(writer, backend, old, 3)
-    resumed = backend.store(max_loose_manifests=0)
+    resumed = backend.store()
     resumed.submit_fold_limit = 0  # leave the killed run's manifests loose for the zombie
     new = begin(resumed, backend, takeover=True)
     before = (done_keys(resumed), resumed.progress().valid_checkpoints)
@@ -239,3 +239,15 @@ def test_a_fenced_sealer_may_fold_but_changes_nothing_a_reader_sees(backend: Bac
     assert (done_keys(reader), reader.progress().valid_checkpoints) == before
     assert sorted(c.checkpoint_id for c in reader.valid_checkpoints()) == sorted(new.base)
     assert 99 not in done_keys(reader)
+
+
+def test_the_bound_cannot_be_turned_off_or_raised(backend: Backend) -> None:
+    """Every reader reads each loose manifest, so a store without a bound (or with a larger one) would
+    give up what the bound is for: ``max_loose_manifests`` outside 1-2,000 is a typed error when the
+    store is opened, and nothing is written."""
+    for value in (0, -1, 2001, 10**6, "many", 1.5, True):
+        with pytest.raises(InvalidArgumentError, match="max_loose_manifests must be an integer from 1 to 2000"):
+            backend.store(max_loose_manifests=value)
+    assert backend.store_keys() == set()
+    assert backend.store(max_loose_manifests=None).loose_tail.max_loose == 2000  # None: the default
+    assert backend.store(max_loose_manifests="1").loose_tail.max_loose == 1  # JSON options may carry strings
