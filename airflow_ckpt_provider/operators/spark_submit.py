@@ -10,9 +10,7 @@ that driver: opening a new one would turn the live job into its own zombie.
 from __future__ import annotations
 
 import os
-import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +19,6 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from airflow_ckpt_provider.contract import (
     EPOCH_STATE_KEY,
-    PLAN_XCOM_KEY,
     RESULT_LINE_PREFIX,
     XCOM_AWS_CONN_ID,
     XCOM_DEGRADED,
@@ -33,12 +30,10 @@ from airflow_ckpt_provider.contract import (
 )
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
-from airflow_ckpt_provider.hooks.default_location import JobIdentity
 from airflow_ckpt_provider.operators import metrics
-from airflow_ckpt_provider.operators.takeover import takeover_of_ended_owner
-from airflow_ckpt_provider.store import CheckpointStore, Epoch, EpochFencedError, EpochStatus
-from airflow_ckpt_provider.store.owner import OWNER_METADATA_KEY, EpochOwner, MappedInstanceConflictError
-from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, OnRerun, RerunAction, RerunPlan
+from airflow_ckpt_provider.operators.epoch_opening import EpochOpener
+from airflow_ckpt_provider.store import CheckpointStore, EpochFencedError, EpochStatus
+from airflow_ckpt_provider.store.rerun import OnRerun, RerunAction
 from airflow_ckpt_provider.triggers.driver import DriverRef
 
 if TYPE_CHECKING:
@@ -156,41 +151,31 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         self.takeover_open_epoch = takeover_open_epoch
         self.wait_for_completion = wait_for_completion
         self._context: Context | None = None
-        self._ckpt_hook: CheckpointHook | None = None
+        self._epochs: EpochOpener | None = None
         self._submitted: Handoff | None = None
         self._reattached = False
         self._detached = False
         self._external_id: Any = None
-        self._rerun: RerunPlan | None = None
 
     # ------------------------------------------------------------------ helpers
 
-    def _owner(self, context: Context) -> EpochOwner:
-        map_index = getattr(context.get("ti"), "map_index", None)
-        return EpochOwner(self.dag_id, self.task_id, context["run_id"], map_index if isinstance(map_index, int) else -1)
-
-    def _job(self, context: Context) -> JobIdentity:
-        return JobIdentity.from_context(context, self.task_id, self.dag_id)
+    def _opener(self) -> EpochOpener:
+        """The epoch side of this task instance (built once per execute, from the rendered fields)."""
+        if self._epochs is None:
+            self._epochs = EpochOpener(
+                dag_id=self.dag_id,
+                task_id=self.task_id,
+                checkpoint_uri=self.checkpoint_uri,
+                aws_conn_id=self.aws_conn_id,
+                output_roots=self.output_roots,
+                takeover_open_epoch=self.takeover_open_epoch,
+                on_rerun=self.on_rerun,
+                log=self.log,
+            )
+        return self._epochs
 
     def checkpoint_hook(self, context: Context) -> CheckpointHook:
-        if self._ckpt_hook is None:
-            self._ckpt_hook = CheckpointHook.for_task_instance(
-                self.checkpoint_uri, self._job(context), aws_conn_id=self.aws_conn_id
-            ).with_trusted_output_roots(self._declared_output_roots())
-        return self._ckpt_hook
-
-    @staticmethod
-    def _refuse_sibling(store: CheckpointStore, owner: EpochOwner, latest: Epoch | None) -> None:
-        """Fail fast when another mapped instance of this task and run already uses the store."""
-        other = None if latest is None else EpochOwner.from_epoch(latest)
-        if latest is not None and owner.sibling_of(other):
-            assert other is not None
-            raise MappedInstanceConflictError(
-                f"{store.uri} already holds the work of map index {other.map_index} of this task and run "
-                f"(epoch {latest.number}, {latest.status.value}); map index {owner.map_index} would count "
-                "those keys as done. Give each mapped instance its own store: leave checkpoint_uri unset (one "
-                "store per map index), or put {{ ti.map_index }} in it. Nothing was changed"
-            )
+        return self._opener().hook(context)
 
     def _get_hook(self) -> SparkSubmitHook:
         base = super()._get_hook()
@@ -203,104 +188,13 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
 
     # ------------------------------------------------------------------ the submit
 
-    def _declared_output_roots(self) -> list[str] | None:
-        roots = self.output_roots
-        if roots is None or roots == "" or roots == []:
-            return None
-        return [roots] if isinstance(roots, str) else [str(r) for r in roots]
-
     def _open_epoch_for_submit(self) -> Handoff:
         context = self._context
         if context is None:  # pragma: no cover - execute() always sets it
             raise RuntimeError("submit outside execute()")
-        ckpt = self.checkpoint_hook(context)
-        store = ckpt.get_store()
-        ti = context.get("ti")
-        owner = self._owner(context)
-        latest = store.current_epoch()
-        self._refuse_sibling(store, owner, latest)
-        # A run of this job killed earlier left its epoch open: taken over if its task instance has ended.
-        took_over = None if self.takeover_open_epoch else takeover_of_ended_owner(latest, owner, ti)
-        if took_over is not None:
-            self.log.warning(
-                "Taking over epoch %d of %s, left open by %s: %s. Its sealed keys are skipped; the commit "
-                "deletes its unsealed files",
-                took_over["epoch"],
-                store.uri,
-                took_over["owner"],
-                took_over["reason"],
-            )
-        epoch = store.begin_epoch(
-            owner=owner.key(),
-            takeover=self.takeover_open_epoch,
-            takeover_epoch=None if took_over is None else int(took_over["epoch"]),
-            output_roots=self._declared_output_roots(),
-            metadata={
-                JOB_METADATA_KEY: self._job(context).key(),
-                "dag_id": self.dag_id,
-                "task_id": self.task_id,
-                "run_id": context["run_id"],
-                "map_index": owner.map_index,
-                "try_number": getattr(ti, "try_number", None),
-                OWNER_METADATA_KEY: owner.to_json(),
-                **({"took_over": took_over} if took_over is not None else {}),
-            },
-        )
-        plan = self._plan(store, epoch) | {XCOM_AWS_CONN_ID: self.aws_conn_id, "map_index": owner.map_index}
-        if self._rerun is not None:
-            plan["rerun"] = self._rerun.to_json()
-        if took_over is not None:
-            plan["took_over"] = took_over
-        self.log.info(
-            "Opened epoch %d of %s: skipping %d keys already done in %d valid checkpoints%s",
-            epoch.number,
-            store.uri,
-            plan["keys_skipped"],
-            plan["checkpoints_skipped"],
-            " (plus a snapshot of committed keys)" if epoch.base_snapshot is not None else "",
-        )
-        if ti is not None:
-            ti.xcom_push(key=PLAN_XCOM_KEY, value=plan)
-        tags = metrics.task_tags(context)
-        metrics.count(metrics.SUBMITS, 1, tags)
-        metrics.count(metrics.KEYS_SKIPPED, plan["keys_skipped"], tags)
-        metrics.count(metrics.CHECKPOINTS_SKIPPED, plan["checkpoints_skipped"], tags)
-
-        result_dir = os.path.join(tempfile.gettempdir(), "airflow-ckpt-results")
-        os.makedirs(result_dir, mode=0o700, exist_ok=True)
-        handoff = Handoff(
-            store_uri=store.uri,
-            epoch=epoch.number,
-            public_options=ckpt.public_store_options,
-            secret_options=ckpt.secret_store_options,
-            result_path=os.path.join(result_dir, f"{uuid.uuid4().hex}.json"),
-        )
-        task_state_store = context.get("task_state_store")
-        if task_state_store is not None:
-            # Read back by a retry that re-attaches to this driver instead of submitting.
-            task_state_store.set(
-                EPOCH_STATE_KEY,
-                {"store_uri": store.uri, "epoch": epoch.number, "result_path": handoff.result_path},
-            )
+        handoff = self._opener().open(context)
         self._submitted = handoff
         return handoff
-
-    @staticmethod
-    def _plan(store: CheckpointStore, epoch: Epoch) -> dict[str, Any]:
-        if epoch.base_keys is not None and epoch.base_rows is not None:
-            # Counted by begin_epoch from the state it just read: no second pass over every manifest.
-            keys, rows = epoch.base_keys, epoch.base_rows
-        else:
-            progress = store.progress()
-            keys, rows = progress.keys_done, progress.rows
-        return {
-            XCOM_STORE_URI: store.uri,
-            "epoch": epoch.number,
-            "checkpoints_skipped": len(epoch.base),
-            "keys_skipped": keys,
-            "rows_skipped": rows,
-            "snapshot": epoch.base_snapshot,
-        }
 
     def _reattached_handoff(self, context: Context, store: CheckpointStore) -> Handoff | None:
         """The epoch of the driver a durable retry re-attached to (no submit happened)."""
@@ -311,7 +205,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         if isinstance(recorded, Mapping) and recorded.get("store_uri") == store.uri:
             return Handoff(store.uri, int(recorded["epoch"]), {}, {}, str(recorded.get("result_path") or ""))
         current = store.current_epoch()
-        if current is not None and current.owner == self._owner(context).key():
+        if current is not None and current.owner == self._opener().owner(context).key():
             return Handoff(store.uri, current.number, {}, {}, "")
         return None
 
@@ -343,13 +237,13 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         self._reattached = False
         self._detached = False
         self._external_id = None
+        self._epochs = None
         started = time.monotonic()
-        store = self.checkpoint_hook(context).get_store()
-        rerun = store.rerun_plan(self._job(context).key(), OnRerun(str(self.on_rerun).strip().lower()))
-        self.log.info("Job %s on %s: %s", self._job(context).key(), store.uri, rerun.describe())
-        self._rerun = rerun
+        epochs = self._opener()
+        store = epochs.hook(context).get_store()
+        rerun = epochs.rerun_plan(context, store)
         if rerun.action is RerunAction.SKIP:
-            return self._skipped(context, store, rerun)
+            return epochs.skipped(context, store, rerun)
         try:
             super().execute(context)
         except BaseException:
@@ -365,7 +259,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
                     self._external_id,
                 )
             elif handoff is not None:
-                self._end_epoch(store, handoff, EpochStatus.FAILED, read_job_result(handoff.result_path))
+                epochs.end(store, handoff, EpochStatus.FAILED, read_job_result(handoff.result_path))
             raise
         handoff = self._submitted
         if handoff is None:
@@ -373,16 +267,16 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
             metrics.count(metrics.REATTACHES, 1, metrics.task_tags(context))
             if handoff is None:
                 raise EpochFencedError(
-                    f"the job finished but no epoch of {store.uri} belongs to {self._owner(context).describe()}: "
+                    f"the job finished but no epoch of {store.uri} belongs to {epochs.owner(context).describe()}: "
                     "it was taken over by another submit, so its output is not this task's to commit; "
                     "run the task again"
                 )
             self.log.info("Re-attached to the driver of epoch %d: no new epoch was opened", handoff.epoch)
         if self._detached:
-            return {
+            detached = {
                 XCOM_STORE_URI: store.uri,
                 XCOM_AWS_CONN_ID: self.aws_conn_id,
-                "map_index": self._owner(context).map_index,
+                "map_index": epochs.owner(context).map_index,
                 "epoch": handoff.epoch,
                 "driver_id": self._external_id,
                 # How a sensor asks the cluster whether this driver is still there (triggers/driver.py).
@@ -394,47 +288,17 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
                     track_driver_via_k8s_api=bool(self._track_driver_via_k8s_api),
                 ).to_json(),
                 "detached": True,
-                XCOM_DEGRADED: self._epoch_degraded(store, handoff.epoch),
+                XCOM_DEGRADED: epochs.degraded(store, handoff.epoch),
             }
+            return detached
         job_result = read_job_result(handoff.result_path) or self._result_from_log() or {}
-        degraded = bool(job_result.get("degraded")) or self._epoch_degraded(store, handoff.epoch)
-        self._end_epoch(store, handoff, EpochStatus.SUCCEEDED, job_result)
-        summary: dict[str, Any] = {
-            **job_result,
-            XCOM_STORE_URI: store.uri,
-            XCOM_AWS_CONN_ID: self.aws_conn_id,  # not a secret: lets the UI open the same store
-            "map_index": self._owner(context).map_index,
-            "epoch": handoff.epoch,
-            XCOM_DEGRADED: degraded,
+        degraded = bool(job_result.get("degraded")) or epochs.degraded(store, handoff.epoch)
+        epochs.end(store, handoff, EpochStatus.SUCCEEDED, job_result)
+        summary = epochs.summary(context, store, handoff.epoch, job_result, degraded) | {
             "reattached": self._submitted is None,
-            "rerun": None if self._rerun is None else self._rerun.to_json(),
             "duration_seconds": round(time.monotonic() - started, 3),
         }
-        tags = metrics.task_tags(context)
-        metrics.count(metrics.CHECKPOINTS_SEALED, int(job_result.get("sealed_partitions") or 0), tags)
-        metrics.count(metrics.ROWS_WRITTEN, int(job_result.get("rows") or 0), tags)
-        if degraded:
-            metrics.count(metrics.BREAKER_TRIPS, 1, tags)
-            self.log.warning(
-                "Epoch %d ran degraded (the store was unreachable for a while, checkpointing stopped): "
-                "the job finished, and the commit will keep every file it cannot prove orphaned",
-                handoff.epoch,
-            )
         self.log.info("Checkpointed job finished: %s", summary)
-        return summary
-
-    def _skipped(self, context: Context, store: CheckpointStore, rerun: RerunPlan) -> dict[str, Any]:
-        """on_rerun="skip" over committed output: no submit, no epoch; the commit finds it committed."""
-        summary = {
-            XCOM_STORE_URI: store.uri,
-            XCOM_AWS_CONN_ID: self.aws_conn_id,
-            "map_index": self._owner(context).map_index,
-            "epoch": rerun.live_commit,
-            XCOM_DEGRADED: False,
-            "rerun": rerun.to_json(),
-            "skipped": True,
-        }
-        self.log.info('on_rerun="skip": commit %s of %s is live; nothing submitted', rerun.live_commit, store.uri)
         return summary
 
     def _result_from_log(self) -> dict[str, Any] | None:
@@ -442,21 +306,3 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         line = getattr(hook, "result_line", None)
         result = parse_result_line(line) if line else None
         return None if result is None else flatten_result(result)
-
-    def _epoch_degraded(self, store: CheckpointStore, epoch: int) -> bool:
-        try:
-            return store.is_degraded(epoch)
-        except Exception as exc:  # the store may be the thing that is down
-            self.log.warning("Could not read the degraded state of epoch %d: %s", epoch, exc)
-            return False
-
-    def _end_epoch(
-        self, store: CheckpointStore, handoff: Handoff, status: EpochStatus, result: Mapping[str, Any] | None
-    ) -> None:
-        try:
-            store.end_epoch(handoff.epoch, status=status, summary=dict(result or {}))
-        except Exception as exc:
-            # An unrecorded end only costs the UI its status; a later epoch supersedes it.
-            self.log.warning("Could not record the end of epoch %d (%s): %s", handoff.epoch, status, exc)
-        if handoff.result_path and os.path.exists(handoff.result_path):
-            os.unlink(handoff.result_path)
