@@ -116,7 +116,7 @@ def checkpointed_run(
     source = job.read_parquet(inputs, reader=reader, min_partitions=tasks)
     df = transform(source)
     if fail_fraction is not None:
-        layout = native_layout(source, SOURCE_FILE_COLUMN)
+        layout = native_layout(job.backend, source, SOURCE_FILE_COLUMN)
         count = tasks if isinstance(layout, str) else len(layout)
         df = df.mapInArrow(_failing_from(round(fail_fraction * count)), df.schema)
     setup = time.perf_counter() - start

@@ -66,6 +66,21 @@ def test_layering(layer: str, forbidden: str) -> None:
     assert offenders == []
 
 
+def test_the_jvm_is_touched_only_by_the_classic_backend() -> None:
+    """Py4J (``sparkContext``, ``_jvm``, ``_jdf``, accumulators) only in ``spark/backend/classic.py``: the rest
+    of ``spark/`` goes through the session's backend, so it also runs on Spark Connect (docs/design.md, D9)."""
+    pattern = re.compile(r"sparkContext|_jvm\b|_jsc\b|_jdf\b|_gateway\b|\.accumulator\(")
+    allowed = PACKAGE / "spark" / "backend" / "classic.py"
+    offenders = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((PACKAGE / "spark").rglob("*.py"))
+        if path != allowed
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert offenders == []
+
+
 def test_no_private_airflow_imports() -> None:
     """Only Airflow's public interface (``airflow._*`` and ``airflow.sdk._*`` change without notice)."""
     pattern = re.compile(r"^\s*(from|import)\s+airflow(\.sdk)?\._", re.MULTILINE)

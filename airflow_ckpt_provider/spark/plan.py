@@ -14,8 +14,8 @@ re-plans it), that the rows are already grouped:
   another partition.
 
 Anything it cannot prove counts as not grouped (one extra shuffle, never a wrong
-result). Only classic PySpark exposes the plan; with Spark Connect the writer
-always shuffles.
+result). The walkers read the plan through the :class:`PlanNode` protocol; the
+session's backend (:mod:`airflow_ckpt_provider.spark.backend`) builds it.
 """
 
 from __future__ import annotations
@@ -23,9 +23,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
+
+if TYPE_CHECKING:
+    from airflow_ckpt_provider.spark.backend.base import Partitioning, PlanNode, SparkBackend
 
 log = logging.getLogger(__name__)
 
@@ -49,62 +52,23 @@ class PlanShape:
     reason: str
 
 
-def _seq(scala_seq: Any) -> list[Any]:
-    return [scala_seq.apply(i) for i in range(scala_seq.size())]
+def _hash_partitioned_on(partitionings: tuple[Partitioning, ...], column: str) -> bool:
+    return any(p.kind == "hash" and p.columns == (column,) for p in partitionings)
 
 
-def _name(node: Any) -> str:
-    return str(node.getClass().getSimpleName())
+def _num_partitions(partitionings: tuple[Partitioning, ...]) -> int | None:
+    return partitionings[0].num_partitions if partitionings else None
 
 
-def _output_names(node: Any) -> set[str]:
-    return {str(a.name()) for a in _seq(node.output())}
-
-
-def physical_plan(df: DataFrame) -> Any | None:
-    """The JVM physical plan with its exchanges (before adaptive re-planning), or None (Spark Connect)."""
-    jdf = getattr(df, "_jdf", None)
-    if jdf is None:
-        return None
-    try:
-        plan = jdf.queryExecution().executedPlan()
-        if _name(plan) == "AdaptiveSparkPlanExec":
-            plan = plan.initialPlan()
-        return plan
-    except Exception as exc:  # a py4j surprise must cost a shuffle, not the job
-        log.info("could not read the physical plan (%s); the writer will shuffle by key", exc)
-        return None
-
-
-def _hash_partitioned_on(partitioning: Any, column: str) -> bool:
-    name = _name(partitioning)
-    if name == "PartitioningCollection":
-        return any(_hash_partitioned_on(p, column) for p in _seq(partitioning.partitionings()))
-    if "HashPartitioning" not in name:
-        return False
-    expressions = _seq(partitioning.expressions())
-    return (
-        len(expressions) == 1 and _name(expressions[0]) == "AttributeReference" and str(expressions[0].name()) == column
-    )
-
-
-def _num_partitions(partitioning: Any) -> int | None:
-    try:
-        count = int(partitioning.numPartitions())
-    except Exception:
-        return None
-    return count if count > 0 else None
-
-
-def _scans_below(node: Any) -> tuple[list[Any], str]:
+def _scans_below(node: PlanNode) -> tuple[list[PlanNode], str]:
     """Every ``FileSourceScanExec`` under ``node``, or a problem if rows cross partitions on the way."""
-    name = _name(node)
+    name = node.name
     if name == "FileSourceScanExec":
         return [node], ""
     if "Exchange" in name or name == "UnionExec" or "Cartesian" in name:
         return [], f"{name} under the source-key column moves rows between partitions"
-    scans: list[Any] = []
-    for child in _seq(node.children()):
+    scans: list[PlanNode] = []
+    for child in node.children:
         found, problem = _scans_below(child)
         if problem:
             return [], problem
@@ -112,17 +76,17 @@ def _scans_below(node: Any) -> tuple[list[Any], str]:
     return scans, ""
 
 
-def _file_source_paths(node: Any, column: str, found: list[Any]) -> tuple[bool, str]:
+def _file_source_paths(node: PlanNode, column: str, found: list[PlanNode | str]) -> tuple[bool, str]:
     """Walk the paths that carry ``column``: (coalesced on the way, problem); appends file sources to ``found``.
 
     A source is the name of a ``read_parquet`` reader function (pyarrow reader) or
     the ``FileSourceScanExec`` under the node that derives the column (Spark's reader).
     """
-    if column not in _output_names(node):
+    if column not in node.output_names:
         return False, ""  # this subtree contributes no source keys (e.g. a broadcast dimension table)
-    name = _name(node)
+    name = node.name
     if "MapInArrow" in name:
-        text = str(node.simpleString(5))
+        text = node.describe()
         start = text.find(READER_MARKER)
         if start >= 0:
             end = start + len(READER_MARKER)
@@ -134,8 +98,7 @@ def _file_source_paths(node: Any, column: str, found: list[Any]) -> tuple[bool, 
         return False, f"{name} moves rows between partitions"
     if name == "UnionExec" or "Cartesian" in name:
         return False, f"{name} places one key's rows in several partitions"
-    children = _seq(node.children())
-    carriers = [c for c in children if column in _output_names(c)]
+    carriers = [c for c in node.children if column in c.output_names]
     if not carriers:
         # This node derives the column (from _metadata.file_path): its rows come from the scan below.
         scans, problem = _scans_below(node)
@@ -154,41 +117,25 @@ def _file_source_paths(node: Any, column: str, found: list[Any]) -> tuple[bool, 
     return coalesced, ""
 
 
-def scan_layout(scan: Any) -> tuple[tuple[str, ...], ...] | str:
-    """The files each task of a Spark file scan reads, or a problem if Spark splits a file across tasks."""
-    tasks: list[tuple[str, ...]] = []
-    for partition in scan.inputRDD().partitions():
-        files = []
-        for piece in partition.files():
-            path = str(piece.filePath().toString())
-            if int(piece.start()) != 0 or int(piece.length()) != int(piece.fileSize()):
-                return (
-                    f"Spark splits {path} ({int(piece.fileSize())} bytes) across tasks; raise "
-                    "spark.sql.files.maxPartitionBytes above the largest input file"
-                )
-            files.append(path)
-        tasks.append(tuple(files))
-    return tuple(tasks)
-
-
-def native_layout(df: DataFrame, column: str) -> tuple[tuple[str, ...], ...] | str:
+def native_layout(backend: SparkBackend, df: DataFrame, column: str) -> tuple[tuple[str, ...], ...] | str:
     """For a DataFrame that derives ``column`` from a Spark file scan: files per task, or why not."""
-    plan = physical_plan(df)
+    plan = backend.plan(df)
     if plan is None:
         return "the physical plan is not available"
-    found: list[Any] = []
+    found: list[PlanNode | str] = []
     try:
         _, problem = _file_source_paths(plan, column, found)
         if problem:
             return problem
         if len(found) != 1 or isinstance(found[0], str):
             return "no single Spark file scan under the source-key column"
-        return scan_layout(found[0])
+        return backend.scan_layout(found[0])
     except Exception as exc:
         return f"plan inspection failed: {exc}"
 
 
 def plan_shape(
+    backend: SparkBackend,
     df: DataFrame,
     column: str,
     *,
@@ -200,12 +147,12 @@ def plan_shape(
     ``file_keyed``: ``column`` holds input files (from ``read_parquet``);
     ``reader_tasks``: the job's pyarrow readers (function name → files per task).
     """
-    plan = physical_plan(df)
+    plan = backend.plan(df)
     if plan is None:
         return PlanShape(False, None, None, "the physical plan is not available")
-    found: list[Any] = []
+    found: list[PlanNode | str] = []
     try:
-        partitioning = plan.outputPartitioning()
+        partitioning = plan.partitionings
         if _hash_partitioned_on(partitioning, column):
             return PlanShape(True, _num_partitions(partitioning), None, f"hash-partitioned on {column}")
         if not file_keyed:
@@ -215,10 +162,11 @@ def plan_shape(
             problem = f"{len(found)} file sources carry the source-key column"
         layout: tuple[tuple[str, ...], ...] | str = ()
         if not problem:
-            if isinstance(found[0], str):
-                layout = (reader_tasks or {}).get(found[0], f"unknown reader {found[0]}")
+            source = found[0]
+            if isinstance(source, str):
+                layout = (reader_tasks or {}).get(source, f"unknown reader {source}")
             else:
-                layout = scan_layout(found[0])
+                layout = backend.scan_layout(source)
             if isinstance(layout, str):
                 problem = layout
     except Exception as exc:
@@ -284,85 +232,33 @@ class RowLineage:
 
     moved: str
     coalesced: bool
-    scan: Any | None
+    scan: PlanNode | None
     #: The nearest exchange below the writer hash-partitions by ``column`` into this many
     #: partitions (a ``repartition(n, column)``, which adaptive execution never splits or merges).
     hashed: int | None = None
-
-
-def _metadata_extractors(spark_jvm: Any) -> Any:
-    formats = spark_jvm.org.apache.spark.sql.execution.datasources
-    return getattr(formats, "FileFormat$").__getattr__("MODULE$").BASE_METADATA_EXTRACTORS()
-
-
-#: The package jar's class that describes a scan's file pieces in one call (jvm/src/.../ScanPieces.java).
-_SCAN_PIECES_CLASS = "io.airflowckpt.spark.ScanPieces"
-
-
-def scan_files(scan: Any, spark_jvm: Any, gateway: Any | None = None) -> tuple[tuple[FilePiece, ...], ...]:
-    """Per task of a Spark file scan: the file pieces it reads.
-
-    Values come from Spark's own ``_metadata`` extractors, so a filter on ``_metadata``
-    compares exactly what the scan will see. With ``gateway`` (the session's Py4J gateway)
-    and the package's jar loaded, the JVM describes the scan in one call; otherwise each
-    piece is read through Py4J (five round trips a piece: 1.5 s for 320 files).
-    """
-    described = _scan_files_in_jvm(scan, spark_jvm, gateway) if gateway is not None else None
-    if described is not None:
-        return described
-    extract = _metadata_extractors(spark_jvm)
-    path_of, size_of, mtime_of = (extract.apply(n) for n in ("file_path", "file_size", "file_modification_time"))
-    tasks: list[tuple[FilePiece, ...]] = []
-    for partition in scan.inputRDD().partitions():
-        pieces = []
-        for piece in partition.files():
-            file = InputFile(str(path_of.apply(piece)), int(size_of.apply(piece)), int(mtime_of.apply(piece)))
-            pieces.append(FilePiece(file, int(piece.start()), int(piece.length())))
-        tasks.append(tuple(pieces))
-    return tuple(tasks)
-
-
-def _scan_files_in_jvm(scan: Any, spark_jvm: Any, gateway: Any) -> tuple[tuple[FilePiece, ...], ...] | None:
-    """``scan_files`` by one call to the package jar's ``ScanPieces.describe``; None when the jar is not
-    loaded in this session (the caller walks the pieces itself)."""
-    try:
-        loader = spark_jvm.java.lang.Thread.currentThread().getContextClassLoader()
-        cls = spark_jvm.java.lang.Class.forName(_SCAN_PIECES_CLASS, True, loader)
-    except Exception:
-        return None
-    classes = gateway.new_array(spark_jvm.java.lang.Class, 1)
-    classes[0] = spark_jvm.java.lang.Class.forName("java.lang.Object")
-    args = gateway.new_array(spark_jvm.java.lang.Object, 1)
-    args[0] = scan
-    text = str(cls.getMethod("describe", classes).invoke(None, args))
-    *records, footer = text.split("\u0000")
-    tasks: list[list[FilePiece]] = [[] for _ in range(int(footer.removeprefix("tasks=")))]
-    for record in records:
-        task, path, size, mtime, start, length = record.split("\u0001")
-        tasks[int(task)].append(FilePiece(InputFile(path, int(size), int(mtime)), int(start), int(length)))
-    return tuple(tuple(pieces) for pieces in tasks)
 
 
 #: Physical nodes that neither drop, add nor move rows of a file scan (column selection, codegen glue).
 _ROW_PRESERVING = {"ProjectExec", "ColumnarToRowExec", "InputAdapter", "WholeStageCodegenExec"}
 
 
-def source_listing(df: DataFrame) -> tuple[InputFile, ...] | None:
+def source_listing(backend: SparkBackend, df: DataFrame) -> tuple[InputFile, ...] | None:
     """Every file ``df`` reads, sorted, if ``df`` is exactly the rows of those files; else None.
 
     Exactly: a Spark file scan under deterministic projections only (no data filter, no
     join, no UDF), so that the same files with the same sizes and modification times
     mean the same input rows. A partition filter only selects files, so it is fine.
     """
-    plan = physical_plan(df)
+    plan = backend.plan(df)
     if plan is None:
         return None
     try:
         scan = _plain_scan(plan)
         if scan is None:
             return None
-        context = df.sparkSession.sparkContext
-        pieces = scan_files(scan, context._jvm, context._gateway)
+        pieces = backend.scan_pieces(scan)
+        if pieces is None:
+            return None
         files = {piece.file.path: piece.file for task in pieces for piece in task}
     except Exception as exc:  # an internal API that moved must cost the input records, not the job
         log.info("could not list the input files of the row-key source (%s); resuming by keys only", exc)
@@ -370,21 +266,21 @@ def source_listing(df: DataFrame) -> tuple[InputFile, ...] | None:
     return tuple(files[p] for p in sorted(files))
 
 
-def _plain_scan(node: Any) -> Any | None:
-    name = _name(node)
+def _plain_scan(node: PlanNode) -> PlanNode | None:
+    name = node.name
     if name == "FileSourceScanExec":
-        return node if len(_seq(node.dataFilters())) == 0 else None
+        return None if node.has_data_filters() else node
     if name not in _ROW_PRESERVING:
         return None
-    if name == "ProjectExec" and not all(e.deterministic() for e in _seq(node.projectList())):
+    if name == "ProjectExec" and not node.deterministic():
         return None
-    children = _seq(node.children())
+    children = node.children
     return _plain_scan(children[0]) if len(children) == 1 else None
 
 
-def row_key_lineage(df: DataFrame, column: str) -> RowLineage:
+def row_key_lineage(backend: SparkBackend, df: DataFrame, column: str) -> RowLineage:
     """Walk from the writer's input down the paths that carry ``column`` to where it was derived."""
-    plan = physical_plan(df)
+    plan = backend.plan(df)
     if plan is None:
         return RowLineage("the physical plan is not available", False, None)
     try:
@@ -394,15 +290,15 @@ def row_key_lineage(df: DataFrame, column: str) -> RowLineage:
         return RowLineage(f"plan inspection failed: {exc}", False, None)
 
 
-def _lineage(node: Any, column: str) -> RowLineage:
-    name = _name(node)
+def _lineage(node: PlanNode, column: str) -> RowLineage:
+    name = node.name
     if "Exchange" in name:
         if _repartitions_by(node, column):
-            return RowLineage("", False, None, _num_partitions(node.outputPartitioning()))
+            return RowLineage("", False, None, _num_partitions(node.partitionings))
         return RowLineage(f"{name} moves rows between partitions", False, None)
     if name == "UnionExec" or "Cartesian" in name:
         return RowLineage(f"{name} places one key's rows in several partitions", False, None)
-    carriers = [c for c in _seq(node.children()) if column in _output_names(c)]
+    carriers = [c for c in node.children if column in c.output_names]
     if len(carriers) > 1:
         return RowLineage(f"{name} combines {len(carriers)} inputs that carry the source key", False, None)
     if not carriers:
@@ -414,44 +310,35 @@ def _lineage(node: Any, column: str) -> RowLineage:
     return RowLineage("", below.coalesced or name == "CoalesceExec", below.scan, below.hashed)
 
 
-def _repartitions_by(exchange: Any, column: str) -> bool:
+def _repartitions_by(exchange: PlanNode, column: str) -> bool:
     """A shuffle by exactly ``column`` into a fixed number of partitions (``repartition(n, column)``).
 
     Other shuffles on the column (a join's or an aggregation's) may be split or merged by
     adaptive execution at run time, which could split a key's rows between tasks.
     """
-    if _name(exchange) != "ShuffleExchangeExec" or not _hash_partitioned_on(exchange.outputPartitioning(), column):
+    if exchange.name != "ShuffleExchangeExec" or not _hash_partitioned_on(exchange.partitionings, column):
         return False
-    try:
-        return str(exchange.shuffleOrigin().toString()) == "REPARTITION_BY_NUM"
-    except Exception:
-        return False
+    return exchange.repartitions_by_num()
 
 
-def clustered_on(df: DataFrame, columns: tuple[str, ...]) -> bool:
+def clustered_on(backend: SparkBackend, df: DataFrame, columns: tuple[str, ...]) -> bool:
     """True if Spark's plan already puts all rows with equal ``columns`` in one partition.
 
     That is a hash or range partitioning on a non-empty subset of ``columns`` (for example
     after ``groupBy(key)`` or ``repartition(key)``): equal keys have equal values in it.
     """
-    plan = physical_plan(df)
+    plan = backend.plan(df)
     if plan is None:
         return False
     try:
-        return _partitioned_within(plan.outputPartitioning(), set(columns))
+        return _partitioned_within(plan.partitionings, set(columns))
     except Exception as exc:
         log.info("could not read the output partitioning (%s)", exc)
         return False
 
 
-def _partitioned_within(partitioning: Any, columns: set[str]) -> bool:
-    name = _name(partitioning)
-    if name == "PartitioningCollection":
-        return any(_partitioned_within(p, columns) for p in _seq(partitioning.partitionings()))
-    if "HashPartitioning" in name:
-        expressions = _seq(partitioning.expressions())
-    elif name == "RangePartitioning":
-        expressions = [order.child() for order in _seq(partitioning.ordering())]
-    else:
-        return False
-    return bool(expressions) and all(_name(e) == "AttributeReference" and str(e.name()) in columns for e in expressions)
+def _partitioned_within(partitionings: tuple[Partitioning, ...], columns: set[str]) -> bool:
+    return any(
+        p.kind in ("hash", "range") and bool(p.columns) and all(c is not None and c in columns for c in p.columns)
+        for p in partitionings
+    )

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import DataType, StructField, StructType
 
+from airflow_ckpt_provider.spark.backend import session_backend
 from airflow_ckpt_provider.spark.keys import SOURCE_KEY_COLUMN, normalize_keys
 from airflow_ckpt_provider.store import KEY_COLUMN, CheckpointStore, KeySource, open_store
 
@@ -64,13 +65,14 @@ def done_keys_frame(
     *,
     broadcast_threshold: int,
     num_keys: int,
+    parallelism: int | None = None,
 ) -> DataFrame | None:
     """A one-column DataFrame (``__ckpt_done_key``) of every done key, or None when there are none.
 
     The executors read the store's key parts in parallel (never the driver: building a
     Spark table from 2.9 M keys with ``createDataFrame`` took 10 s, see docs/row-keys.md).
     Up to ``broadcast_threshold`` keys are broadcast (the input is not shuffled); more
-    are joined with a sort-merge join.
+    are joined with a sort-merge join. ``parallelism``: the cluster's cores (default: asked of the session).
     """
     if num_keys <= 0:
         return None
@@ -80,7 +82,9 @@ def done_keys_frame(
     arrow_type = to_arrow_type(spark_type)
     schema = StructType([StructField(DONE_KEY_COLUMN, spark_type, nullable=False)])
     spec = KeyReaderSpec(store.uri, dict(store.options), sources, arrow_type)
-    slices = max(1, min(len(sources), spark.sparkContext.defaultParallelism * 4))
+    if parallelism is None:
+        parallelism = session_backend(spark).default_parallelism()
+    slices = max(1, min(len(sources), parallelism * 4))
     ids = spark.range(0, len(sources), 1, slices)
     keys = ids.mapInArrow(_make_key_reader(spec), schema)
     if num_keys <= broadcast_threshold:

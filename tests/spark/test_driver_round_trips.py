@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from airflow_ckpt_provider.spark.plan import _plain_scan, physical_plan, scan_files, source_listing
+from airflow_ckpt_provider.spark.backend.classic import ClassicBackend, physical_plan, protocol_available, scan_files
+from airflow_ckpt_provider.spark.plan import _plain_scan, source_listing
 from airflow_ckpt_provider.spark.row_source import without_files
-from airflow_ckpt_provider.spark.writers.native import protocol_available
 
 pytestmark = pytest.mark.spark
 
@@ -48,10 +48,12 @@ def test_the_jar_describes_a_scan_exactly_as_the_py4j_walk(spark: SparkSession, 
     spark.conf.set("spark.sql.files.maxPartitionBytes", "4096")  # files split into several pieces
     try:
         df = spark.read.parquet(str(folder))
-        scan = _plain_scan(physical_plan(df))
+        plan = physical_plan(df)
+        assert plan is not None
+        scan = _plain_scan(plan)
         assert scan is not None
-        walked = scan_files(scan, context._jvm)  # one round trip per value
-        described = scan_files(scan, context._jvm, context._gateway)  # one call
+        walked = scan_files(scan.java, context._jvm)  # one round trip per value
+        described = scan_files(scan.java, context._jvm, context._gateway)  # one call
     finally:
         spark.conf.set("spark.sql.files.maxPartitionBytes", previous or "128MB")
     assert described == walked
@@ -67,7 +69,7 @@ def _name(path: str) -> str:
 def test_done_files_are_left_out_by_one_literal_whatever_their_names(spark: SparkSession, tmp_path: Path) -> None:
     folder = _inputs(tmp_path)
     df = spark.read.parquet(str(folder))
-    listing = source_listing(df)
+    listing = source_listing(ClassicBackend(spark), df)
     assert listing is not None and len(listing) == len(NAMES)
     done = [f for f in listing if _name(f.path) not in ("plain", "über", "a,b")]
     assert any("\\" in f.identity or "%5C" in f.identity for f in done), "a done name holds a backslash"
@@ -89,7 +91,7 @@ def test_done_files_are_left_out_by_one_literal_whatever_their_names(spark: Spar
         2000 + NAMES.index(_name(f.path)) for f in listing if f.identity in plain
     )
     # Spark prunes the done files when it plans the scan: the pruned frame reads only the others...
-    leaf = physical_plan(pruned).collectLeaves().head()  # type: ignore[union-attr]
+    leaf = physical_plan(pruned).java.collectLeaves().head()  # type: ignore[union-attr]
     context = spark.sparkContext
     read = {piece.file for task in scan_files(leaf, context._jvm, context._gateway) for piece in task}
     assert read == set(left)

@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from airflow_ckpt_provider.contract import CONF_WRITER_ENGINE
+from airflow_ckpt_provider.spark.backend import session_backend
 from airflow_ckpt_provider.spark.errors import KeyColumnNotFoundError
 from airflow_ckpt_provider.spark.job import row_skip, skip_audit
 from airflow_ckpt_provider.spark.job.context import JobContext
@@ -63,12 +64,13 @@ class CheckpointedJob:
         **store_options: Any,
     ) -> None:
         self.spark = spark
+        self.backend = session_backend(spark)
         self.store: CheckpointStore = open_store(store_uri, **store_options)
         self._options: dict[str, Any] = dict(self.store.options)
         self.result_path = result_path
         self._owns_epoch = epoch is None
         if epoch is None:
-            app = spark.sparkContext.appName if hasattr(spark, "sparkContext") else "spark"
+            app = self.backend.app_name()
             opened = self.store.begin_epoch(
                 owner=owner or f"spark-app:{app}", metadata={"opened_by": "CheckpointedJob"}
             )
@@ -76,9 +78,10 @@ class CheckpointedJob:
         else:
             self._check_epoch(epoch)
         self.epoch: int = epoch
-        self._files = FileInputs(spark, self._options)
+        self._files = FileInputs(spark, self.backend, self._options)
         self._context = JobContext(
             spark=spark,
+            backend=self.backend,
             store=self.store,
             epoch=epoch,
             options=self._options,

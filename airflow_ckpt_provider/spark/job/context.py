@@ -7,6 +7,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from airflow_ckpt_provider.spark.backend import SparkBackend
 from airflow_ckpt_provider.spark.job.source_keys import SourceKeys
 from airflow_ckpt_provider.spark.readers.file_inputs import FileInputs
 from airflow_ckpt_provider.store import CheckpointStore
@@ -17,6 +18,8 @@ class JobContext:
     """One job's shared state. ``broadcast_threshold`` and ``num_partitions`` stay settable on the job."""
 
     spark: SparkSession
+    #: How this job reaches its session (classic or Spark Connect), decided once.
+    backend: SparkBackend
     store: CheckpointStore
     epoch: int
     #: The store's options as opened (what executors reopen it with).

@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 
 from airflow_ckpt_provider.spark.job.context import JobContext
 from airflow_ckpt_provider.spark.keys import SOURCE_KEY_COLUMN
-from airflow_ckpt_provider.spark.plan import PlanShape, plan_shape, row_key_lineage, scan_files
+from airflow_ckpt_provider.spark.plan import PlanShape, plan_shape, row_key_lineage
 from airflow_ckpt_provider.spark.row_source import InputRecords, RowSource, input_records
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ def co_partition(job: JobContext, df: DataFrame, column: str, num_partitions: in
         if source is None:
             log.warning(UNPREPARED_KEY_WARNING)
     else:
-        shape = plan_shape(df, column, file_keyed=True, reader_tasks=job.files.reader_tasks)
+        shape = plan_shape(job.backend, df, column, file_keyed=True, reader_tasks=job.files.reader_tasks)
         if shape.grouped:
             log.info("no shuffle before the writer: %s", shape.reason)
             return Partitioned(df, shape, False)
@@ -73,7 +73,7 @@ def row_key_partitioning(job: JobContext, df: DataFrame, source: RowSource | Non
     ``skip_completed`` call whose key ``df`` carries (None: the writer was given the key).
     """
     unique = source is not None and source.unique
-    lineage = row_key_lineage(df, SOURCE_KEY_COLUMN)
+    lineage = row_key_lineage(job.backend, df, SOURCE_KEY_COLUMN)
     if lineage.moved:
         if source is not None:
             log.warning(
@@ -94,8 +94,7 @@ def row_key_partitioning(job: JobContext, df: DataFrame, source: RowSource | Non
     task_files = None
     if lineage.scan is not None and not lineage.coalesced:
         try:
-            context = job.spark.sparkContext
-            task_files = scan_files(lineage.scan, context._jvm, context._gateway)
+            task_files = job.backend.scan_pieces(lineage.scan)
         except Exception as exc:  # an internal API that moved costs the input records, not the write
             log.info("could not read the scan's files per task (%s); checkpoints record keys only", exc)
     inputs = input_records(source, task_files=task_files) if task_files else None

@@ -27,7 +27,6 @@ from airflow_ckpt_provider.spark.row_source import (
     without_files,
 )
 from airflow_ckpt_provider.spark.skip import anti_join, done_keys_frame
-from airflow_ckpt_provider.spark.writers.native import protocol_available
 
 log = logging.getLogger(__name__)
 
@@ -57,18 +56,17 @@ def skip_completed(
             f"key column(s) {missing} are not in the DataFrame (columns: {source_df.columns}); name the "
             "column(s) that identify an input record"
         )
-    grouped = not unique and clustered_on(source_df, columns)
+    grouped = not unique and clustered_on(job.backend, source_df, columns)
     buckets = None
     if not unique and not grouped:
         buckets = job.partitions(num_partitions)
-    # The package's jar lists the source's files in one JVM call (Spark's writer adds it anyway).
-    protocol_available(job.spark)
+    job.backend.prepare_plan_tools()
     source = RowSource(
         columns,
         unique,
         buckets,
         grouped=grouped,
-        listing=source_listing(source_df),
+        listing=source_listing(job.backend, source_df),
         min_tasks=num_partitions if unique else None,
     )
     job.keys.claim("row", columns)
@@ -101,6 +99,7 @@ def skip_completed(
             with_key.schema[SOURCE_KEY_COLUMN].dataType,
             broadcast_threshold=job.broadcast_threshold,
             num_keys=progress.keys_done,
+            parallelism=job.backend.default_parallelism(),
         )
         with_key = anti_join(with_key, frame)
     # What was filtered decides which writer tasks may record their input as read whole (row_source).

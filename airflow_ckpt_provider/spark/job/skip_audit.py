@@ -74,6 +74,7 @@ def pending_skipped(
         skipped.schema[SOURCE_KEY_COLUMN].dataType,
         broadcast_threshold=job.broadcast_threshold,
         num_keys=num_keys,
+        parallelism=job.backend.default_parallelism(),
     )
     pending = anti_join(skipped, frame)
     first = pending.limit(KEYS_KEPT).collect()  # one Spark job when the shortcut is right (the usual answer)

@@ -102,7 +102,7 @@ class WritePipeline:
             return
         try:
             cores = int(spark.conf.get("spark.sql.leafNodeDefaultParallelism", None) or 0)
-            cores = cores or int(spark.sparkContext.defaultParallelism)
+            cores = cores or self.job.backend.default_parallelism()
         except Exception:
             yield
             return
@@ -131,7 +131,7 @@ class WritePipeline:
             partitioned = partitioned.drop(SOURCE_FILE_COLUMN)
         row_keyed = column == SOURCE_KEY_COLUMN
         if engine != "arrow" and isinstance(writer_fn, ParquetSink):
-            spark_path, why_not = native_unsupported_reason(job.spark, task_files, output_root, row_keys=row_keyed)
+            spark_path, why_not = native_unsupported_reason(job.backend, task_files, output_root, row_keys=row_keyed)
             if spark_path is not None:
                 return self._write_native(partitioned, writer_fn, output_root, spark_path, task_files, plan)
             # A resumed run whose input is all done has nothing to write: no plan to inspect, no error.
@@ -155,17 +155,15 @@ class WritePipeline:
             key_columns=job.keys.row_key or (),
             inputs=plan.inputs,
         )
-        job.spark.sparkContext.setJobDescription(f"checkpointed write to {output_root} (epoch {job.epoch})")
         started = time.monotonic()
         try:
-            rows = partitioned.mapInArrow(make_task_function(spec), REPORT_DDL).collect()
+            with job.backend.job_description(f"checkpointed write to {output_root} (epoch {job.epoch})"):
+                rows = partitioned.mapInArrow(make_task_function(spec), REPORT_DDL).collect()
         except Exception as exc:
             translated = self._translate(exc)
             if translated is None:
                 raise
             raise translated from exc
-        finally:
-            job.spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
         reports = [WriteTaskReport.from_row(row.asDict()) for row in rows]
         if shape.num_partitions != len(reports):
             driver_degraded = not self._set_expected(len(reports)) or driver_degraded
@@ -209,7 +207,8 @@ class WritePipeline:
         )
         started = time.monotonic()
         try:
-            result = run_native_write(job.spark, partitioned.drop(*hidden) if hidden else partitioned, write)
+            written = partitioned.drop(*hidden) if hidden else partitioned
+            result = run_native_write(job.backend, job.spark, written, write)
         except EpochFencedError:
             raise
         except Exception as exc:

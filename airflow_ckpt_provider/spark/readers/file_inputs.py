@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
+from airflow_ckpt_provider.spark.backend import SparkBackend
 from airflow_ckpt_provider.spark.errors import InputFilesError, InvalidOptionError
 from airflow_ckpt_provider.spark.keys import SOURCE_FILE_COLUMN
 from airflow_ckpt_provider.spark.paths import arrow_filesystem, arrow_path, file_key, is_s3
@@ -36,8 +37,9 @@ READERS = ("auto", "spark", "pyarrow")
 class FileInputs:
     """One job's input files: the pending selection, the readers, and what they were handed."""
 
-    def __init__(self, spark: SparkSession, options: Mapping[str, Any]) -> None:
+    def __init__(self, spark: SparkSession, backend: SparkBackend, options: Mapping[str, Any]) -> None:
         self.spark = spark
+        self.backend = backend
         self._options = options
         #: File keys by index: the values of the pyarrow reader's int file column.
         self.registry: list[str] = []
@@ -48,7 +50,7 @@ class FileInputs:
         self._pending: set[str] = set()
         self._bytes_pending = 0
         # Files the pyarrow reader opened (Spark's scan reads exactly the pending files it is given).
-        self._opened = spark.sparkContext.accumulator(0)
+        self._opened = backend.file_counter()
 
     def select_pending(self, paths: Iterable[str], done: set[str]) -> list[str]:
         """``paths`` whose key is not in ``done``, in order, duplicates dropped."""
@@ -68,7 +70,7 @@ class FileInputs:
 
     def stats(self) -> dict[str, int]:
         try:
-            opened = int(self._opened.value)
+            opened = int(self._opened.value) if self._opened is not None else 0
         except Exception:
             opened = 0
         return {
@@ -165,7 +167,7 @@ class FileInputs:
         except Exception as exc:  # e.g. no Hadoop filesystem for s3://: pyarrow reads it instead
             log.info("Spark cannot read the input (%s); reading it with pyarrow", str(exc).splitlines()[0])
             return None
-        layout = native_layout(df, SOURCE_FILE_COLUMN)
+        layout = native_layout(self.backend, df, SOURCE_FILE_COLUMN)
         if isinstance(layout, str):
             log.info("reading the input with pyarrow instead of Spark's scan: %s", layout)
             return None
@@ -187,7 +189,7 @@ class FileInputs:
         groups = plan_groups(
             files,
             max_bytes=max_partition_bytes or conf_max,
-            min_groups=min_partitions or 2 * self.spark.sparkContext.defaultParallelism,
+            min_groups=min_partitions or 2 * self.backend.default_parallelism(),
         )
         name = f"{READER_MARKER}_r{len(self.reader_tasks)}"
         self.reader_tasks[name] = tuple(tuple(f.uri for f in g) for g in groups)
@@ -200,7 +202,8 @@ class FileInputs:
         input_files = self._opened
 
         def on_file(size: int) -> None:
-            input_files.add(1)
+            if input_files is not None:
+                input_files.add(1)
 
         function = make_reader(spec, name, on_file)
         return self.spark.range(0, len(groups), 1, len(groups)).mapInArrow(function, out_schema)

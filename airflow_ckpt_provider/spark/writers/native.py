@@ -47,12 +47,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from airflow_ckpt_provider.failpoints import failpoint
+from airflow_ckpt_provider.spark.backend.base import SparkBackend
 from airflow_ckpt_provider.spark.errors import InvalidOptionError, NativeWriterUnavailableError, WritePlanMismatchError
 from airflow_ckpt_provider.spark.keys import SOURCE_KEY_COLUMN
 from airflow_ckpt_provider.spark.row_source import INPUT_RECORD
@@ -78,64 +78,6 @@ _POLL_SECONDS = 0.1
 def jar_path() -> str:
     """The commit-protocol jar shipped in this package (for ``--jars`` / ``spark.jars``)."""
     return str(Path(__file__).parents[1] / "jvm" / "airflow-ckpt-spark.jar")
-
-
-def _protocol_class(spark: SparkSession) -> Any:
-    """The protocol's Java class, looked up through this thread's class loader (it sees a jar added at run time)."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
-    return jvm.java.lang.Class.forName(PROTOCOL_CLASS, True, loader)
-
-
-def _protocol_loadable(spark: SparkSession) -> bool:
-    try:
-        _protocol_class(spark)
-        return True
-    except Exception:
-        return False
-
-
-def protocol_available(spark: SparkSession) -> str | None:
-    """None if the commit protocol can be used by this thread's session, else why not.
-
-    Adds the package's jar to the session when the class is not on the classpath
-    (``ADD JAR`` reaches the calling thread's class loader and the executors).
-    """
-    if getattr(spark.sparkContext, "_jvm", None) is None:
-        return "Spark Connect has no JVM access"
-    if _protocol_loadable(spark):
-        return None
-    if Path(jar_path()).is_file():
-        try:
-            spark.sparkContext._jsc.addJar(jar_path())  # executors
-            spark.sql(f"ADD JAR '{jar_path()}'")  # the driver's session class loader
-        except Exception as exc:
-            log.info("could not add %s to the session: %s", jar_path(), exc)
-        if _protocol_loadable(spark):
-            return None
-    return f"the class {PROTOCOL_CLASS} cannot be loaded (add {jar_path()} to spark.jars)"
-
-
-def spark_output_path(spark: SparkSession, output_root: str) -> str:
-    """The output as Spark's Hadoop filesystems name it (NativeWriterUnavailableError: why Spark cannot write there)."""
-    parsed = urlparse(output_root)
-    scheme = parsed.scheme.lower()
-    if scheme == "file":
-        return output_root
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
-    candidates = ["s3a", "s3"] if scheme == "s3" else [scheme]
-    for candidate in candidates:
-        try:
-            jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(candidate, conf)
-        except Exception:
-            continue
-        return f"{candidate}://{parsed.netloc}{parsed.path}"
-    raise NativeWriterUnavailableError(
-        f"Spark has no Hadoop filesystem for {scheme}:// here (no {'/'.join(candidates)} connector)"
-    )
 
 
 @dataclass(frozen=True)
@@ -320,7 +262,7 @@ class NativeResult:
     job_tasks: int
 
 
-def run_native_write(spark: SparkSession, df: DataFrame, write: NativeWrite) -> NativeResult:
+def run_native_write(backend: SparkBackend, spark: SparkSession, df: DataFrame, write: NativeWrite) -> NativeResult:
     """Write ``df`` with Spark's Parquet writer, sealing one checkpoint per task. Raises what the job raised.
 
     With row keys, ``df`` carries the hidden source-key column (it is not written).
@@ -329,10 +271,10 @@ def run_native_write(spark: SparkSession, df: DataFrame, write: NativeWrite) -> 
     """
     token = "ckw" + uuid.uuid4().hex[:16]
     intent_recorded = _record_name_intent(write, token)
-    group = f"ckpt-native-{token}"
-    sc = spark.sparkContext
-    commits = _open_commits(spark, token)
-    sealer = _Sealer(write, lambda: str(commits.drain()), lambda: sc.cancelJobGroup(group))
+    native_job = backend.native_job(
+        token, f"checkpointed write to {write.output_root} (epoch {write.epoch}, Spark writer)"
+    )
+    sealer = _Sealer(write, native_job.drain, native_job.cancel)
     keys_dir = None
     if write.row_keys is not None:
         # The hidden key column goes last: the keyed format writes the others and records it.
@@ -354,14 +296,11 @@ def run_native_write(spark: SparkSession, df: DataFrame, write: NativeWrite) -> 
         writer = writer.option("maxRecordsPerFile", str(write.max_records_per_file))
     if write.partition_by:
         writer = writer.partitionBy(*write.partition_by)
-    group_properties = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
-    previous = {name: sc.getLocalProperty(name) for name in group_properties}
-    sc.setJobGroup(group, f"checkpointed write to {write.output_root} (epoch {write.epoch}, Spark writer)", True)
     started = time.monotonic()
     failure: BaseException | None = None
     sealer.start()
     try:
-        with session_conf(spark, _COMMIT_PROTOCOL_CONF, PROTOCOL_CLASS):
+        with native_job.scope(), session_conf(spark, _COMMIT_PROTOCOL_CONF, PROTOCOL_CLASS):
             writer.save(write.spark_path)
     except BaseException as exc:
         failure = exc
@@ -369,14 +308,12 @@ def run_native_write(spark: SparkSession, df: DataFrame, write: NativeWrite) -> 
         sealer.finish()
         job_tasks = -1
         try:
-            sealer.seal_pending(str(commits.close()))  # anything the last drain did not see
-            job_tasks = int(commits.jobTasks())
+            sealer.seal_pending(native_job.close())  # anything the last drain did not see
+            job_tasks = native_job.job_tasks()
         except Exception as exc:
             log.warning("native writer: could not read the last committed tasks: %s", exc)
         if keys_dir is not None:
             shutil.rmtree(keys_dir, ignore_errors=True)
-        for name, value in previous.items():  # the caller's job group, if it had one
-            sc.setLocalProperty(name, value)  # type: ignore[arg-type]
     log.info(
         "native write of %s: %d tasks sealed in %.1fs",
         write.output_root,
@@ -392,19 +329,6 @@ def run_native_write(spark: SparkSession, df: DataFrame, write: NativeWrite) -> 
     return NativeResult([sealer.reports[p] for p in sorted(sealer.reports)], intent_recorded, job_tasks)
 
 
-def _open_commits(spark: SparkSession, token: str) -> Any:
-    """The JVM handle on this write's committed tasks (``CheckpointCommitProtocol.open(token)``, by reflection)."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    cls = _protocol_class(spark)
-    string_class = jvm.java.lang.Class.forName("java.lang.String")
-    classes = spark.sparkContext._gateway.new_array(jvm.java.lang.Class, 1)  # type: ignore[union-attr]
-    classes[0] = string_class
-    args = spark.sparkContext._gateway.new_array(jvm.java.lang.Object, 1)  # type: ignore[union-attr]
-    args[0] = token
-    return cls.getMethod("open", classes).invoke(None, args)
-
-
 def _fence_path(store: CheckpointStore, epoch: int) -> str | None:
     """The next epoch's record as a Hadoop path, if the store is on local disk (tasks check it before writing)."""
     uri = store.epoch_record_uri(epoch + 1)
@@ -418,7 +342,7 @@ def check_engine(engine: str) -> str:
 
 
 def native_unsupported_reason(
-    spark: SparkSession, task_files: Sequence[Sequence[str]] | None, output_root: str, *, row_keys: bool = False
+    backend: SparkBackend, task_files: Sequence[Sequence[str]] | None, output_root: str, *, row_keys: bool = False
 ) -> tuple[str | None, str]:
     """(Spark path of the output, "") when the native writer can run, else (None, why not)."""
     if task_files is None and not row_keys:
@@ -426,10 +350,10 @@ def native_unsupported_reason(
             "the writer cannot tell each task's input files from the plan (a shuffle, a union, or a source other "
             "than read_parquet)"
         )
-    problem = protocol_available(spark)
+    problem = backend.native_unsupported()
     if problem:
         return None, problem
     try:
-        return spark_output_path(spark, output_root), ""
+        return backend.spark_output_path(output_root), ""
     except NativeWriterUnavailableError as exc:
         return None, str(exc)
