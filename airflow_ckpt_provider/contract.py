@@ -15,7 +15,7 @@ docs/design.md, "Operator and job contract".
   and printed as one stdout line ``CKPT_RESULT {json}`` (:func:`format_result_line`);
   :func:`parse_result_line` is its one parser, :func:`flatten_result` its XCom form.
 * **XCom and task-state keys** the operators and the UI read: :data:`PLAN_XCOM_KEY`,
-  :data:`RETURN_XCOM_KEY`, :data:`EPOCH_STATE_KEY` and the result fields ``XCOM_*``.
+  :data:`RESULT_XCOM_KEY`, :data:`RETURN_XCOM_KEY`, :data:`EPOCH_STATE_KEY` and the result fields ``XCOM_*``.
 """
 
 from __future__ import annotations
@@ -52,7 +52,12 @@ RESULT_LINE_PREFIX = "CKPT_RESULT "
 
 #: XCom key of what the submit skips (pushed by the submit operator before the job starts).
 PLAN_XCOM_KEY = "checkpoint_plan"
-#: XCom key of an operator's return value (Airflow's own name).
+#: XCom key of the job's summary (store URI, epoch, ``degraded``, counts), pushed by both Spark operators
+#: when the job ends; what store-facing tasks read first.
+RESULT_XCOM_KEY = "checkpoint_result"
+#: XCom key of an operator's return value (Airflow's own name). A ``CheckpointedPySparkOperator``'s is the
+#: user's function's; store-facing tasks read the submit operator's summary there when no
+#: :data:`RESULT_XCOM_KEY` was pushed.
 RETURN_XCOM_KEY = "return_value"
 #: task_state_store key holding the epoch (and result file) of the submitted driver.
 EPOCH_STATE_KEY = "ckpt_epoch"

@@ -28,7 +28,14 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_ckpt_provider.operators.commit",
                     "airflow_ckpt_provider.operators.clear",
                     "airflow_ckpt_provider.operators.reprocess",
+                    "airflow_ckpt_provider.taskflow.operator",
                 ],
+            }
+        ],
+        "task-decorators": [
+            {
+                "name": "checkpointed_pyspark",
+                "class-name": "airflow_ckpt_provider.taskflow.decorator.checkpointed_pyspark_task",
             }
         ],
         "sensors": [

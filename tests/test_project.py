@@ -55,6 +55,17 @@ def test_mypy_clean() -> None:
         ("sensors", r"pyspark"),
         ("triggers", r"pyspark"),
         ("plugins", r"pyspark"),
+        ("cli", r"pyspark"),
+        # TaskFlow runs the Spark client in the worker, through the Spark provider's session: it imports
+        # airflow_ckpt_provider.spark (lazily), never pyspark itself; nothing else on the Airflow side imports it.
+        ("taskflow", r"pyspark"),
+        ("operators", r"airflow_ckpt_provider\.(taskflow|spark)"),
+        ("hooks", r"airflow_ckpt_provider\.(taskflow|spark)"),
+        ("sensors", r"airflow_ckpt_provider\.(taskflow|spark)"),
+        ("triggers", r"airflow_ckpt_provider\.(taskflow|spark)"),
+        ("plugins", r"airflow_ckpt_provider\.(taskflow|spark)"),
+        ("cli", r"airflow_ckpt_provider\.(taskflow|spark)"),
+        ("spark", r"airflow_ckpt_provider\.taskflow"),
     ],
 )
 def test_layering(layer: str, forbidden: str) -> None:
@@ -89,7 +100,18 @@ def test_no_private_airflow_imports() -> None:
 
 
 UNTYPED = {"Exception", "RuntimeError", "ValueError", "TypeError", "KeyError", "OSError", "LookupError"}
-TYPED_ERROR_LAYERS = ("store", "spark", "operators", "hooks", "sensors", "triggers", "plugins", "cli", "display")
+TYPED_ERROR_LAYERS = (
+    "store",
+    "spark",
+    "operators",
+    "taskflow",
+    "hooks",
+    "sensors",
+    "triggers",
+    "plugins",
+    "cli",
+    "display",
+)
 
 
 def test_user_facing_errors_are_typed() -> None:

@@ -70,3 +70,16 @@ def test_every_module_under_dags_examples_imports() -> None:
     proc = subprocess.run([sys.executable, "-c", code, *modules], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(modules) >= 5  # three DAGs and two job scripts
+
+
+def test_the_checkpointed_pyspark_decorator_is_registered(airflow_harness: AirflowHarness) -> None:
+    """``@task.checkpointed_pyspark`` resolves through the provider's ``task-decorators``, as ``@task.pyspark``."""
+    code = (
+        "from airflow.sdk import task\n"
+        "print(task.checkpointed_pyspark.__module__, task.checkpointed_pyspark.__name__)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=airflow_harness.env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-2:] == ["airflow_ckpt_provider.taskflow.decorator", "checkpointed_pyspark_task"]

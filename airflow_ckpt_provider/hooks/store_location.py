@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_ckpt_provider.contract import PLAN_XCOM_KEY, RETURN_XCOM_KEY, XCOM_STORE_URI
+from airflow_ckpt_provider.contract import PLAN_XCOM_KEY, RESULT_XCOM_KEY, RETURN_XCOM_KEY, XCOM_STORE_URI
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
 from airflow_ckpt_provider.hooks.default_location import JobIdentity
@@ -48,7 +48,8 @@ class TaskStore:
     #: The map index of the submit instance that owns the store; -1 when the submit is not
     #: mapped or the store was named by ``checkpoint_uri``.
     map_index: int = -1
-    #: That submit instance's return value (None if it has not finished or none was named).
+    #: That Spark task instance's job summary (XCom ``checkpoint_result``; None if it has not finished
+    #: or none was named).
     submitted: Mapping[str, Any] | None = None
     #: Its ``checkpoint_plan`` XCom: what its last submit skipped (None if none was pushed).
     plan: Mapping[str, Any] | None = None
@@ -89,6 +90,13 @@ def _pull(context: Context, spark_task_id: str, key: str, map_index: int) -> Map
     return value if isinstance(value, Mapping) else None
 
 
+def _pull_result(context: Context, spark_task_id: str, map_index: int) -> Mapping[str, Any] | None:
+    """The Spark task instance's job summary: XCom ``checkpoint_result`` (both Spark operators push it),
+    else ``return_value`` (a submit task run before that key existed)."""
+    result = _pull(context, spark_task_id, RESULT_XCOM_KEY, map_index)
+    return result if result is not None else _pull(context, spark_task_id, RETURN_XCOM_KEY, map_index)
+
+
 def task_stores(
     context: Context, checkpoint_uri: str | None, spark_task_id: str | None, aws_conn_id: str | None = None
 ) -> list[TaskStore]:
@@ -103,7 +111,7 @@ def task_stores(
     ti = context["ti"]
     stores: list[TaskStore] = []
     for map_index in submit_map_indexes(context, spark_task_id):
-        submitted = _pull(context, spark_task_id, RETURN_XCOM_KEY, map_index)
+        submitted = _pull_result(context, spark_task_id, map_index)
         plan = _pull(context, spark_task_id, PLAN_XCOM_KEY, map_index)
         uri = None
         for value in (submitted, plan):
@@ -118,11 +126,11 @@ def task_stores(
 
 
 def submit_task_result(context: Context, spark_task_id: str | None) -> Mapping[str, Any] | None:
-    """The return value of the submit task instance this task works on (None if it has not finished)."""
+    """The job summary of the Spark task instance this task works on (None if it has not finished)."""
     if not spark_task_id:
         return None
     indexes = submit_map_indexes(context, spark_task_id)
-    return _pull(context, spark_task_id, RETURN_XCOM_KEY, indexes[0]) if len(indexes) == 1 else None
+    return _pull_result(context, spark_task_id, indexes[0]) if len(indexes) == 1 else None
 
 
 def resolve_store_uri(

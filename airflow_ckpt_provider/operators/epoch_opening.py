@@ -1,7 +1,8 @@
 """Opening, ending and reporting the epochs of one checkpointed Spark task, for every operator that runs one.
 
-A checkpointed Spark task (``CheckpointedSparkSubmitOperator``: a ``spark-submit``) does
-this around its job:
+A checkpointed Spark task — ``CheckpointedSparkSubmitOperator`` (a ``spark-submit``) or
+``CheckpointedPySparkOperator`` (a Spark session in the worker process) — does the same
+around its job:
 
 1. :meth:`EpochOpener.rerun_plan`: what the job's committed output asks of this run
    (``on_rerun``: replace it, or skip and run nothing: :meth:`EpochOpener.skipped`);
@@ -10,7 +11,8 @@ this around its job:
    epoch, push the ``checkpoint_plan`` XCom, count the metrics, record the epoch for a
    durable re-attach;
 3. :meth:`EpochOpener.end` with the job's result, then :meth:`EpochOpener.summary`: the
-   job's summary the operator returns (what the commit, the clear and the sensor read).
+   dict both operators push as XCom ``checkpoint_result`` (:meth:`EpochOpener.push_result`:
+   what the commit, the clear and the sensor read).
 
 It imports neither pyspark nor the Spark provider: the operators do.
 """
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_ckpt_provider.contract import (
     EPOCH_STATE_KEY,
     PLAN_XCOM_KEY,
+    RESULT_XCOM_KEY,
     XCOM_AWS_CONN_ID,
     XCOM_DEGRADED,
     XCOM_STORE_URI,
@@ -275,3 +278,10 @@ class EpochOpener:
         }
         self.log.info('on_rerun="skip": commit %s of %s is live; nothing submitted', rerun.live_commit, store.uri)
         return summary
+
+    @staticmethod
+    def push_result(context: Context, summary: Mapping[str, Any]) -> None:
+        """Push the job's summary as XCom ``checkpoint_result`` (what store-facing tasks read first)."""
+        ti = context.get("ti")
+        if ti is not None:
+            ti.xcom_push(key=RESULT_XCOM_KEY, value=dict(summary))

@@ -117,8 +117,9 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         waits for the partitions without holding a worker slot, and the commit closes the
         epoch. (In client mode spark-submit runs the driver itself, so the task always waits.)
 
-    Before the submit, XCom ``checkpoint_plan`` holds what will be skipped. The return value
-    (XCom ``return_value``) holds the store URI, the epoch, ``degraded`` and the job's counters.
+    Before the submit, XCom ``checkpoint_plan`` holds what will be skipped. The job's summary
+    (XCom ``checkpoint_result``, and the return value: XCom ``return_value``) holds the store
+    URI, the epoch, ``degraded`` and the job's counters.
     The job gets the store through the Spark confs ``spark.ckpt.*`` and credentials through
     the ``CKPT_STORE_SECRETS`` environment variable of the ``spark-submit`` process only.
     """
@@ -243,7 +244,9 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         store = epochs.hook(context).get_store()
         rerun = epochs.rerun_plan(context, store)
         if rerun.action is RerunAction.SKIP:
-            return epochs.skipped(context, store, rerun)
+            skipped = epochs.skipped(context, store, rerun)
+            epochs.push_result(context, skipped)
+            return skipped
         try:
             super().execute(context)
         except BaseException:
@@ -290,6 +293,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
                 "detached": True,
                 XCOM_DEGRADED: epochs.degraded(store, handoff.epoch),
             }
+            epochs.push_result(context, detached)
             return detached
         job_result = read_job_result(handoff.result_path) or self._result_from_log() or {}
         degraded = bool(job_result.get("degraded")) or epochs.degraded(store, handoff.epoch)
@@ -298,6 +302,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
             "reattached": self._submitted is None,
             "duration_seconds": round(time.monotonic() - started, 3),
         }
+        epochs.push_result(context, summary)
         self.log.info("Checkpointed job finished: %s", summary)
         return summary
 

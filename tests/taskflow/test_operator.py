@@ -1,0 +1,53 @@
+"""``CheckpointedPySparkOperator``: what it cannot honour fails before any session, epoch or store record.
+
+The DAG-level behaviour (retries, Clear, mapping, commit, UI locator, CLI) is proven by
+tests/dags_examples/test_ckpt_connect_orders.py; these checks need no Airflow run.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_ckpt_provider.contract import CONF_EPOCH, CONF_STORE_URI, CONF_WRITER_ENGINE
+from airflow_ckpt_provider.store import InvalidArgumentError
+from airflow_ckpt_provider.taskflow.operator import CheckpointedPySparkOperator
+
+
+def _job(spark: Any = None, ckpt_job: Any = None) -> None:
+    raise AssertionError("never called")
+
+
+@pytest.mark.parametrize("conf", [CONF_STORE_URI, CONF_EPOCH])
+def test_a_store_conf_the_operator_sets_fails_before_any_session_or_store_record(tmp_path: Path, conf: str) -> None:
+    store = tmp_path / "store"
+    operator = CheckpointedPySparkOperator(
+        task_id="orders",
+        python_callable=_job,
+        checkpoint_uri=str(store),
+        config_kwargs={conf: "file:///elsewhere", CONF_WRITER_ENGINE: "arrow"},
+    )
+    with pytest.raises(InvalidArgumentError, match=rf"sets {conf}.*checkpoint_uri.*Nothing was started"):
+        operator.execute({"run_id": "manual__1"})  # type: ignore[arg-type]
+    assert not store.exists()  # no epoch, no record: the store was never opened
+
+
+def test_a_function_without_ckpt_job_is_refused_when_the_dag_is_parsed() -> None:
+    def plain(spark: Any = None) -> None:
+        pass
+
+    with pytest.raises(InvalidArgumentError, match="takes no 'ckpt_job' argument"):
+        CheckpointedPySparkOperator(task_id="plain", python_callable=plain)
+
+
+def test_the_injected_arguments_default_to_none_so_the_call_binds_at_parse_time() -> None:
+    def orders(tenant: str, spark: Any, ckpt_job: Any) -> None:
+        pass
+
+    operator = CheckpointedPySparkOperator(task_id="orders", python_callable=orders, op_kwargs={"tenant": "a"})
+    parameters = inspect.signature(operator.python_callable).parameters
+    assert parameters["spark"].default is None and parameters["ckpt_job"].default is None
+    assert parameters["tenant"].default is inspect.Parameter.empty
