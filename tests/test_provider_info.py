@@ -22,6 +22,7 @@ EXAMPLE_DAG_IDS = {
     "ckpt_cluster_sensor",
     "ckpt_rewind_incremental",
     "ckpt_tenant_orders",
+    "ckpt_connect_orders",
 }
 
 
