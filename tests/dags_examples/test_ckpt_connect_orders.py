@@ -92,7 +92,7 @@ def test_a_failed_tenant_resumes_after_clear_only_failed_and_each_tenant_lands_o
     # The CLI finds beta's store from the task instance (hooks/task_store.py, as the Checkpoints view does), as
     # for a submit task: its default location, committed by epoch 3, whose base held what the failed tries sealed.
     beta = airflow_harness.xcom(DAG_ID, run_id, "orders", "checkpoint_result", map_index=1)
-    assert beta["checkpoint_uri"] == Path(airflow_harness.default_store_uri(DAG_ID, "orders", run_id, 1)).as_uri()
+    assert beta["checkpoint_uri"] == "file://" + airflow_harness.default_store_uri(DAG_ID, "orders", run_id, 1)
     argv = ["progress", "--dag-id", DAG_ID, "--task-id", "orders", "--run-id", run_id, "--map-index", "1", "--json"]
     progress = airflow_ckpt(*argv, env=airflow_harness.env)
     assert progress.code == 0, progress.err
