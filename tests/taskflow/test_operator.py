@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from airflow_ckpt_provider.contract import CONF_EPOCH, CONF_STORE_URI, CONF_WRITER_ENGINE
-from airflow_ckpt_provider.store import InvalidArgumentError
+from airflow_ckpt_provider.hooks.default_location import JobIdentity
+from airflow_ckpt_provider.store import EpochStatus, InvalidArgumentError, RetentionPolicy, open_store
+from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY
 from airflow_ckpt_provider.taskflow.operator import CheckpointedPySparkOperator
 
 
@@ -51,3 +53,28 @@ def test_the_injected_arguments_default_to_none_so_the_call_binds_at_parse_time(
     parameters = inspect.signature(operator.python_callable).parameters
     assert parameters["spark"].default is None and parameters["ckpt_job"].default is None
     assert parameters["tenant"].default is inspect.Parameter.empty
+
+
+def test_on_rerun_skip_over_committed_output_calls_nothing_and_opens_no_epoch(tmp_path: Path) -> None:
+    """A Clear (or new run) of a committed day with ``on_rerun="skip"``: the rerun plan of the shared
+    ``EpochOpener`` says skip, so no session is built, the function is not called, no epoch is opened."""
+    called: list[bool] = []
+
+    def orders(spark: Any = None, ckpt_job: Any = None) -> None:
+        called.append(True)
+
+    store_uri = (tmp_path / "store").as_uri()
+    operator = CheckpointedPySparkOperator(
+        task_id="orders", python_callable=orders, checkpoint_uri=store_uri, on_rerun="skip"
+    )
+    context: dict[str, Any] = {"run_id": "manual__1"}
+    job = JobIdentity.from_context(context, "orders", operator.dag_id).key()
+    store = open_store(store_uri)
+    epoch = store.begin_epoch(owner="earlier-run", metadata={JOB_METADATA_KEY: job})
+    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED, summary={})
+    store.commit([(tmp_path / "out").as_uri()])
+    store.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS)
+
+    assert operator.execute(context) is None  # type: ignore[arg-type]
+    assert called == []
+    assert store.current_epoch().number == epoch.number  # type: ignore[union-attr]
