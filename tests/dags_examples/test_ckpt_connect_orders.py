@@ -100,3 +100,18 @@ def test_a_failed_tenant_resumes_after_clear_only_failed_and_each_tenant_lands_o
     assert shown["store_uri"] == beta["checkpoint_uri"] and shown["committed"], shown
     assert shown["epoch"]["epoch"] == 3 and shown["epoch"]["base_keys"] == ORDERS - beta["keys"]
     assert shown["last_commit"]["rows_committed"] == ORDERS
+
+    # The same day run again from scratch (dag.test clears every task instance: Clear of a successful run):
+    # each tenant processes every order again (on_rerun "replace"), and its commit retracts the files of the
+    # earlier commit, so a plain reader still sees each order once.
+    third = airflow_harness.run_dag(DAG_ID, logical_date=DAY, env=env)
+    assert third.state == "success" and third.run_id == run_id, third.output[-4000:]
+    for index, tenant in enumerate(("alpha", "beta")):
+        plan = airflow_harness.xcom(DAG_ID, run_id, "orders", "checkpoint_plan", map_index=index)
+        result = airflow_harness.xcom(DAG_ID, run_id, "orders", "checkpoint_result", map_index=index)
+        commit = airflow_harness.xcom(DAG_ID, run_id, "commit", map_index=index)
+        assert plan["rerun"]["action"] == "replace" and plan["keys_skipped"] == 0, plan
+        assert result["keys"] == ORDERS and commit["rows_committed"] == ORDERS, (result, commit)
+        assert commit["files_replaced"] == 8, commit  # the live commit: a file per task of the read
+        table = pq.read_table(lake / "connect_orders" / f"tenant={tenant}" / "day=2024-06-03").to_pydict()
+        assert sorted(table["order_id"]) == list(range(ORDERS))
