@@ -11,7 +11,9 @@ with a bad order for tenant beta, as the DAG's docstring tells a user to play it
    exactly-once for a plain Parquet reader;
 3. the XComs (``checkpoint_plan``, ``checkpoint_result``, the function's own ``return_value``)
    and ``airflow-ckpt progress --dag-id/--task-id/--run-id/--map-index`` (which resolves the store
-   as the Checkpoints view does) agree on beta's store.
+   as the Checkpoints view does) agree on beta's store;
+4. the same day runs again from scratch (Clear of a successful run): both tenants replace their
+   committed output, still once each for a plain reader.
 """
 
 from __future__ import annotations
