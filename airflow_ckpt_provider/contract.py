@@ -8,7 +8,8 @@ docs/design.md, "Operator and job contract".
 * **Spark confs** (non-secret; they show on the command line and in the Spark UI):
   set by the operator on every submit: :data:`CONF_STORE_URI`, :data:`CONF_EPOCH`,
   :data:`CONF_STORE_OPTIONS`, :data:`CONF_RESULT_PATH`; optional, set by users:
-  :data:`CONF_BROADCAST_THRESHOLD`, :data:`CONF_WRITER_ENGINE`.
+  :data:`CONF_BROADCAST_THRESHOLD`, :data:`CONF_WRITER_ENGINE`; a default the user's ``conf`` may
+  override: :data:`CONF_PYTHON_DAEMON` (:func:`with_submit_defaults`).
 * **Credentials** only in the ``spark-submit`` process environment, :data:`ENV_SECRETS`
   (a JSON object): never on a command line (``ps``), in the submit log or in the Spark UI.
 * **The job's result**: a JSON object, written to the file at :data:`CONF_RESULT_PATH`
@@ -43,6 +44,12 @@ CONF_WRITER_ENGINE = "spark.ckpt.writer.engine"
 OPERATOR_CONFS = (CONF_STORE_URI, CONF_EPOCH, CONF_STORE_OPTIONS, CONF_RESULT_PATH)
 #: Every ``spark.ckpt.*`` conf a job reads.
 ALL_CONFS = (*OPERATOR_CONFS, CONF_BROADCAST_THRESHOLD, CONF_WRITER_ENGINE)
+
+#: Spark's own conf naming the Python worker daemon module; the operator sets :data:`WORKER_DAEMON_MODULE`
+#: unless the user's ``conf`` names one (``pyspark.daemon`` is PySpark's own).
+CONF_PYTHON_DAEMON = "spark.python.daemon.module"
+#: The worker daemon that makes each Python task cheaper (``airflow_ckpt_provider/spark/worker_daemon.py``).
+WORKER_DAEMON_MODULE = "airflow_ckpt_provider.spark.worker_daemon"
 
 #: Environment variable of the ``spark-submit`` process: JSON object of the secret store options.
 ENV_SECRETS = "CKPT_STORE_SECRETS"
@@ -89,6 +96,11 @@ class Handoff:
         if not self.secret_options:
             return {}
         return {ENV_SECRETS: json.dumps(dict(self.secret_options))}
+
+
+def with_submit_defaults(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """The user's submit ``conf`` with the defaults it does not set (the worker daemon)."""
+    return {CONF_PYTHON_DAEMON: WORKER_DAEMON_MODULE, **conf}
 
 
 def result_json(result: Mapping[str, Any]) -> str:

@@ -79,3 +79,12 @@ def test_every_conf_name_is_a_spark_ckpt_conf_defined_once() -> None:
     assert spark_side.CONF_STORE_URI is contract.CONF_STORE_URI
     assert spark_side.ENV_SECRETS is contract.ENV_SECRETS
     assert spark_side.parse_result_line is contract.parse_result_line
+
+
+def test_the_worker_daemon_is_a_default_the_users_conf_overrides() -> None:
+    daemon = contract.CONF_PYTHON_DAEMON
+    assert contract.with_submit_defaults({"spark.executor.cores": "2"}) == {
+        daemon: contract.WORKER_DAEMON_MODULE,
+        "spark.executor.cores": "2",
+    }
+    assert contract.with_submit_defaults({daemon: "pyspark.daemon"}) == {daemon: "pyspark.daemon"}

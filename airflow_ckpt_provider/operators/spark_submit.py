@@ -27,6 +27,7 @@ from airflow_ckpt_provider.contract import (
     flatten_result,
     parse_result_line,
     read_job_result,
+    with_submit_defaults,
 )
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
@@ -66,7 +67,7 @@ class _CheckpointedSubmitHook(SparkSubmitHook):
         if self._before_submit is None:  # pragma: no cover - the operator always sets it
             raise RuntimeError("a checkpointed submit needs its operator's before_submit callback")
         handoff = self._before_submit()
-        self._conf = {**self._conf, **handoff.spark_conf()}
+        self._conf = {**with_submit_defaults(self._conf), **handoff.spark_conf()}
         secret_env = handoff.secret_env()
         if secret_env:
             if self._is_yarn or self._is_kubernetes:
@@ -122,6 +123,9 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
     URI, the epoch, ``degraded`` and the job's counters.
     The job gets the store through the Spark confs ``spark.ckpt.*`` and credentials through
     the ``CKPT_STORE_SECRETS`` environment variable of the ``spark-submit`` process only.
+    Unless ``conf`` names one, the submit sets ``spark.python.daemon.module`` to this package's
+    worker daemon, which makes each Python task cheaper (spark/worker_daemon.py;
+    ``pyspark.daemon`` turns it off).
     """
 
     template_fields: Sequence[str] = (

@@ -77,6 +77,9 @@ def test_secret_never_shows(airflow_harness: AirflowHarness, s3_server: Any, s3_
     # We did watch the real spark-submit, with the store conf on its command line ...
     submits = [line for line in command_lines if "spark.ckpt.store.uri=" + store_uri in line]
     assert submits, f"no spark-submit process was seen while the DAG ran: {sorted(set(command_lines))[:20]}"
+    # The submit ran its Python tasks through the package's worker daemon (a default of the operator).
+    assert all("spark.python.daemon.module=airflow_ckpt_provider.spark.worker_daemon" in line for line in submits)
+    assert [line for line in command_lines if "-m airflow_ckpt_provider.spark.worker_daemon" in line]
     # ... and no secret on any command line, in the task logs, or in the metadata DB.
     assert not [line for line in command_lines if secret in line]
     assert secret not in run.output

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from airflow_ckpt_provider.contract import CONF_PYTHON_DAEMON, WORKER_DAEMON_MODULE
 from ckpt_testkit.spark_cluster import SPARK_HOME
 from ckpt_testkit.spark_events import event_log_confs
 from tests.spark.helpers import Target
@@ -43,6 +44,8 @@ def spark(spark_event_log: Path) -> Iterator[SparkSession]:
         .config("spark.sql.files.openCostInBytes", str(128 * 1024 * 1024))
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
+        # Python tasks through the package's worker daemon, as the submit operator runs them.
+        .config(CONF_PYTHON_DAEMON, WORKER_DAEMON_MODULE)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
