@@ -34,6 +34,7 @@ from hypothesis import HealthCheck, seed, settings  # noqa: E402
 from hypothesis.stateful import run_state_machine_as_test  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
+from airflow_ckpt_provider.contract import CONF_PYTHON_DAEMON, WORKER_DAEMON_MODULE  # noqa: E402
 from ckpt_testkit import histories  # noqa: E402
 from ckpt_testkit.histories import TALLY, StoreHistory, history_steps, use_s3, use_session  # noqa: E402
 from ckpt_testkit.spark_cluster import SPARK_HOME  # noqa: E402
@@ -53,6 +54,10 @@ def _session(cores: int) -> SparkSession:
         .config("spark.sql.files.openCostInBytes", str(128 * 1024 * 1024))
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
+        # Python tasks through the package's worker daemon, as the submit operator runs them; the JVM's
+        # C1 compiler only: runs of tens of rows spend more CPU in C2 compiling than C2 code saves.
+        .config(CONF_PYTHON_DAEMON, WORKER_DAEMON_MODULE)
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("OFF")  # failed runs are part of the plan: no stack traces

@@ -48,6 +48,7 @@ from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql.types import LongType  # noqa: E402
 from spark_overhead import generate, transform  # noqa: E402
 
+from airflow_ckpt_provider.contract import CONF_PYTHON_DAEMON, WORKER_DAEMON_MODULE  # noqa: E402
 from airflow_ckpt_provider.spark import CheckpointedJob  # noqa: E402
 from airflow_ckpt_provider.spark.skip import done_keys_frame  # noqa: E402
 from airflow_ckpt_provider.store import new_checkpoint_id, open_store  # noqa: E402
@@ -236,6 +237,11 @@ def main() -> int:
         help="spark.sql.files.maxPartitionBytes for every run: 24 tasks (each a checkpoint) instead of 3",
     )
     parser.add_argument("--store-keys", default="1,5,10", help="millions of done keys for the store read")
+    parser.add_argument(
+        "--python-daemon",
+        default=WORKER_DAEMON_MODULE,
+        help="spark.python.daemon.module (default: the package's, as the submit operator sets it; pyspark.daemon)",
+    )
     quiet.add_argument(parser)
     args = parser.parse_args()
     machine = quiet.gate(args)
@@ -258,9 +264,11 @@ def main() -> int:
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "50000")
         .config("spark.sql.files.maxPartitionBytes", str(args.max_partition_bytes))
         .config("spark.driver.host", "127.0.0.1")
+        .config(CONF_PYTHON_DAEMON, args.python_daemon)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    print(f"Python worker daemon: {args.python_daemon}", flush=True)
     run_dir = _fresh(WORK / "runs")
     tasks = spark.read.parquet(*inputs).rdd.getNumPartitions()
     # Warm-up: JIT, Python workers, the page cache; untimed.
@@ -280,6 +288,7 @@ def main() -> int:
         "clean_seconds": clean,
         "reruns": {str(f): rows for f, rows in reruns.items()},
         "store_read": store_read,
+        "python_daemon": args.python_daemon,
         "machine": machine.record(),
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
