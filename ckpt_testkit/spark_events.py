@@ -89,8 +89,11 @@ def _last_write_job(directory: Path, marker: str) -> tuple[list[FinishedTask] | 
     for event in _events(directory):
         kind = event.get("Event")
         if kind == "SparkListenerJobStart":
-            description = str((event.get("Properties") or {}).get("spark.job.description") or "")
-            if description.startswith(marker):
+            properties = event.get("Properties") or {}
+            description = str(properties.get("spark.job.description") or "")
+            # Over Spark Connect the write is labelled by a job tag (the server adds its own prefix).
+            tags = str(properties.get("spark.job.tags") or "")
+            if description.startswith(marker) or marker in tags:
                 jobs[int(event["Job ID"])] = {int(s) for s in event.get("Stage IDs", [])}
         elif kind == "SparkListenerJobEnd":
             ended.add(int(event["Job ID"]))
@@ -120,8 +123,11 @@ def write_task_intervals(directory: Path, output: str) -> list[tuple[int, int]]:
     for event in _events(directory):
         kind = event.get("Event")
         if kind == "SparkListenerJobStart":
-            description = str((event.get("Properties") or {}).get("spark.job.description") or "")
-            if description.startswith(marker):
+            properties = event.get("Properties") or {}
+            description = str(properties.get("spark.job.description") or "")
+            # Over Spark Connect the write is labelled by a job tag (the server adds its own prefix).
+            tags = str(properties.get("spark.job.tags") or "")
+            if description.startswith(marker) or marker in tags:
                 jobs[int(event["Job ID"])] = {int(s) for s in event.get("Stage IDs", [])}
         elif kind == "SparkListenerJobEnd":
             ended.add(int(event["Job ID"]))

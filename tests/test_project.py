@@ -79,7 +79,7 @@ def test_layering(layer: str, forbidden: str) -> None:
 
 def test_the_jvm_is_touched_only_by_the_classic_backend() -> None:
     """Py4J (``sparkContext``, ``_jvm``, ``_jdf``, accumulators) only in ``spark/backend/classic.py``: the rest
-    of ``spark/`` goes through the session's backend, so it also runs on Spark Connect (docs/design.md, D9)."""
+    of ``spark/`` goes through the session's backend, so it also runs on Spark Connect (docs/design.md, D10)."""
     pattern = re.compile(r"sparkContext|_jvm\b|_jsc\b|_jdf\b|_gateway\b|\.accumulator\(")
     allowed = PACKAGE / "spark" / "backend" / "classic.py"
     offenders = [

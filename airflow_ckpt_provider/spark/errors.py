@@ -86,3 +86,20 @@ class TaskKeysLostError(CheckpointError, OSError):
     Nothing of that task is sealed: its input stays pending and a rerun redoes it. Check the
     driver's local disk (``spark.local.dir``: free space, permissions), then run the job again.
     """
+
+
+class SparkConnectUnsupportedError(CheckpointError):
+    """An option that needs classic PySpark (the JVM in the driver's process) was used on a Spark Connect
+    session (``read_parquet(reader="spark")``). Raised before anything is read or written: use the
+    default (``reader="auto"``), or run the job with classic PySpark (``spark-submit``)."""
+
+
+class ServerPackageError(CheckpointError):
+    """The Spark Connect server's Python workers cannot run this package: it is not installed there, or
+    another version (or another Python minor version) is. Install the same wheel on the server's Python;
+    nothing was written."""
+
+
+class SparkConnectUnavailableError(CheckpointError):
+    """The Spark Connect server went away (or the channel to it was cut) while the job ran. Every task
+    that finished is sealed; run the job again when the server is back: it resumes."""

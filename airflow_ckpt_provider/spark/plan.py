@@ -248,6 +248,7 @@ def source_listing(backend: SparkBackend, df: DataFrame) -> tuple[InputFile, ...
     Exactly: a Spark file scan under deterministic projections only (no data filter, no
     join, no UDF), so that the same files with the same sizes and modification times
     mean the same input rows. A partition filter only selects files, so it is fine.
+    The files and their identities come from Spark itself (``backend.input_files``).
     """
     plan = backend.plan(df)
     if plan is None:
@@ -256,10 +257,10 @@ def source_listing(backend: SparkBackend, df: DataFrame) -> tuple[InputFile, ...
         scan = _plain_scan(plan)
         if scan is None:
             return None
-        pieces = backend.scan_pieces(scan)
-        if pieces is None:
+        listed = backend.input_files(df, scan)
+        if listed is None:
             return None
-        files = {piece.file.path: piece.file for task in pieces for piece in task}
+        files = {file.path: file for file in listed}
     except Exception as exc:  # an internal API that moved must cost the input records, not the job
         log.info("could not list the input files of the row-key source (%s); resuming by keys only", exc)
         return None

@@ -14,7 +14,12 @@ __all__ = ["FileCounter", "NativeJobHandle", "Partitioning", "PlanNode", "SparkB
 
 
 def session_backend(spark: Any) -> SparkBackend:
-    """The backend of ``spark``'s kind of session."""
+    """The backend of ``spark``'s kind of session: Spark Connect when its class comes from
+    ``pyspark.sql.connect`` (not an ``isinstance`` check: importing that module needs grpc), else classic."""
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        from airflow_ckpt_provider.spark.backend.connect import ConnectBackend
+
+        return ConnectBackend(spark)
     from airflow_ckpt_provider.spark.backend.classic import ClassicBackend
 
     return ClassicBackend(spark)

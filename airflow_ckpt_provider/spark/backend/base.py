@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from airflow_ckpt_provider.spark.plan import FilePiece
+    from airflow_ckpt_provider.spark.plan import FilePiece, InputFile
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,10 @@ class SparkBackend(Protocol):
         """Per task of a Spark file scan, the file pieces it reads; None where the backend cannot see them."""
         ...
 
+    def input_files(self, df: DataFrame, scan: PlanNode) -> Sequence[InputFile] | None:
+        """Every file ``df``'s plain file ``scan`` reads, as Spark's ``_metadata`` names them (None: unknown)."""
+        ...
+
     def job_description(self, text: str) -> AbstractContextManager[None]:
         """Label the Spark jobs run inside the block (the UI shows it)."""
         ...
@@ -131,6 +135,14 @@ class SparkBackend(Protocol):
 
     def native_job(self, token: str, description: str) -> NativeJobHandle:
         """The JVM side of one native write: its committed tasks, and a job group to cancel it by."""
+        ...
+
+    def check_server(self) -> None:
+        """Raise :class:`ServerPackageError` if the executors cannot run this package (Connect: probed once)."""
+        ...
+
+    def epoch_metadata(self) -> dict[str, str]:
+        """What an epoch this job opens records about the session (never a secret)."""
         ...
 
 

@@ -286,6 +286,10 @@ class ClassicBackend:
         context = self.spark.sparkContext
         return scan_files(scan.java, context._jvm, context._gateway)
 
+    def input_files(self, df: DataFrame, scan: Any) -> list[InputFile] | None:
+        pieces = self.scan_pieces(scan)
+        return None if pieces is None else [piece.file for task in pieces for piece in task]
+
     @contextmanager
     def job_description(self, text: str) -> Iterator[None]:
         self.spark.sparkContext.setJobDescription(text)
@@ -327,3 +331,9 @@ class ClassicBackend:
 
     def native_job(self, token: str, description: str) -> _NativeJob:
         return _NativeJob(self.spark, token, description)
+
+    def check_server(self) -> None:
+        return None  # the executors run what the driver ships (``--py-files`` or the installed wheel)
+
+    def epoch_metadata(self) -> dict[str, str]:
+        return {}

@@ -17,7 +17,7 @@ from pyspark.sql.types import StructType
 
 from airflow_ckpt_provider.contract import CONF_WRITER_ENGINE
 from airflow_ckpt_provider.spark.backend import session_backend
-from airflow_ckpt_provider.spark.errors import KeyColumnNotFoundError
+from airflow_ckpt_provider.spark.errors import KeyColumnNotFoundError, SparkConnectUnsupportedError
 from airflow_ckpt_provider.spark.job import row_skip, skip_audit
 from airflow_ckpt_provider.spark.job.context import JobContext
 from airflow_ckpt_provider.spark.job.partitioning import co_partition
@@ -65,6 +65,8 @@ class CheckpointedJob:
     ) -> None:
         self.spark = spark
         self.backend = session_backend(spark)
+        # Over Spark Connect: the server's Python must run this package, checked before anything is written.
+        self.backend.check_server()
         self.store: CheckpointStore = open_store(store_uri, **store_options)
         self._options: dict[str, Any] = dict(self.store.options)
         self.result_path = result_path
@@ -72,7 +74,8 @@ class CheckpointedJob:
         if epoch is None:
             app = self.backend.app_name()
             opened = self.store.begin_epoch(
-                owner=owner or f"spark-app:{app}", metadata={"opened_by": "CheckpointedJob"}
+                owner=owner or f"spark-app:{app}",
+                metadata={"opened_by": "CheckpointedJob", **self.backend.epoch_metadata()},
             )
             epoch = opened.number
         else:
@@ -195,6 +198,11 @@ class CheckpointedJob:
         Raises :class:`InputFilesError`.
         """
         paths = list(paths)
+        if reader == "spark" and self.backend.kind == "connect":
+            raise SparkConnectUnsupportedError(
+                "read_parquet(reader='spark') needs Spark's per-task file packing, which Spark Connect does not "
+                "show: use reader='auto' (the pyarrow reader, whole files per task). Nothing was read or written"
+            )
         todo = self.pending_files(paths)
         return self._files.read_parquet(
             paths,
@@ -349,6 +357,7 @@ class CheckpointedJob:
         return {
             "store_uri": self.store.uri,
             "epoch": self.epoch,
+            "session": self.backend.kind,
             "degraded": self.degraded,
             "rows": sum(s.rows for s in self._summaries),
             "files": sum(s.files for s in self._summaries),

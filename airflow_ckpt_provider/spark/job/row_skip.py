@@ -61,12 +61,15 @@ def skip_completed(
     if not unique and not grouped:
         buckets = job.partitions(num_partitions)
     job.backend.prepare_plan_tools()
+    # Over Spark Connect the listing costs a small job and serves only bucket records (no per-task file
+    # pieces there to vouch for files): list only for buckets.
+    listed = job.backend.kind == "classic" or buckets is not None
     source = RowSource(
         columns,
         unique,
         buckets,
         grouped=grouped,
-        listing=source_listing(job.backend, source_df),
+        listing=source_listing(job.backend, source_df) if listed else None,
         min_tasks=num_partitions if unique else None,
     )
     job.keys.claim("row", columns)

@@ -83,9 +83,12 @@ class SourceKeys:
             )
         expression = self._expression(columns)
         if source_id is not None:
-            # The writer finds the source's records (unique, buckets, input listing) by this id.
+            # The writer finds the source's records (unique, buckets, input listing) by this id. A select,
+            # not withColumn: Spark Connect's withColumn drops an alias's metadata.
             expression = expression.alias(SOURCE_KEY_COLUMN, metadata={SOURCE_ID_METADATA: source_id})
-        with_key = df.withColumn(SOURCE_KEY_COLUMN, expression)
+            with_key = df.select("*", expression)
+        else:
+            with_key = df.withColumn(SOURCE_KEY_COLUMN, expression)
         arrow_type = normalize_key_type(to_arrow_type(with_key.schema[SOURCE_KEY_COLUMN].dataType))
         self.check_type(arrow_type)
         return with_key

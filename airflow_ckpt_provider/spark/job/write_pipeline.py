@@ -16,9 +16,13 @@ from contextlib import contextmanager
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_type
 
-from airflow_ckpt_provider.spark.errors import NativeWriterUnavailableError, WritePlanMismatchError
+from airflow_ckpt_provider.spark.errors import (
+    NativeWriterUnavailableError,
+    SparkConnectUnavailableError,
+    WritePlanMismatchError,
+)
 from airflow_ckpt_provider.spark.job.context import JobContext
-from airflow_ckpt_provider.spark.job.failures import translate_failure
+from airflow_ckpt_provider.spark.job.failures import connect_channel_lost, translate_failure
 from airflow_ckpt_provider.spark.job.partitioning import Partitioned, co_partition
 from airflow_ckpt_provider.spark.keys import SOURCE_FILE_COLUMN, SOURCE_KEY_COLUMN, normalize_key_type
 from airflow_ckpt_provider.spark.paths import file_key
@@ -54,13 +58,25 @@ class WritePipeline:
     ) -> WriteSummary:
         """Write ``df`` under ``output`` with ``writer_fn`` (a :class:`ParquetSink` may go to Spark's writer)."""
         output_root = file_key(output).rstrip("/")
+        if engine == "spark" and self.job.backend.kind == "connect":
+            raise NativeWriterUnavailableError(
+                f"engine='spark' cannot write {output_root}: {self.job.backend.native_unsupported()}. Use "
+                "engine='auto' or engine='arrow'. Nothing was written"
+            )
         self._declare_output_root(output_root)
         prepared, column = self.job.keys.prepare(df, key)
         source = self.job.keys.row_source_of(prepared) if column == SOURCE_KEY_COLUMN else None
         min_tasks = source.min_tasks if source is not None and source.unique else None
-        # The driver sees every seal: it folds them into segments as they come (docs/store-api.md, "Segments").
-        with self._pinned_file_packing(min_tasks), self.job.store.background_compaction():
-            return self._write_partitioned(prepared, column, writer_fn, output_root, num_partitions, engine)
+        try:
+            # The driver sees every seal: it folds them into segments as they come (docs/store-api.md, "Segments").
+            with self._pinned_file_packing(min_tasks), self.job.store.background_compaction():
+                return self._write_partitioned(prepared, column, writer_fn, output_root, num_partitions, engine)
+        except Exception as exc:
+            # A lost Spark Connect channel also fails the clean-up calls after the write (restoring a conf):
+            # the typed error must not be replaced by theirs.
+            if isinstance(exc, SparkConnectUnavailableError) or not connect_channel_lost(exc):
+                raise
+            raise self._translate(exc) or exc from exc
 
     def _declare_output_root(self, output_root: str) -> None:
         """Declare, on the driver and before any task writes, where this write puts its files: only

@@ -103,7 +103,7 @@ class FileInputs:
             return self.spark.createDataFrame([], StructType([*spark_schema.fields, hidden]))
         sizes = self._file_sizes(todo)
         self._bytes_pending += sum(sizes)
-        if reader != "pyarrow":
+        if reader != "pyarrow" and self.backend.kind == "classic":
             native = self._spark_parquet(todo, schema)
             if native is not None:
                 return native
