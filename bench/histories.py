@@ -15,13 +15,16 @@ history, printed in the report with the seed to replay it.
 Writes ``bench/results/histories.txt`` (or ``--out``). One Spark session for the whole run
 (``--cores``, default 1: a history's jobs are tiny, and two runs side by side use the machine's
 two cores better than one run on two). ``--estimate N`` runs N histories and prints how long
-``--histories`` of them would take, without writing the report.
+``--histories`` of them would take, without writing the report. Histories run in chunks of
+``--chunk`` (25), chunk i seeded ``--seed + i``; ``--minutes M`` starts no chunk after M minutes and
+reports what ran (the report names the commit, the seeds and the load average at start and end).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 import traceback
@@ -64,6 +67,13 @@ def _session(cores: int) -> SparkSession:
     return session
 
 
+def _commit() -> str:
+    def git(*command: str) -> str:
+        return subprocess.run(["git", *command], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
+
+    return git("rev-parse", "--short", "HEAD") + (" (with uncommitted changes)" if git("status", "--porcelain") else "")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--histories", type=int, default=2000)
@@ -74,8 +84,18 @@ def main() -> int:
     parser.add_argument("--s3", action="store_true", help="about half the histories on a SeaweedFS server")
     parser.add_argument("--crashes", action="store_true", help="histories arm driver-side crashes at their steps")
     parser.add_argument("--estimate", type=int, default=0, help="run this many histories, print the time estimate")
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=0,
+        help="stop starting new chunks after this long and report what ran (0: run every history asked for)",
+    )
+    parser.add_argument(
+        "--chunk", type=int, default=25, help="histories per Hypothesis run; chunk i uses seed --seed + i"
+    )
     args = parser.parse_args()
 
+    load_at_start = os.getloadavg()
     histories.VERBOSE = True
     histories.CRASHES = args.crashes
     use_session(_session(args.cores))
@@ -86,28 +106,44 @@ def main() -> int:
         server = SeaweedServer().start()
         use_s3(server.options(), server.create_bucket("histories"))
     asked = args.estimate or args.histories
-    config = settings(
-        max_examples=asked,
-        stateful_step_count=args.steps,
-        deadline=None,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-        print_blob=True,
-    )
     started = time.monotonic()
     failure = ""
+    chunks = 0
     try:
-        seed(args.seed)(StoreHistory)
-        run_state_machine_as_test(StoreHistory, settings=config)
-    except BaseException:  # the shrunk history and the oracle's message
-        failure = traceback.format_exc()
+        # Chunks of seeded Hypothesis runs, so that a run bounded in time (--minutes) still reports what it ran;
+        # a violation stops the run with its chunk's seed (replay: --seed S --histories CHUNK --chunk CHUNK).
+        while TALLY.histories < asked and not failure:
+            if args.minutes and time.monotonic() - started > args.minutes * 60:
+                break
+            config = settings(
+                max_examples=min(args.chunk, asked - TALLY.histories),
+                stateful_step_count=args.steps,
+                deadline=None,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+                print_blob=True,
+            )
+            chunk_seed = args.seed + chunks
+            chunks += 1
+            before = TALLY.histories
+            try:
+                seed(chunk_seed)(StoreHistory)
+                run_state_machine_as_test(StoreHistory, settings=config)
+            except BaseException:  # the shrunk history and the oracle's message
+                failure = f"(chunk seed {chunk_seed})\n" + traceback.format_exc()
+            if TALLY.histories == before:
+                break  # nothing ran: do not loop
     finally:
         if server is not None:
             server.close(remove=True)
     seconds = time.monotonic() - started
     per_history = seconds / max(TALLY.histories, 1)
     lines = [
-        f"store histories: seed {args.seed}, up to {args.steps} steps each, asked for {args.histories} histories",
+        f"store histories: seeds {args.seed}..{args.seed + max(chunks - 1, 0)} "
+        f"({chunks} chunks of up to {args.chunk}), "
+        f"up to {args.steps} steps each, asked for {asked} histories"
+        + (f", stopped after {args.minutes:g} min" if args.minutes and TALLY.histories < asked else ""),
+        f"commit: {_commit()}; load average at start {load_at_start}, at end {os.getloadavg()}",
         f"histories run (shrinking included): {TALLY.histories}; {seconds:.0f} s "
         f"({per_history:.1f} s per history); Spark local[{args.cores}]"
         f"{', S3 for about half' if args.s3 else ''}{', crashes armed' if args.crashes else ''}",
