@@ -9,6 +9,10 @@ the rest, and after the commit a plain pyarrow reader sees each input row once.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -28,7 +32,15 @@ from airflow_ckpt_provider.spark import (
 from ckpt_testkit.connect_server import connect_client
 from ckpt_testkit.faultproxy import FaultProxy
 from ckpt_testkit.spark_events import finished_write_tasks
-from tests.spark.helpers import FakeOperator, Target, assert_exactly_once, done_keys, make_inputs, wait_for
+from tests.spark.helpers import (
+    REPO_ROOT,
+    FakeOperator,
+    Target,
+    assert_exactly_once,
+    done_keys,
+    make_inputs,
+    wait_for,
+)
 from tests.spark.jobs.user_udf import BadRecordError
 from tests.spark.jobs.user_udf import run as run_job
 from tests.spark.test_row_keys_progress import _check_progress, _scenario, keys_logged
@@ -36,6 +48,7 @@ from tests.spark.test_row_keys_progress import _check_progress, _scenario, keys_
 pytestmark = pytest.mark.spark
 
 PARTITIONS = 8
+CONNECT_JOB = Path(__file__).parent / "jobs" / "connect_job.py"
 
 
 def _store_files(store_dir: Path) -> list[str]:
@@ -253,3 +266,57 @@ def test_a_server_that_goes_away_mid_write_fails_clearly_and_loses_nothing(
     written = [e for path in target.output_files() for e in pq.read_table(path).column("event_id").to_pylist()]
     expected = [e for path in inputs for e in pq.read_table(path).column("event_id").to_pylist()]
     assert sorted(written) == sorted(expected), "a plain pyarrow reader sees every input row exactly once"
+
+
+def test_a_killed_client_leaves_the_server_running_and_the_rerun_is_exact(
+    spark: Any, connect_spark: Any, connect_server: str, local_target: Target, tmp_path: Path
+) -> None:
+    """The client process is SIGKILLed mid-write. The server keeps running the write it was sent (a
+    zombie): once the rerun opened the next epoch, the zombie's tasks fence and its late seals do not
+    count, so after the commit every input row is in the output exactly once; the server still answers."""
+    target = local_target
+    rows_per_file = 20
+    inputs = make_inputs(tmp_path / "in", files=6, rows_per_file=rows_per_file)
+    operator = FakeOperator(target)
+    epoch1 = operator.begin()
+    spec = {
+        "url": connect_server,
+        "store_uri": target.store_uri,
+        "epoch": epoch1,
+        "inputs": inputs,
+        "output": target.output_uri,
+        "rows_per_file": rows_per_file,
+        "task_seconds": 2.0,
+    }
+    client = subprocess.Popen(
+        [sys.executable, str(CONNECT_JOB), json.dumps(spec)],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for(lambda: operator.store.progress().valid_checkpoints > 0, 180, "a sealed task of the client's write")
+    finally:
+        client.kill()  # SIGKILL: no clean-up runs in the client
+        client.wait(timeout=30)
+    assert spark.sparkContext.statusTracker().getActiveJobsIds(), "the server keeps running the client's write"
+    operator.end(epoch1, 1)
+
+    epoch2 = operator.begin()  # fences the zombie's tasks that have not written yet
+    done_before = set(operator.store.get_checkpointed_keys().column(0).to_pylist())
+    assert done_before, "the tasks that finished before the kill stay sealed"
+    job2 = CheckpointedJob(connect_spark, target.store_uri, epoch=epoch2, **target.options)
+    summary = job2.write_parquet(job2.read_parquet(inputs, min_partitions=len(inputs)), target.output_uri)
+    operator.end(epoch2, 0)
+    assert summary.rows == rows_per_file * (len(inputs) - len(done_before))
+    # Let the zombie's last tasks end (they fence, or seal too late to count) before checking.
+    wait_for(lambda: not spark.sparkContext.statusTracker().getActiveJobsIds(), 60, "the zombie write to end")
+    valid_keys = operator.store.get_checkpointed_keys().column(0).to_pylist()
+    assert len(valid_keys) == len(set(valid_keys)) == len(inputs), "no zombie seal counts: each file done once"
+    result = operator.store.commit(output_roots=[target.output_uri])
+    assert not result.unknown_files
+    written = [e for path in target.output_files() for e in pq.read_table(path).column("event_id").to_pylist()]
+    expected = [e for path in inputs for e in pq.read_table(path).column("event_id").to_pylist()]
+    assert sorted(written) == sorted(expected), "a plain pyarrow reader sees every input row exactly once"
+    assert connect_spark.range(3).count() == 3, "the server still answers"
