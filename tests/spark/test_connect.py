@@ -206,6 +206,7 @@ def test_file_keys_over_connect_read_whole_files_per_task(
     assert not summary.shuffled, "no shuffle: the plan text shows whole files per task"
     stats = job2.result()["input"]
     assert stats["files_skipped"] == len(done) and stats["files_pending"] == len(inputs) - len(done)
+    assert stats["pyarrow_files_read"] == len(inputs) - len(done), "done files are never opened"
     assert summary.rows == 20 * (len(inputs) - len(done)), "only the pending files were read"
     result = operator.store.commit(output_roots=[target.output_uri])
     assert not result.unknown_files

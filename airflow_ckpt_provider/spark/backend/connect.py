@@ -9,7 +9,7 @@ What Connect gives instead of Py4J (docs/design.md, D10):
 * the cluster's cores from ``spark.sql.leafNodeDefaultParallelism`` or
   ``spark.default.parallelism``, else from the slices Spark plans for ``spark.range(1)``;
 * job tags (``addTag``) instead of job descriptions; no accumulators (the reader's file
-  count comes back in the writer's reports instead).
+  count comes from the file-keyed writer's reports instead).
 
 Spark's own (JVM) writer needs the commit-protocol class in the server's JVM and its
 committed-task queue in the driver's: it stays classic-only (:class:`NativeWriterUnavailableError`).

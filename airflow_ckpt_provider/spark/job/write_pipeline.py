@@ -181,6 +181,8 @@ class WritePipeline:
                 raise
             raise translated from exc
         reports = [WriteTaskReport.from_row(row.asDict()) for row in rows]
+        if column == SOURCE_FILE_COLUMN:
+            job.files.record_task_reads(sum(r.keys for r in reports))  # a file key is an input file
         if shape.num_partitions != len(reports):
             driver_degraded = not self._set_expected(len(reports)) or driver_degraded
         return self._summarize(

@@ -51,6 +51,8 @@ class FileInputs:
         self._bytes_pending = 0
         # Files the pyarrow reader opened (Spark's scan reads exactly the pending files it is given).
         self._opened = backend.file_counter()
+        # Without a counter (Spark Connect): the input files of the file-keyed write tasks that reported.
+        self._reported_reads = 0
 
     def select_pending(self, paths: Iterable[str], done: set[str]) -> list[str]:
         """``paths`` whose key is not in ``done``, in order, duplicates dropped."""
@@ -70,7 +72,7 @@ class FileInputs:
 
     def stats(self) -> dict[str, int]:
         try:
-            opened = int(self._opened.value) if self._opened is not None else 0
+            opened = int(self._opened.value) if self._opened is not None else self._reported_reads
         except Exception:
             opened = 0
         return {
@@ -80,6 +82,12 @@ class FileInputs:
             "bytes_pending": self._bytes_pending,
             "pyarrow_files_read": opened,
         }
+
+    def record_task_reads(self, files: int) -> None:
+        """``files`` input files were read by write tasks that reported (counted only where the backend has
+        no counter of its own: there ``pyarrow_files_read`` means "files read by tasks that reported")."""
+        if self._opened is None:
+            self._reported_reads += files
 
     def read_parquet(
         self,
