@@ -12,8 +12,9 @@ with a bad order for tenant beta, as the DAG's docstring tells a user to play it
 3. the XComs (``checkpoint_plan``, ``checkpoint_result``, the function's own ``return_value``)
    and ``airflow-ckpt progress --dag-id/--task-id/--run-id/--map-index`` (which resolves the store
    as the Checkpoints view does) agree on beta's store;
-4. the same day runs again from scratch (Clear of a successful run): both tenants replace their
-   committed output, still once each for a plain reader.
+4. the same day runs again from scratch (Clear of a successful run) over Spark Connect (the suite's
+   ``connect_server``, a ``spark_connect`` connection): both tenants replace their committed output,
+   still once each for a plain reader.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pyarrow.parquet as pq
 import pytest
@@ -48,7 +50,7 @@ def _env(lake: Path) -> dict[str, str]:
 
 
 def test_a_failed_tenant_resumes_after_clear_only_failed_and_each_tenant_lands_once(
-    airflow_harness: AirflowHarness, tmp_path: Path
+    airflow_harness: AirflowHarness, connect_server: str, tmp_path: Path
 ) -> None:
     airflow_harness.install_dag(EXAMPLES / "ckpt_connect_orders.py")
     lake = tmp_path / "lake"
@@ -103,17 +105,20 @@ def test_a_failed_tenant_resumes_after_clear_only_failed_and_each_tenant_lands_o
     assert shown["epoch"]["epoch"] == 3 and shown["epoch"]["base_keys"] == ORDERS - beta["keys"]
     assert shown["last_commit"]["rows_committed"] == ORDERS
 
-    # The same day run again from scratch (dag.test clears every task instance: Clear of a successful run):
-    # each tenant processes every order again (on_rerun "replace"), and its commit retracts the files of the
-    # earlier commit, so a plain reader still sees each order once.
-    third = airflow_harness.run_dag(DAG_ID, logical_date=DAY, env=env)
+    # The same day run again from scratch (dag.test clears every task instance: Clear of a successful run),
+    # now over Spark Connect (the suite's server, a `spark_connect` connection): each tenant processes every
+    # order again (on_rerun "replace") with the Arrow writer, and its commit retracts the files of the earlier
+    # commit, so a plain reader still sees each order once.
+    remote = {"conn_type": "spark_connect", "host": "127.0.0.1", "port": urlsplit(connect_server).port}
+    over_connect = {"CKPT_EXAMPLE_SPARK_CONN": "spark_remote", "AIRFLOW_CONN_SPARK_REMOTE": json.dumps(remote)}
+    third = airflow_harness.run_dag(DAG_ID, logical_date=DAY, env={**env, **over_connect})
     assert third.state == "success" and third.run_id == run_id, third.output[-4000:]
     for index, tenant in enumerate(("alpha", "beta")):
         plan = airflow_harness.xcom(DAG_ID, run_id, "orders", "checkpoint_plan", map_index=index)
         result = airflow_harness.xcom(DAG_ID, run_id, "orders", "checkpoint_result", map_index=index)
         commit = airflow_harness.xcom(DAG_ID, run_id, "commit", map_index=index)
         assert plan["rerun"]["action"] == "replace" and plan["keys_skipped"] == 0, plan
-        assert result["keys"] == ORDERS and commit["rows_committed"] == ORDERS, (result, commit)
-        assert commit["files_replaced"] == 8, commit  # the live commit: a file per task of the read
+        assert result["session"] == "connect" and result["keys"] == ORDERS, result
+        assert commit["files_replaced"] == 8 and commit["rows_committed"] == ORDERS, commit  # the live commit's files
         table = pq.read_table(lake / "connect_orders" / f"tenant={tenant}" / "day=2024-06-03").to_pydict()
         assert sorted(table["order_id"]) == list(range(ORDERS))
