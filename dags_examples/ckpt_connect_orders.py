@@ -1,4 +1,4 @@
-"""Example 6 — TaskFlow: ``@task.checkpointed_pyspark``, one tenant per mapped instance.
+"""Example 6 — TaskFlow: ``@task.checkpointed_pyspark``, one tenant per mapped instance, on a Spark Connect server.
 
 The PySpark code lives in the DAG, as with the Spark provider's ``@task.pyspark``: the
 function gets a Spark session (``spark``) and a ready ``CheckpointedJob`` (``ckpt_job``) on
@@ -17,12 +17,12 @@ checkpoint, and its commit makes the day exactly-once for any Parquet reader.
 
 Environment:
 
-* optional ``CKPT_EXAMPLE_SPARK_CONN``: the Spark connection of the session, as ``@task.pyspark``
-  takes it; unset or empty: a ``local[*]`` session in the worker. A ``spark`` connection gives its
-  master, e.g. ``AIRFLOW_CONN_SPARK_LOCAL='{"conn_type": "spark", "host": "local[2]"}'`` with
-  ``CKPT_EXAMPLE_SPARK_CONN=spark_local``. (A ``spark_connect`` connection gives a Spark Connect
-  session, on which ``CheckpointedJob`` does not run yet: docs/plans/spark-connect.md.)
-* the worker's Python has pyspark and Java 17 (the session runs in the worker process);
+* a Spark Connect server and the Airflow connection ``spark_connect_default`` to it, e.g.
+  ``AIRFLOW_CONN_SPARK_CONNECT_DEFAULT='{"conn_type": "spark_connect", "host": "localhost", "port":
+  15002}'``; the server's Python has pyarrow and this package (same version), the worker's has pyspark
+  (the client). Or ``CKPT_EXAMPLE_SPARK_CONN`` names another Spark connection: a ``spark`` connection
+  gives its master (e.g. ``AIRFLOW_CONN_SPARK_LOCAL='{"conn_type": "spark", "host": "local[2]"}'`` with
+  ``CKPT_EXAMPLE_SPARK_CONN=spark_local``: a session in the worker, Java 17 there); empty: ``local[*]``;
 * optional ``CKPT_EXAMPLE_LAKE`` (default ``$AIRFLOW_HOME/lake``), set where the DAG is parsed and
   where the tasks run; the Spark server must reach it too (a path on a shared disk, or ``s3://``);
 * optional Airflow Variable ``ckpt_connect_orders_corrections`` (see above; absent: no corrections).
@@ -42,7 +42,7 @@ from airflow_ckpt_provider.operators.commit import CheckpointCommitOperator
 LAKE = os.environ.get("CKPT_EXAMPLE_LAKE") or os.path.join(
     os.path.expanduser(os.environ.get("AIRFLOW_HOME", "~/airflow")), "lake"
 )
-SPARK_CONN = os.environ.get("CKPT_EXAMPLE_SPARK_CONN") or None
+SPARK_CONN = os.environ.get("CKPT_EXAMPLE_SPARK_CONN", "spark_connect_default") or None
 TENANTS = ["alpha", "beta"]
 FILES, ORDERS_PER_FILE = 8, 50  # per tenant and day: orders 0..399, file i holds 50*i..50*i+49
 CORRECTIONS_VARIABLE = "ckpt_connect_orders_corrections"
@@ -58,7 +58,7 @@ def output_of(tenant: str) -> str:
 
 with DAG(
     "ckpt_connect_orders",
-    description="@task.checkpointed_pyspark mapped over tenants, each with its own store",
+    description="@task.checkpointed_pyspark mapped over tenants on a Spark Connect server, each with its own store",
     schedule="@daily",
     start_date=dt.datetime(2024, 1, 1, tzinfo=dt.UTC),
     catchup=False,
