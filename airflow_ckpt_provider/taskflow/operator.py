@@ -16,9 +16,17 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.providers.apache.spark.operators.spark_pyspark import SPARK_CONTEXT_KEYS, PySparkOperator
+from airflow.providers.common.compat.sdk import BaseHook
 
-from airflow_ckpt_provider.contract import ALL_CONFS, OPERATOR_CONFS, flatten_result
+from airflow_ckpt_provider.contract import (
+    ALL_CONFS,
+    CONF_PYTHON_DAEMON,
+    OPERATOR_CONFS,
+    flatten_result,
+    with_submit_defaults,
+)
 from airflow_ckpt_provider.operators.epoch_opening import EpochOpener
 from airflow_ckpt_provider.store import EpochStatus, InvalidArgumentError
 from airflow_ckpt_provider.store.rerun import OnRerun, RerunAction
@@ -58,6 +66,17 @@ def refuse_store_confs(config: Mapping[str, Any]) -> None:
         )
 
 
+def session_config(
+    config_kwargs: Mapping[str, Any], connection_extras: Mapping[str, Any], connect: bool
+) -> dict[str, Any]:
+    """``config_kwargs`` for the session ``PySparkOperator`` builds: with the worker daemon
+    (spark/worker_daemon.py) for a classic session whose connection and ``config_kwargs`` name none,
+    as the submit operator sets it. A Spark Connect server's workers are the server's to configure."""
+    if connect or CONF_PYTHON_DAEMON in connection_extras:
+        return dict(config_kwargs)
+    return with_submit_defaults(config_kwargs)
+
+
 class CheckpointedPySparkOperator(PySparkOperator):
     """Run a Python function on a Spark session with a ready ``CheckpointedJob``, so a retry skips finished keys.
 
@@ -79,7 +98,10 @@ class CheckpointedPySparkOperator(PySparkOperator):
     counts, ``degraded``) is XCom ``checkpoint_result``, which ``CheckpointCommitOperator``,
     the clear and the sensor read through ``spark_task_id``. Before the function runs, XCom
     ``checkpoint_plan`` holds what will be skipped. Store credentials stay in this process and
-    in the job's task closures, never in Spark confs (docs/security.md).
+    in the job's task closures, never in Spark confs (docs/security.md). A classic session (no
+    connection, or a ``spark`` one) runs its Python tasks through the package's worker daemon
+    unless ``config_kwargs`` or the connection names ``spark.python.daemon.module``, as the
+    submit operator does (spark/worker_daemon.py).
     """
 
     template_fields: Sequence[str] = (
@@ -147,12 +169,22 @@ class CheckpointedPySparkOperator(PySparkOperator):
 
     def execute_callable(self) -> Any:
         function: Callable[..., Any] = self.python_callable  # type: ignore[has-type]
+        config_kwargs = self.config_kwargs
         self.python_callable = self._checkpointed(function)
+        self.config_kwargs = session_config(config_kwargs or {}, *self._connection())
         try:
             return super().execute_callable()  # type: ignore[no-untyped-call]
         finally:
             self.python_callable = function
+            self.config_kwargs = config_kwargs
             self._session = None
+
+    def _connection(self) -> tuple[dict[str, Any], bool]:
+        """The connection's extras and whether it is a Spark Connect server (no connection: local mode)."""
+        if not self.conn_id:
+            return {}, False
+        connection = BaseHook.get_connection(self.conn_id)
+        return dict(connection.extra_dejson), connection.conn_type == SparkConnectHook.conn_type
 
     def _checkpointed(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """``function`` run inside an epoch: called by ``PySparkOperator`` once the session exists."""

@@ -12,11 +12,17 @@ from typing import Any
 
 import pytest
 
-from airflow_ckpt_provider.contract import CONF_EPOCH, CONF_STORE_URI, CONF_WRITER_ENGINE
+from airflow_ckpt_provider.contract import (
+    CONF_EPOCH,
+    CONF_PYTHON_DAEMON,
+    CONF_STORE_URI,
+    CONF_WRITER_ENGINE,
+    WORKER_DAEMON_MODULE,
+)
 from airflow_ckpt_provider.hooks.default_location import JobIdentity
 from airflow_ckpt_provider.store import EpochStatus, InvalidArgumentError, RetentionPolicy, open_store
 from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY
-from airflow_ckpt_provider.taskflow.operator import CheckpointedPySparkOperator
+from airflow_ckpt_provider.taskflow.operator import CheckpointedPySparkOperator, session_config
 
 
 def _job(spark: Any = None, ckpt_job: Any = None) -> None:
@@ -78,3 +84,14 @@ def test_on_rerun_skip_over_committed_output_calls_nothing_and_opens_no_epoch(tm
     assert operator.execute(context) is None  # type: ignore[arg-type]
     assert called == []
     assert store.current_epoch().number == epoch.number  # type: ignore[union-attr]
+
+
+def test_a_classic_session_gets_the_worker_daemon_unless_named_and_connect_never() -> None:
+    """As the submit operator does: Python tasks of a local (or classic cluster) session run through the
+    package's worker daemon; a daemon named in ``config_kwargs`` or the connection wins; a Spark Connect
+    server configures its own workers."""
+    mine = {CONF_WRITER_ENGINE: "arrow"}
+    assert session_config(mine, {}, False) == {CONF_PYTHON_DAEMON: WORKER_DAEMON_MODULE, **mine}
+    assert session_config({CONF_PYTHON_DAEMON: "pyspark.daemon"}, {}, False) == {CONF_PYTHON_DAEMON: "pyspark.daemon"}
+    assert session_config(mine, {CONF_PYTHON_DAEMON: "pyspark.daemon"}, False) == mine
+    assert session_config(mine, {}, True) == mine
