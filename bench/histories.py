@@ -160,7 +160,7 @@ def main() -> int:
         ),
         f"  {'oracle (every step)':22} {'':6}  {TALLY.seconds['oracle'] / max(sum(TALLY.steps.values()), 1):6.2f} s",
         "",
-        "refused by the store (typed errors, nothing changed):",
+        "refused by the store (typed errors) or with nothing to do (nothing changed either way):",
         *(f"  {name:50} {count}" for name, count in sorted(TALLY.refused.items())),
         "",
         "crashes that fired, each recovered and judged by the oracle:",

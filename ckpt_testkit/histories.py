@@ -55,6 +55,7 @@ from airflow_ckpt_provider.store import (
     CheckpointStore,
     CommitResult,
     EpochStatus,
+    ReprocessResult,
     RetentionPolicy,
     Selection,
     open_blobs,
@@ -445,11 +446,17 @@ class StoreHistory(RuleBasedStateMachine):
         before = set(self.done)
         saved = (dict(self.done), dict(self.committed_by))
         try:
-            self._crashing(action, lambda: self._resume(action))
+            result = self._crashing(action, lambda: self._resume(action))
         except CheckpointError as exc:
             TALLY.refused[f"{name}: {type(exc).__name__}"] += 1
             assert self._store_done() == before, f"a refused {name} changed the done keys"
             return None
+        if isinstance(result, ReprocessResult) and result.epoch is None:
+            # Nothing to do (a rewind to the latest commit, a selection whose keys are all pending): the store
+            # records nothing, so undo still means the maintenance before it, and nothing changed.
+            assert self._store_done() == before, f"a {name} with nothing to do changed the done keys"
+            TALLY.refused[f"{name}: nothing to do"] += 1
+            return set()
         done = self._store_done()
         assert done <= before, f"{name} made keys done"
         pending = before - done

@@ -96,6 +96,13 @@ def test_reprocess_by_commit_after_a_run_with_nothing_pending_on_a_retain_store(
     _steps(machine, "run", "commit", "retain_cleanup", "run", ("reprocess_by_commit", 1), "run", "commit")
 
 
+def test_undo_after_a_rewind_with_nothing_to_do_undoes_the_rewind_before_it() -> None:
+    """Found by the large run (both processes, shrunk): a rewind to a commit with nothing after it records
+    nothing (result epoch None), so the undo that follows restores what the earlier rewind made pending."""
+    machine = _history("grouped", orders=4)
+    _steps(machine, "run", "commit", ("rewind_to", 0), ("rewind_to", 0), "undo", "run", "commit")
+
+
 def _first_file(machine: StoreHistory) -> object:
     return sorted(machine.done, key=str)[0]
 
