@@ -82,40 +82,56 @@ def airflow_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflo
 @pytest.fixture(scope="session")
 def connect_server(request: pytest.FixtureRequest) -> str:
     """A real Spark Connect server (``sc://127.0.0.1:port``) for the session, served from the driver of the
-    shared classic session (``spark`` of tests/spark; elsewhere a local one started here): about 0.2 s.
+    shared classic session (``spark``): about 0.2 s.
 
     Clients in the test process: ``connect_spark``. Airflow tasks (``run_dag`` subprocesses) connect with
     ``AIRFLOW_CONN_<ID>='{"conn_type": "spark_connect", "host": "127.0.0.1", "port": <port>}'``.
     """
     from ckpt_testkit.connect_server import start_in_session
 
-    try:
-        classic = request.getfixturevalue("spark")
-    except pytest.FixtureLookupError:
-        classic = request.getfixturevalue("connect_host_spark")
-    return start_in_session(classic)
+    return start_in_session(request.getfixturevalue("spark"))
 
 
 @pytest.fixture(scope="session")
-def connect_host_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A classic local session to host ``connect_server`` where tests/spark's ``spark`` fixture is not visible."""
+def spark_event_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the in-process session writes Spark's event log (the progress oracle reads it)."""
+    return tmp_path_factory.mktemp("spark-events")
+
+
+@pytest.fixture(scope="session")
+def spark(spark_event_log: Path) -> Iterator[Any]:
+    """The one classic local Spark (2 cores, small memory) of a test process: tests/spark's in-process tests
+    and ``connect_server`` share it, so whichever asks first builds it with every conf (a second builder
+    would get the first's context back, without its confs).
+
+    Local mode runs each task once (``local[2]`` = ``spark.task.maxFailures`` 1).
+    """
     import os
     import sys
 
     from pyspark.sql import SparkSession
 
+    from airflow_ckpt_provider.contract import CONF_PYTHON_DAEMON, WORKER_DAEMON_MODULE
     from ckpt_testkit.spark_cluster import SPARK_HOME
+    from ckpt_testkit.spark_events import event_log_confs
 
     os.environ.setdefault("SPARK_HOME", SPARK_HOME)
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    builder = SparkSession.builder
+    for name, value in event_log_confs(spark_event_log).items():
+        builder = builder.config(name, value)
     session = (
-        SparkSession.builder.master("local[2]")
-        .appName("ckpt-connect-server")
+        builder.master("local[2]")
+        .appName("ckpt-spark-tests")
         .config("spark.driver.memory", "1g")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
+        # One input file per scan task (the tests' files are tiny), so faults can target a file's task.
+        .config("spark.sql.files.openCostInBytes", str(128 * 1024 * 1024))
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
+        # Python tasks through the package's worker daemon, as the submit operator runs them.
+        .config(CONF_PYTHON_DAEMON, WORKER_DAEMON_MODULE)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_ckpt_provider.contract import WORKER_DAEMON_MODULE
 from tests.cli.console import airflow_ckpt
 from tests.support.airflow_harness import AirflowHarness
 
@@ -86,6 +87,8 @@ def test_a_failed_tenant_resumes_after_clear_only_failed_and_each_tenant_lands_o
             assert plan["keys_skipped"] == 0 and plan["epoch"] == 1 and result["keys"] == ORDERS
         assert returned == {"tenant": tenant, "rows": result["rows"]}  # the function's own, beside the summary
         assert result["map_index"] == index and result["epoch"] == plan["epoch"] and not result["degraded"]
+        # A local session: its Python tasks ran through the package's worker daemon (taskflow.session_config).
+        assert result["session"] == "classic" and result["python_daemon"] == WORKER_DAEMON_MODULE, result
         assert commit["checkpoint_uri"] == result["checkpoint_uri"] == plan["checkpoint_uri"]
         assert commit["rows_committed"] == ORDERS
         table = pq.read_table(lake / "connect_orders" / f"tenant={tenant}" / "day=2024-06-03").to_pydict()

@@ -2,55 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
 
-from airflow_ckpt_provider.contract import CONF_PYTHON_DAEMON, WORKER_DAEMON_MODULE
-from ckpt_testkit.spark_cluster import SPARK_HOME
-from ckpt_testkit.spark_events import event_log_confs
 from tests.spark.helpers import Target
-
-
-@pytest.fixture(scope="session")
-def spark_event_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where the in-process session writes Spark's event log (the progress oracle reads it)."""
-    return tmp_path_factory.mktemp("spark-events")
-
-
-@pytest.fixture(scope="session")
-def spark(spark_event_log: Path) -> Iterator[SparkSession]:
-    """A real local Spark (2 cores, small memory) shared by the in-process tests.
-
-    Local mode runs each task once (``local[2]`` = ``spark.task.maxFailures`` 1).
-    """
-    os.environ.setdefault("SPARK_HOME", SPARK_HOME)
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    builder = SparkSession.builder
-    for name, value in event_log_confs(spark_event_log).items():
-        builder = builder.config(name, value)
-    session = (
-        builder.master("local[2]")
-        .appName("ckpt-spark-tests")
-        .config("spark.driver.memory", "1g")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        # One input file per scan task (the tests' files are tiny), so faults can target a file's task.
-        .config("spark.sql.files.openCostInBytes", str(128 * 1024 * 1024))
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        # Python tasks through the package's worker daemon, as the submit operator runs them.
-        .config(CONF_PYTHON_DAEMON, WORKER_DAEMON_MODULE)
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
 
 
 def _local_target(tmp_path: Path) -> Target:

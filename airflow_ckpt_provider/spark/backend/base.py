@@ -97,6 +97,10 @@ class SparkBackend(Protocol):
         """The application's name (``spark.app.name``): the epoch owner is derived from it."""
         ...
 
+    def python_daemon(self) -> str | None:
+        """``spark.python.daemon.module`` of this session's executors (None: PySpark's own, or unknown)."""
+        ...
+
     def plan(self, df: DataFrame) -> PlanNode | None:
         """``df``'s physical plan before adaptive re-planning, or None when it cannot be read."""
         ...

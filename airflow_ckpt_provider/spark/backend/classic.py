@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 
 from pyspark.sql import DataFrame, SparkSession
 
+from airflow_ckpt_provider.contract import CONF_PYTHON_DAEMON
 from airflow_ckpt_provider.spark.backend.base import FileCounter, Partitioning
 from airflow_ckpt_provider.spark.errors import NativeWriterUnavailableError
 from airflow_ckpt_provider.spark.plan import FilePiece, InputFile
@@ -275,6 +276,11 @@ class ClassicBackend:
 
     def app_name(self) -> str:
         return str(self.spark.sparkContext.appName)
+
+    def python_daemon(self) -> str | None:
+        # A core conf: the session's SQL conf (spark.conf) does not hold it.
+        daemon = self.spark.sparkContext.getConf().get(CONF_PYTHON_DAEMON, None)
+        return None if daemon is None else str(daemon)
 
     def plan(self, df: DataFrame) -> JvmPlanNode | None:
         return physical_plan(df)

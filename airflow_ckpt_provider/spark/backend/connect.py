@@ -78,6 +78,9 @@ class ConnectBackend:
             return 2
         return int(found.group(1)) if found else 2
 
+    def python_daemon(self) -> str | None:
+        return None  # the server's executors: not readable from a client
+
     def app_name(self) -> str:
         try:
             name = self.spark.conf.get("spark.app.name", None)

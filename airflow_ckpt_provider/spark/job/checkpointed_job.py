@@ -358,6 +358,7 @@ class CheckpointedJob:
             "store_uri": self.store.uri,
             "epoch": self.epoch,
             "session": self.backend.kind,
+            "python_daemon": self.backend.python_daemon(),
             "degraded": self.degraded,
             "rows": sum(s.rows for s in self._summaries),
             "files": sum(s.files for s in self._summaries),
