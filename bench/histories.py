@@ -109,11 +109,13 @@ def main() -> int:
     started = time.monotonic()
     failure = ""
     chunks = 0
+    timed_out = False
     try:
         # Chunks of seeded Hypothesis runs, so that a run bounded in time (--minutes) still reports what it ran;
         # a violation stops the run with its chunk's seed (replay: --seed S --histories CHUNK --chunk CHUNK).
         while TALLY.histories < asked and not failure:
             if args.minutes and time.monotonic() - started > args.minutes * 60:
+                timed_out = True
                 break
             config = settings(
                 max_examples=min(args.chunk, asked - TALLY.histories),
@@ -142,7 +144,7 @@ def main() -> int:
         f"store histories: seeds {args.seed}..{args.seed + max(chunks - 1, 0)} "
         f"({chunks} chunks of up to {args.chunk}), "
         f"up to {args.steps} steps each, asked for {asked} histories"
-        + (f", stopped after {args.minutes:g} min" if args.minutes and TALLY.histories < asked else ""),
+        + (f", stopped after {args.minutes:g} min" if timed_out else ""),
         f"commit: {_commit()}; load average at start {load_at_start}, at end {os.getloadavg()}",
         f"histories run (shrinking included): {TALLY.histories}; {seconds:.0f} s "
         f"({per_history:.1f} s per history); Spark local[{args.cores}]"
