@@ -90,7 +90,7 @@ def preload_and_freeze() -> list[str]:
     for name in PRELOAD:
         try:
             importlib.import_module(name)
-        except ImportError:
+        except Exception:  # not installed, or broken here: the task that needs it will say so, not the daemon
             continue
         loaded.append(name)
     gc.collect()
