@@ -47,6 +47,10 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
+#: The store parameters both checkpointed Spark operators take and template (besides their base's fields).
+STORE_TEMPLATE_FIELDS = ("checkpoint_uri", "aws_conn_id", "output_roots", "on_rerun")
+
+
 class EpochOpener:
     """The epoch side of one checkpointed Spark task instance (its operator's rendered fields).
 
@@ -77,6 +81,20 @@ class EpochOpener:
         self._hook: CheckpointHook | None = None
         #: The rerun plan of this run (set by :meth:`rerun_plan`).
         self.rerun: RerunPlan | None = None
+
+    @classmethod
+    def of(cls, task: Any) -> EpochOpener:
+        """The opener of an operator carrying the store parameters, from its rendered fields."""
+        return cls(
+            dag_id=task.dag_id,
+            task_id=task.task_id,
+            checkpoint_uri=task.checkpoint_uri,
+            aws_conn_id=task.aws_conn_id,
+            output_roots=task.output_roots,
+            takeover_open_epoch=task.takeover_open_epoch,
+            on_rerun=task.on_rerun,
+            log=task.log,
+        )
 
     # ------------------------------------------------------------------ who and where
 

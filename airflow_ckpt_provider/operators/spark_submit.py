@@ -32,7 +32,7 @@ from airflow_ckpt_provider.contract import (
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.operators import metrics
-from airflow_ckpt_provider.operators.epoch_opening import EpochOpener
+from airflow_ckpt_provider.operators.epoch_opening import STORE_TEMPLATE_FIELDS, EpochOpener
 from airflow_ckpt_provider.store import CheckpointStore, EpochFencedError, EpochStatus
 from airflow_ckpt_provider.store.rerun import OnRerun, RerunAction
 from airflow_ckpt_provider.triggers.driver import DriverRef
@@ -130,10 +130,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
 
     template_fields: Sequence[str] = (
         *SparkSubmitOperator.template_fields,
-        "checkpoint_uri",
-        "aws_conn_id",
-        "output_roots",
-        "on_rerun",
+        *STORE_TEMPLATE_FIELDS,
     )
     ui_color = "#f7c873"
 
@@ -167,16 +164,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
     def _opener(self) -> EpochOpener:
         """The epoch side of this task instance (built once per execute, from the rendered fields)."""
         if self._epochs is None:
-            self._epochs = EpochOpener(
-                dag_id=self.dag_id,
-                task_id=self.task_id,
-                checkpoint_uri=self.checkpoint_uri,
-                aws_conn_id=self.aws_conn_id,
-                output_roots=self.output_roots,
-                takeover_open_epoch=self.takeover_open_epoch,
-                on_rerun=self.on_rerun,
-                log=self.log,
-            )
+            self._epochs = EpochOpener.of(self)
         return self._epochs
 
     def checkpoint_hook(self, context: Context) -> CheckpointHook:

@@ -27,7 +27,7 @@ from airflow_ckpt_provider.contract import (
     flatten_result,
     with_submit_defaults,
 )
-from airflow_ckpt_provider.operators.epoch_opening import EpochOpener
+from airflow_ckpt_provider.operators.epoch_opening import STORE_TEMPLATE_FIELDS, EpochOpener
 from airflow_ckpt_provider.store import EpochStatus, InvalidArgumentError
 from airflow_ckpt_provider.store.rerun import OnRerun, RerunAction
 
@@ -106,10 +106,7 @@ class CheckpointedPySparkOperator(PySparkOperator):
 
     template_fields: Sequence[str] = (
         *PySparkOperator.template_fields,
-        "checkpoint_uri",
-        "aws_conn_id",
-        "output_roots",
-        "on_rerun",
+        *STORE_TEMPLATE_FIELDS,
     )
     ui_color = "#f7c873"
 
@@ -143,16 +140,7 @@ class CheckpointedPySparkOperator(PySparkOperator):
 
     def _opener(self) -> EpochOpener:
         if self._epochs is None:
-            self._epochs = EpochOpener(
-                dag_id=self.dag_id,
-                task_id=self.task_id,
-                checkpoint_uri=self.checkpoint_uri,
-                aws_conn_id=self.aws_conn_id,
-                output_roots=self.output_roots,
-                takeover_open_epoch=self.takeover_open_epoch,
-                on_rerun=self.on_rerun,
-                log=self.log,
-            )
+            self._epochs = EpochOpener.of(self)
         return self._epochs
 
     def execute(self, context: Context) -> Any:  # the function's return value
