@@ -1,9 +1,10 @@
 """A PySpark job that uses the store API directly (no CheckpointedJob): it checks the
 operator's handoff contract on its own. Keys 0..N-1 in P partitions; each Spark task
 skips the keys already checkpointed, writes one Parquet file for the rest, and seals a
-checkpoint. ``--fail-partition p`` makes partition p fail (after the others sealed when
-the job runs on local[1,1]). ``--hold-partition p`` makes partition p write its file, create
-``--hold-marker`` and wait there until the test kills the run (a killed run: its epoch stays open)."""
+checkpoint. ``--fail-partition p`` makes partition p fail after writing its file (an orphan),
+the partitions before it sealed and none after it written (on local[1]). ``--hold-partition p``
+makes partition p write its file, create ``--hold-marker`` and wait there until the test kills
+the run (a killed run: its epoch stays open)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,12 @@ def main() -> None:
             open(args.fail_once_marker, "w").close()
 
     def run_partition(index: int, rows: object) -> list[tuple[int, int, int]]:
+        if 0 <= fail_partition < index:
+            # Spark's local scheduler offers the freed core to the next task before it has handled the
+            # failure (the failed status is handled on another thread), so on local[1] partition p+1 can
+            # still start, and with a warm Python worker it seals before the abort kills it. A real job's
+            # later partitions may run or not; this job makes "p failed, the ones after never ran" exact.
+            raise RuntimeError(f"partition {index} runs after partition {fail_partition} failed")
         keys = [k for k in rows if k not in done_b.value]  # type: ignore[attr-defined]
         if not keys:
             return [(index, 0, 0)]
