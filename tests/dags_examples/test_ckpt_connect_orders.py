@@ -1,8 +1,9 @@
 """Example DAG 6 (ckpt_connect_orders): ``@task.checkpointed_pyspark`` mapped over two tenants.
 
-Real metadata DB, real Spark session in the task's process (here local mode: a ``spark``
-connection whose host is ``local[2]``, as ``PySparkOperator`` makes it). The run is triggered
-with a bad order for tenant beta, as the DAG's docstring tells a user to play it:
+Real metadata DB; the tasks' Spark sessions are Spark Connect sessions on a real Connect server (the
+suite's ``connect_server``, through a ``spark_connect`` connection), then local ones (a ``spark``
+connection whose host is ``local[2]``, as ``PySparkOperator`` makes it). The run is triggered over
+Connect with a bad order for tenant beta, as the DAG's docstring tells a user to play it:
 
 1. beta's function fails on it in its last input file; its retry resumes (skipping what the
    first try sealed) and fails on it again; alpha finishes and commits;
@@ -12,9 +13,8 @@ with a bad order for tenant beta, as the DAG's docstring tells a user to play it
 3. the XComs (``checkpoint_plan``, ``checkpoint_result``, the function's own ``return_value``)
    and ``airflow-ckpt progress --dag-id/--task-id/--run-id/--map-index`` (which resolves the store
    as the Checkpoints view does) agree on beta's store;
-4. the same day runs again from scratch (Clear of a successful run) over Spark Connect (the suite's
-   ``connect_server``, a ``spark_connect`` connection): both tenants replace their committed output,
-   still once each for a plain reader.
+4. the same day runs again from scratch (Clear of a successful run) in local mode (classic PySpark in
+   the task's process): both tenants replace their committed output, still once each for a plain reader.
 """
 
 from __future__ import annotations
@@ -42,10 +42,13 @@ DAY = dt.datetime(2024, 6, 3, tzinfo=dt.UTC)
 LOCAL_SPARK = {"conn_type": "spark", "host": "local[2]", "extra": {"spark.ui.enabled": "false"}}
 
 
-def _env(lake: Path) -> dict[str, str]:
+def _env(lake: Path, connect_server: str) -> dict[str, str]:
+    """Tasks on the suite's Connect server (``spark_remote``); ``spark_local`` names local mode."""
+    remote = {"conn_type": "spark_connect", "host": "127.0.0.1", "port": urlsplit(connect_server).port}
     return {
         "CKPT_EXAMPLE_LAKE": str(lake),
-        "CKPT_EXAMPLE_SPARK_CONN": "spark_local",
+        "CKPT_EXAMPLE_SPARK_CONN": "spark_remote",
+        "AIRFLOW_CONN_SPARK_REMOTE": json.dumps(remote),
         "AIRFLOW_CONN_SPARK_LOCAL": json.dumps(LOCAL_SPARK),
     }
 
@@ -55,7 +58,7 @@ def test_a_failed_tenant_resumes_after_clear_only_failed_and_each_tenant_lands_o
 ) -> None:
     airflow_harness.install_dag(EXAMPLES / "ckpt_connect_orders.py")
     lake = tmp_path / "lake"
-    env = _env(lake)
+    env = _env(lake, connect_server)
     first = airflow_harness.run_dag(DAG_ID, logical_date=DAY, conf={"bad_order": f"beta:{BAD_ID}"}, env=env)
     assert first.state == "failed", first.output[-4000:]
     assert f"order {BAD_ID} of tenant beta is malformed" in first.output
@@ -87,8 +90,7 @@ def test_a_failed_tenant_resumes_after_clear_only_failed_and_each_tenant_lands_o
             assert plan["keys_skipped"] == 0 and plan["epoch"] == 1 and result["keys"] == ORDERS
         assert returned == {"tenant": tenant, "rows": result["rows"]}  # the function's own, beside the summary
         assert result["map_index"] == index and result["epoch"] == plan["epoch"] and not result["degraded"]
-        # A local session: its Python tasks ran through the package's worker daemon (taskflow.session_config).
-        assert result["session"] == "classic" and result["python_daemon"] == WORKER_DAEMON_MODULE, result
+        assert result["session"] == "connect", result  # the failed tries, their resume and the commit: over Connect
         assert commit["checkpoint_uri"] == result["checkpoint_uri"] == plan["checkpoint_uri"]
         assert commit["rows_committed"] == ORDERS
         table = pq.read_table(lake / "connect_orders" / f"tenant={tenant}" / "day=2024-06-03").to_pydict()
@@ -109,19 +111,19 @@ def test_a_failed_tenant_resumes_after_clear_only_failed_and_each_tenant_lands_o
     assert shown["last_commit"]["rows_committed"] == ORDERS
 
     # The same day run again from scratch (dag.test clears every task instance: Clear of a successful run),
-    # now over Spark Connect (the suite's server, a `spark_connect` connection): each tenant processes every
-    # order again (on_rerun "replace") with the Arrow writer, and its commit retracts the files of the earlier
-    # commit, so a plain reader still sees each order once.
-    remote = {"conn_type": "spark_connect", "host": "127.0.0.1", "port": urlsplit(connect_server).port}
-    over_connect = {"CKPT_EXAMPLE_SPARK_CONN": "spark_remote", "AIRFLOW_CONN_SPARK_REMOTE": json.dumps(remote)}
-    third = airflow_harness.run_dag(DAG_ID, logical_date=DAY, env={**env, **over_connect})
+    # now in local mode (a classic session in the task's process): each tenant processes every order again
+    # (on_rerun "replace"), and its commit retracts the files of the earlier commit, so a plain reader still
+    # sees each order once.
+    third = airflow_harness.run_dag(DAG_ID, logical_date=DAY, env={**env, "CKPT_EXAMPLE_SPARK_CONN": "spark_local"})
     assert third.state == "success" and third.run_id == run_id, third.output[-4000:]
     for index, tenant in enumerate(("alpha", "beta")):
         plan = airflow_harness.xcom(DAG_ID, run_id, "orders", "checkpoint_plan", map_index=index)
         result = airflow_harness.xcom(DAG_ID, run_id, "orders", "checkpoint_result", map_index=index)
         commit = airflow_harness.xcom(DAG_ID, run_id, "commit", map_index=index)
         assert plan["rerun"]["action"] == "replace" and plan["keys_skipped"] == 0, plan
-        assert result["session"] == "connect" and result["keys"] == ORDERS, result
+        # A local session: its Python tasks ran through the package's worker daemon (taskflow.session_config).
+        assert result["session"] == "classic" and result["python_daemon"] == WORKER_DAEMON_MODULE, result
+        assert result["keys"] == ORDERS, result
         assert commit["files_replaced"] == 8 and commit["rows_committed"] == ORDERS, commit  # the live commit's files
         table = pq.read_table(lake / "connect_orders" / f"tenant={tenant}" / "day=2024-06-03").to_pydict()
         assert sorted(table["order_id"]) == list(range(ORDERS))
