@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql.types import LongType  # noqa: E402
 from spark_overhead import generate, transform  # noqa: E402
 
@@ -127,10 +127,13 @@ def row_key_run(
 ) -> dict[str, Any]:
     """One submit: its own epoch, skip the done keys, transform, write checkpointed."""
     started = time.perf_counter()
-    job = CheckpointedJob(spark, f"file://{store}", owner="bench")
-    df: DataFrame = job.skip_completed(spark.read.parquet(*inputs), key=key, unique=unique)
+    # Where the run's wall time goes, phase by phase (driver-side calls; the write includes the tasks'
+    # scan, the user's transformation, the writer and the sealing of each task's checkpoint).
+    phases: dict[str, float] = {}
+    phases["open"], job = _timed(lambda: CheckpointedJob(spark, f"file://{store}", owner="bench"))
+    phases["skip"], df = _timed(lambda: job.skip_completed(spark.read.parquet(*inputs), key=key, unique=unique))
     skip = job._skips[-1]
-    result: dict[str, Any] = {"pruned_files": len(skip.prune), "keys_anti_joined": skip.needs_keys}
+    result: dict[str, Any] = {"pruned_files": len(skip.prune), "keys_anti_joined": skip.needs_keys, "phases": phases}
     if scan_only:
         # The rerun's input alone (what it must read before any work): Spark's no-op sink.
         seconds, _ = _timed(lambda: df.write.format("noop").mode("overwrite").save())
@@ -141,11 +144,13 @@ def row_key_run(
         pipeline = pipeline.mapInArrow(_failing_from(fail_from), pipeline.schema)
     failed = False
     summary = None
+    write_started = time.perf_counter()
     try:
         summary = job.write_parquet(pipeline, f"file://{out}", engine=engine)
     except Exception:
         failed = True
-    job.finish(succeeded=not failed)
+    phases["write"] = time.perf_counter() - write_started
+    phases["finish"], _ = _timed(lambda: job.finish(succeeded=not failed))
     seconds = time.perf_counter() - started
     return {
         **result,
@@ -221,6 +226,7 @@ def measure_rerun(
                 "done": done,
                 "rerun_seconds": rerun["seconds"],
                 "scan_seconds": scan["seconds"],
+                "phases": rerun["phases"],
                 "pruned_files": rerun["pruned_files"],
                 "keys_anti_joined": rerun["keys_anti_joined"],
                 "write_tasks": len(intervals),
@@ -433,6 +439,11 @@ def _table(report: dict[str, Any]) -> str:
                 lines.append(f"{'  done files skipped unread (median)':<58}{pruned:>10.0f}")
                 lines.append(f"{'  done keys read (any run)':<58}{any(r['keys_anti_joined'] for r in rows)!s:>10}")
                 lines.append(f"{'  write tasks / peak running at once (fewest)':<58}{f'{tasks}/{peak}':>10}")
+                phases = {p: statistics.median(r["phases"][p] for r in rows) for p in rows[0]["phases"]}
+                split = " / ".join(f"{p} {v:.2f}" for p, v in phases.items())
+                lines.append(
+                    f"  rerun's wall time by phase (s): {split}; reading the input alone: {scan:.0%} of the rerun"
+                )
                 for r in rows:
                     one = f"{r['done']:.2f} {r['rerun_seconds'] / base:.2f}"
                     lines.append(f"{'    one run: done, rerun/plain':<58}{one:>10}")
