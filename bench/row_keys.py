@@ -239,8 +239,8 @@ def measure_rerun(
 
 def measure_incremental(
     spark: SparkSession, inputs: list[str], key: str, unique: bool, repeat: int, run_dir: Path
-) -> list[float]:
-    """Half the files run and committed, then a run over all of them; the second run's seconds."""
+) -> list[dict[str, Any]]:
+    """Half the files run and committed, then a run over all of them; the second run, one dict per repetition."""
     seconds = []
     tag = f"{key}-{'u' if unique else 'x'}"
     for i in range(repeat):
@@ -250,7 +250,7 @@ def measure_incremental(
         _commit(store, out)
         second = row_key_run(spark, inputs, store, out, key=key, unique=unique)
         assert not second["failed"] and second["keys_written"] > 0
-        seconds.append(second["seconds"])
+        seconds.append({k: second[k] for k in ("seconds", "pruned_files", "keys_anti_joined", "phases")})
         _commit(store, out)
     return seconds
 
@@ -351,7 +351,7 @@ def main() -> int:
             }
             for mode in ("unique", "exchange")
         }
-        measured["incremental_seconds"] = {
+        measured["incremental"] = {
             mode: measure_incremental(spark, files, key, mode == "unique", args.repeat, run_dir)
             for mode in ("unique", "exchange")
         }
@@ -447,12 +447,17 @@ def _table(report: dict[str, Any]) -> str:
                 for r in rows:
                     one = f"{r['done']:.2f} {r['rerun_seconds'] / base:.2f}"
                     lines.append(f"{'    one run: done, rerun/plain':<58}{one:>10}")
-        for mode, seconds in measured["incremental_seconds"].items():
-            ratio = statistics.median(seconds) / base
+        for mode, runs in measured["incremental"].items():
+            ratio = statistics.median(r["seconds"] for r in runs) / base
             lines.append(
                 f"{'incremental (half the files done, then all), ' + mode:<58}{ratio:>10.2f}"
                 f"{f'<= {INCREMENTAL_TARGET:.2f}':>12}{_ok(ratio <= INCREMENTAL_TARGET):>5}"
             )
+            pruned = statistics.median(r["pruned_files"] for r in runs)
+            anti = any(r["keys_anti_joined"] for r in runs)
+            phases = {p: statistics.median(r["phases"][p] for r in runs) for p in runs[0]["phases"]}
+            split = " / ".join(f"{p} {v:.2f}" for p, v in phases.items())
+            lines.append(f"  done files skipped unread {pruned:.0f}, done keys read {anti}; by phase (s): {split}")
     lines.append("")
     lines.append("store read of done keys (250 k keys per checkpoint, local store)")
     for row in report["store_read"]:
