@@ -50,6 +50,8 @@ def client_only_python(tmp_path_factory: pytest.TempPathFactory) -> str:
     pins = [f"{name}=={importlib.metadata.version(name)}" for name in CLIENT_PACKAGES]
     python = venv / "bin" / "python"
     uv = shutil.which("uv")
+    if uv and subprocess.run([uv, "--version"], capture_output=True, timeout=60, check=False).returncode != 0:
+        uv = None  # e.g. a pyenv shim with no uv behind it: venv + pip instead
     if uv:
         subprocess.run([uv, "venv", "--quiet", "--python", sys.executable, str(venv)], check=True, timeout=300)
         install = [uv, "pip", "install", "--quiet", "--python", str(python), *pins]
