@@ -8,9 +8,6 @@
 defined once in ``airflow_ckpt_provider.contract``; :mod:`.job_settings` parses them.
 """
 
-import warnings
-from typing import Any
-
 from airflow_ckpt_provider.contract import (
     CONF_BROADCAST_THRESHOLD,
     CONF_EPOCH,
@@ -22,7 +19,6 @@ from airflow_ckpt_provider.contract import (
     RESULT_LINE_PREFIX,
     parse_result_line,
 )
-from airflow_ckpt_provider.moved_modules import register_moved_modules
 from airflow_ckpt_provider.spark.errors import (
     InputFilesError,
     InvalidKeyColumnsError,
@@ -89,27 +85,3 @@ __all__ = [
     "jar_path",
     "parse_result_line",
 ]
-
-register_moved_modules(
-    __name__,
-    {
-        "confs": "airflow_ckpt_provider.spark.job_settings",
-        "sessionconf": "airflow_ckpt_provider.spark.temporary_conf",
-        "inputs": "airflow_ckpt_provider.spark.readers.file_inputs",
-        "reader": "airflow_ckpt_provider.spark.readers.arrow",
-        "task": "airflow_ckpt_provider.spark.writers.arrow_task",
-        "sink": "airflow_ckpt_provider.spark.writers.arrow_parquet",
-        "native": "airflow_ckpt_provider.spark.writers.native",
-        "context": "airflow_ckpt_provider.spark.writers.context",
-    },
-)
-
-
-def __getattr__(name: str) -> Any:
-    # ``TaskReport`` was renamed: the plugin has a task-instance view of its own (``TaskStoreView``).
-    if name == "TaskReport":
-        warnings.warn(
-            "airflow_ckpt_provider.spark.TaskReport was renamed WriteTaskReport", DeprecationWarning, stacklevel=2
-        )
-        return WriteTaskReport
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
