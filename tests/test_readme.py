@@ -12,7 +12,9 @@ Checked (each extraction reads the whole README, so sections may move and grow):
   and every ``--flag`` it passes is in that program's ``--help``;
 * every relative link and every backticked repository path exists;
 * every ``from airflow_ckpt_provider... import ...`` in a Python block imports, without a
-  deprecation warning (the README shows current paths).
+  deprecation warning (the README shows current paths);
+* the table of ``[ckpt]`` options is the one rendered from ``provider_info.CONFIG_OPTIONS`` (where
+  Airflow and ``hooks/config.py`` take them from too).
 
 To keep it green when you edit the README: name metrics and confs in backticks exactly as the
 code spells them; write CLI examples as ``airflow-ckpt SUBCOMMAND ...`` lines in a code block
@@ -25,6 +27,8 @@ from __future__ import annotations
 import ast
 import importlib
 import io
+import json
+import os
 import re
 import shlex
 import subprocess
@@ -206,3 +210,32 @@ def test_python_examples_import_from_current_paths() -> None:
             loaded = importlib.import_module(str(module))
             for name in names:
                 assert hasattr(loaded, name), f"{module} has no {name}"
+
+
+def test_the_config_table_is_rendered_from_the_one_definition_of_the_options(tmp_path: Path) -> None:
+    from airflow_ckpt_provider.hooks.config import CheckpointConfig
+    from airflow_ckpt_provider.provider_info import CONFIG_OPTIONS, config_table_markdown, get_provider_info
+
+    rendered = config_table_markdown()
+    assert rendered in README, (
+        "README's [ckpt] table differs from provider_info.CONFIG_OPTIONS; paste the output of: "
+        ".venv/bin/python -c 'from airflow_ckpt_provider.provider_info import config_table_markdown as t; print(t())'"
+    )
+    declared = get_provider_info()["config"]["ckpt"]["options"]
+    assert list(declared) == [option.name for option in CONFIG_OPTIONS]
+    # Every typed field of the hook's config is an option, and a deployment that sets none gets the declared default.
+    assert set(CheckpointConfig.__dataclass_fields__) == set(declared)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env["AIRFLOW_HOME"] = str(tmp_path)
+    show = (
+        "import dataclasses, json; from airflow_ckpt_provider.hooks.config import CheckpointConfig as C; "
+        "print(json.dumps({k: str(getattr(v, 'value', v)) for k, v in dataclasses.asdict(C.load()).items()}))"
+    )
+    done = subprocess.run([sys.executable, "-c", show], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    parse = {"integer": int, "float": float, "boolean": lambda v: v == "True", "string": str}
+    for option in CONFIG_OPTIONS:
+        value = parse[option.type](option.default)
+        expected = {"aws_conn_id": value or None, "trusted_output_roots": ()}.get(option.name, value)
+        assert loaded[option.name] == str(expected), option.name

@@ -1,4 +1,4 @@
-"""The provider's ``[ckpt]`` configuration section (declared in ``provider_info.py``).
+"""The provider's ``[ckpt]`` configuration section, typed (options and defaults: ``provider_info.py``).
 
 Read once per task, at execute time, so a deployment changes behaviour through
 ``airflow.cfg`` or ``AIRFLOW__CKPT__*`` environment variables without touching DAGs.
@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from airflow.sdk.configuration import conf
 
 from airflow_ckpt_provider.hooks.default_location import JobIdentity, default_location, path_segment
+from airflow_ckpt_provider.provider_info import CONFIG_DEFAULTS, SECTION
 from airflow_ckpt_provider.store import RetentionPolicy
 
-SECTION = "ckpt"
+_D = CONFIG_DEFAULTS
 
 __all__ = ["SECTION", "CheckpointConfig", "airflow_home", "path_segment"]
 
@@ -34,15 +35,15 @@ class CheckpointConfig:
     breaker_max_failures: int
     store_timeout_seconds: float
     #: The Checkpoints view (plugins/store_calls.py): a page answers within this many seconds.
-    ui_store_deadline_seconds: float = 5.0
+    ui_store_deadline_seconds: float = float(_D["ui_store_deadline_seconds"])
     #: Clear and discard from the view may take this long (they delete; a page only reads).
-    ui_action_deadline_seconds: float = 120.0
+    ui_action_deadline_seconds: float = float(_D["ui_action_deadline_seconds"])
     #: Store calls of the view running at once per API-server process.
-    ui_max_concurrent_store_calls: int = 4
+    ui_max_concurrent_store_calls: int = int(_D["ui_max_concurrent_store_calls"])
     #: Previews and actions of the view running at once per process, on a pool of their own.
-    ui_max_concurrent_actions: int = 2
+    ui_max_concurrent_actions: int = int(_D["ui_max_concurrent_actions"])
     #: Whether the view believes X-Forwarded-Host/-Proto (only behind a proxy that sets them).
-    ui_trust_forwarded_headers: bool = False
+    ui_trust_forwarded_headers: bool = _D["ui_trust_forwarded_headers"] == "True"
     #: Where a DAG declares no output roots: the store's recorded roots under these may be acted on
     #: (hooks/output_anchor.py). Empty: such DAGs' output files are kept.
     trusted_output_roots: tuple[str, ...] = ()
@@ -50,26 +51,34 @@ class CheckpointConfig:
     @classmethod
     def load(cls) -> CheckpointConfig:
         """Read the section; options absent from the config get the provider's defaults."""
+
+        def get(name: str) -> str:
+            return str(conf.get(SECTION, name, fallback=_D[name]))
+
         return cls(
-            base_uri=conf.get(SECTION, "base_uri", fallback="").strip(),
-            aws_conn_id=conf.get(SECTION, "aws_conn_id", fallback="").strip() or None,
-            retention_policy=RetentionPolicy(
-                conf.get(SECTION, "retention_policy", fallback=RetentionPolicy.DELETE_AFTER_SUCCESS.value)
-                .strip()
-                .lower()
+            base_uri=get("base_uri").strip(),
+            aws_conn_id=get("aws_conn_id").strip() or None,
+            retention_policy=RetentionPolicy(get("retention_policy").strip().lower()),
+            breaker_max_failures=conf.getint(SECTION, "breaker_max_failures", fallback=int(_D["breaker_max_failures"])),
+            store_timeout_seconds=conf.getfloat(
+                SECTION, "store_timeout_seconds", fallback=float(_D["store_timeout_seconds"])
             ),
-            breaker_max_failures=conf.getint(SECTION, "breaker_max_failures", fallback=3),
-            store_timeout_seconds=conf.getfloat(SECTION, "store_timeout_seconds", fallback=10.0),
-            ui_store_deadline_seconds=conf.getfloat(SECTION, "ui_store_deadline_seconds", fallback=5.0),
-            ui_action_deadline_seconds=conf.getfloat(SECTION, "ui_action_deadline_seconds", fallback=120.0),
-            ui_max_concurrent_store_calls=conf.getint(SECTION, "ui_max_concurrent_store_calls", fallback=4),
-            ui_max_concurrent_actions=conf.getint(SECTION, "ui_max_concurrent_actions", fallback=2),
-            ui_trust_forwarded_headers=conf.getboolean(SECTION, "ui_trust_forwarded_headers", fallback=False),
-            trusted_output_roots=tuple(
-                root.strip()
-                for root in conf.get(SECTION, "trusted_output_roots", fallback="").split(",")
-                if root.strip()
+            ui_store_deadline_seconds=conf.getfloat(
+                SECTION, "ui_store_deadline_seconds", fallback=float(_D["ui_store_deadline_seconds"])
             ),
+            ui_action_deadline_seconds=conf.getfloat(
+                SECTION, "ui_action_deadline_seconds", fallback=float(_D["ui_action_deadline_seconds"])
+            ),
+            ui_max_concurrent_store_calls=conf.getint(
+                SECTION, "ui_max_concurrent_store_calls", fallback=int(_D["ui_max_concurrent_store_calls"])
+            ),
+            ui_max_concurrent_actions=conf.getint(
+                SECTION, "ui_max_concurrent_actions", fallback=int(_D["ui_max_concurrent_actions"])
+            ),
+            ui_trust_forwarded_headers=conf.getboolean(
+                SECTION, "ui_trust_forwarded_headers", fallback=_D["ui_trust_forwarded_headers"] == "True"
+            ),
+            trusted_output_roots=tuple(root.strip() for root in get("trusted_output_roots").split(",") if root.strip()),
         )
 
     @property
