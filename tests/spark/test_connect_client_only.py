@@ -24,7 +24,7 @@ import pytest
 from tests.spark.helpers import REPO_ROOT, FakeOperator, Target, assert_exactly_once, done_keys
 from tests.spark.test_row_keys_progress import _scenario
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]  # the venv (pip without uv: about a minute)
 
 JOB = Path(__file__).parent / "jobs" / "client_only_job.py"
 #: What a Connect-only user installs: pyspark-client (its own requirements) and our package's.
