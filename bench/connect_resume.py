@@ -10,8 +10,9 @@ on a fresh store (its own logical date):
 
 * **fixed cost**: a run on one file of 100 orders: what a try costs before and after any work;
 * **clean**: the whole day;
-* **resume**: the user's code raises on an order in the middle file (a run that fails at about half
-  way), the record is corrected, the failed task is cleared ("only failed") and its next try resumes.
+* **resume**: the user's code raises on the first order of the middle write task (a run that fails at
+  about half way), the record is corrected, the failed task is cleared ("only failed") and its next try
+  resumes.
 
 Durations are the task instance's own (``start_date`` to ``end_date`` in the metadata DB). Targets: on
 the warm server the resume costs <= 0.60 of its clean run and the fixed cost is <= 5 s.
@@ -106,7 +107,7 @@ class Bench:
         ds = day.date().isoformat()
         connect_work.land(str(self.lake), ds, self.args.files, self.args.rows)
         marker = Path(connect_work.bad_marker(str(self.lake), ds))
-        marker.write_text(str(self.args.files // 2 * self.args.rows))  # the first order of the middle file
+        marker.write_text(str(self.args.files // 2))  # the middle write task's first order
         failed = self._run(operator, day, state="failed")
         failed_seconds = _task_seconds(self.harness, OPERATORS[operator], failed.run_id)
         marker.unlink()  # the record is corrected

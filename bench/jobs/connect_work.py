@@ -4,8 +4,9 @@
 One day of orders: ``files`` Parquet files of ``rows`` orders each (``order_id`` unique). The user's
 code prices every order in Python (``mapInArrow``), spending ``spin`` loop iterations per order, so
 the run is dominated by the user's work as real jobs are. While the day's ``bad`` marker file exists,
-the order at the start of the middle file is malformed and the user's code raises on it: the run
-fails at about half way; the marker removed, the next run resumes.
+the first order the write task it names (the middle one) meets is malformed and the user's code raises
+on it: with the tasks running in order two at a time, the run fails at about half way (a task, not a
+file: which files a task reads is Spark's choice); the marker removed, the next run resumes.
 """
 
 from __future__ import annotations
@@ -50,20 +51,23 @@ def run(spark: Any, job: Any, lake: str, operator: str, ds: str, spin: int = SPI
     files = len([name for name in os.listdir(folder) if name.endswith(".parquet")])
     rows = spark.read.parquet(folder)
     marker = bad_marker(lake, ds)
-    bad = None
+    bad_task = None
     if os.path.exists(marker):
         with open(marker, encoding="utf-8") as handle:
-            bad = int(handle.read())
+            bad_task = int(handle.read())
 
     def priced(batches: Any) -> Any:
         import os as _os
 
         import pyarrow as _pa
+        from pyspark import TaskContext
 
+        task = TaskContext.get()
+        failing = bad_task is not None and task is not None and task.partitionId() == bad_task
         for batch in batches:
             ids = batch.column("order_id").to_pylist()
-            if bad is not None and bad in ids and _os.path.exists(marker):
-                raise ValueError(f"order {bad} is malformed")
+            if failing and ids and _os.path.exists(marker):
+                raise ValueError(f"order {ids[0]} is malformed")
             totals = []
             for n, amount in zip(ids, batch.column("amount").to_pylist(), strict=True):
                 x = n
