@@ -14,8 +14,10 @@ on a fresh store (its own logical date):
   about half way), the record is corrected, the failed task is cleared ("only failed") and its next try
   resumes.
 
-Durations are the task instance's own (``start_date`` to ``end_date`` in the metadata DB). Targets: on
-the warm server the resume costs <= 0.60 of its clean run and the fixed cost is <= 5 s.
+Durations are the task instance's own (``start_date`` to ``end_date`` in the metadata DB), and "in the
+task": from the task runner's "Task started" to its last state update (the task instance's duration
+less the start of Airflow's task runner, which both operators pay alike). Targets: on the warm server
+the resume costs <= 0.60 of its clean run and the fixed cost is <= 5 s.
 
     .venv/bin/python -m bench.connect_resume [--repeat 2] [--files 16] [--rows 40000] [--spin 3000]
 """
@@ -26,6 +28,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -65,6 +68,19 @@ def _server() -> tuple[Any, str]:
     return spark, start_in_session(spark)
 
 
+_STAMP = r"^(\S+) \[info\s+\] "
+
+
+def _in_task_seconds(output: str) -> float:
+    """From the task runner's "Task started" to its last "Task instance state updated" (the run's log)."""
+    started = re.findall(_STAMP + "Task started", output, re.MULTILINE)
+    updated = re.findall(_STAMP + "Task instance state updated", output, re.MULTILINE)
+    if not started or not updated:
+        return float("nan")
+    first, last = (dt.datetime.fromisoformat(s.rstrip("Z")) for s in (started[-1], updated[-1]))
+    return (last - first).total_seconds()
+
+
 def _task_seconds(harness: Any, dag_id: str, run_id: str) -> float:
     rows = harness._query(
         "SELECT start_date, end_date FROM task_instance WHERE dag_id=? AND run_id=? AND task_id='job'", dag_id, run_id
@@ -90,17 +106,23 @@ class Bench:
             raise RuntimeError(f"{OPERATORS[operator]} {day.date()}: {outcome.state}\n{outcome.output[-4000:]}")
         return outcome
 
-    def fixed(self, operator: str) -> float:
+    def fixed(self, operator: str) -> dict[str, float]:
         day = self._next_day()
         connect_work.land(str(self.lake), day.date().isoformat(), 1, 100)
         outcome = self._run(operator, day)
-        return _task_seconds(self.harness, OPERATORS[operator], outcome.run_id)
+        return {
+            "seconds": _task_seconds(self.harness, OPERATORS[operator], outcome.run_id),
+            "in_task": _in_task_seconds(outcome.output),
+        }
 
-    def clean(self, operator: str) -> float:
+    def clean(self, operator: str) -> dict[str, float]:
         day = self._next_day()
         connect_work.land(str(self.lake), day.date().isoformat(), self.args.files, self.args.rows)
         outcome = self._run(operator, day)
-        return _task_seconds(self.harness, OPERATORS[operator], outcome.run_id)
+        return {
+            "seconds": _task_seconds(self.harness, OPERATORS[operator], outcome.run_id),
+            "in_task": _in_task_seconds(outcome.output),
+        }
 
     def resume(self, operator: str) -> dict[str, float]:
         day = self._next_day()
@@ -117,6 +139,7 @@ class Bench:
         return {
             "failed_seconds": failed_seconds,
             "seconds": _task_seconds(self.harness, OPERATORS[operator], resumed.run_id),
+            "in_task": _in_task_seconds(resumed.output),
             "done_fraction": plan["keys_skipped"] / total,
         }
 
@@ -183,13 +206,19 @@ def main() -> int:
 
 
 def _summary(runs: dict[str, list[Any]]) -> dict[str, float]:
-    clean = statistics.median(runs["clean"])
-    resume = statistics.median(r["seconds"] for r in runs["resume"])
+    def median(name: str, field: str = "seconds") -> float:
+        return statistics.median(r[field] for r in runs[name])
+
+    clean, resume = median("clean"), median("resume")
     return {
-        "fixed_seconds": statistics.median(runs["fixed"]),
+        "fixed_seconds": median("fixed"),
+        "fixed_in_task": median("fixed", "in_task"),
         "clean_seconds": clean,
+        "clean_in_task": median("clean", "in_task"),
         "resume_seconds": resume,
+        "resume_in_task": median("resume", "in_task"),
         "resume_ratio": resume / clean,
+        "resume_ratio_in_task": median("resume", "in_task") / median("clean", "in_task"),
         "done_fraction": statistics.median(r["done_fraction"] for r in runs["resume"]),
         "failed_try_seconds": statistics.median(r["failed_seconds"] for r in runs["resume"]),
     }
@@ -221,20 +250,29 @@ def _table(report: dict[str, Any]) -> str:
     s, t = report["summary"]["submit"], report["summary"]["taskflow"]
     for label, key, fmt in (
         ("fixed cost (100 orders)", "fixed_seconds", "{:.1f}"),
+        ("  of it in the task", "fixed_in_task", "{:.1f}"),
         ("clean run", "clean_seconds", "{:.1f}"),
+        ("  of it in the task", "clean_in_task", "{:.1f}"),
         ("failed try (fails at ~half way)", "failed_try_seconds", "{:.1f}"),
         ("resume after the correction", "resume_seconds", "{:.1f}"),
+        ("  of it in the task", "resume_in_task", "{:.1f}"),
         ("done when the resume started", "done_fraction", "{:.0%}"),
         ("resume / clean", "resume_ratio", "{:.2f}"),
+        ("  in the task", "resume_ratio_in_task", "{:.2f}"),
     ):
         lines.append(f"{label:<36}{fmt.format(s[key]):>18}{fmt.format(t[key]):>20}")
-    ok_resume, ok_fixed = t["resume_ratio"] <= RESUME_TARGET, t["fixed_seconds"] <= FIXED_TARGET
+
+    def verdict(value: float, limit: float) -> str:
+        return "met" if value <= limit else "NOT met"
+
     lines += [
         "",
-        f"target: TaskFlow on the warm server, resume <= {RESUME_TARGET} of clean: "
-        f"{t['resume_ratio']:.2f} -> {'met' if ok_resume else 'NOT met'}",
-        f"target: TaskFlow on the warm server, fixed cost <= {FIXED_TARGET:.0f} s: "
-        f"{t['fixed_seconds']:.1f} s -> {'met' if ok_fixed else 'NOT met'}",
+        f"target: TaskFlow on the warm server, resume <= {RESUME_TARGET} of clean: task instance "
+        f"{t['resume_ratio']:.2f} ({verdict(t['resume_ratio'], RESUME_TARGET)}), in the task "
+        f"{t['resume_ratio_in_task']:.2f} ({verdict(t['resume_ratio_in_task'], RESUME_TARGET)})",
+        f"target: TaskFlow on the warm server, fixed cost <= {FIXED_TARGET:.0f} s: task instance "
+        f"{t['fixed_seconds']:.1f} s ({verdict(t['fixed_seconds'], FIXED_TARGET)}), in the task "
+        f"{t['fixed_in_task']:.1f} s ({verdict(t['fixed_in_task'], FIXED_TARGET)})",
     ]
     return "\n".join(lines)
 
