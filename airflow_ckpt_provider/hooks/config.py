@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from airflow.sdk.configuration import conf
 
@@ -55,29 +56,24 @@ class CheckpointConfig:
         def get(name: str) -> str:
             return str(conf.get(SECTION, name, fallback=_D[name]))
 
+        def typed(getter: Any, name: str, parse: Any) -> Any:
+            """``conf.getint``/``getfloat``/``getboolean`` of ``name``, with the declared default parsed."""
+            return getter(SECTION, name, fallback=parse(_D[name]))
+
+        def flag(text: str) -> bool:
+            return text == "True"
+
         return cls(
             base_uri=get("base_uri").strip(),
             aws_conn_id=get("aws_conn_id").strip() or None,
             retention_policy=RetentionPolicy(get("retention_policy").strip().lower()),
-            breaker_max_failures=conf.getint(SECTION, "breaker_max_failures", fallback=int(_D["breaker_max_failures"])),
-            store_timeout_seconds=conf.getfloat(
-                SECTION, "store_timeout_seconds", fallback=float(_D["store_timeout_seconds"])
-            ),
-            ui_store_deadline_seconds=conf.getfloat(
-                SECTION, "ui_store_deadline_seconds", fallback=float(_D["ui_store_deadline_seconds"])
-            ),
-            ui_action_deadline_seconds=conf.getfloat(
-                SECTION, "ui_action_deadline_seconds", fallback=float(_D["ui_action_deadline_seconds"])
-            ),
-            ui_max_concurrent_store_calls=conf.getint(
-                SECTION, "ui_max_concurrent_store_calls", fallback=int(_D["ui_max_concurrent_store_calls"])
-            ),
-            ui_max_concurrent_actions=conf.getint(
-                SECTION, "ui_max_concurrent_actions", fallback=int(_D["ui_max_concurrent_actions"])
-            ),
-            ui_trust_forwarded_headers=conf.getboolean(
-                SECTION, "ui_trust_forwarded_headers", fallback=_D["ui_trust_forwarded_headers"] == "True"
-            ),
+            breaker_max_failures=typed(conf.getint, "breaker_max_failures", int),
+            store_timeout_seconds=typed(conf.getfloat, "store_timeout_seconds", float),
+            ui_store_deadline_seconds=typed(conf.getfloat, "ui_store_deadline_seconds", float),
+            ui_action_deadline_seconds=typed(conf.getfloat, "ui_action_deadline_seconds", float),
+            ui_max_concurrent_store_calls=typed(conf.getint, "ui_max_concurrent_store_calls", int),
+            ui_max_concurrent_actions=typed(conf.getint, "ui_max_concurrent_actions", int),
+            ui_trust_forwarded_headers=typed(conf.getboolean, "ui_trust_forwarded_headers", flag),
             trusted_output_roots=tuple(root.strip() for root in get("trusted_output_roots").split(",") if root.strip()),
         )
 
