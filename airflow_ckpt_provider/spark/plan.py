@@ -23,12 +23,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame
 
 if TYPE_CHECKING:
-    from airflow_ckpt_provider.spark.backend.base import Partitioning, PlanNode, SparkBackend
+    from airflow_ckpt_provider.spark.backend.base import InputFile, Partitioning, PlanNode, SparkBackend
 
 log = logging.getLogger(__name__)
 
@@ -181,43 +181,6 @@ def plan_shape(
 
 
 # ---------------------------------------------------------------------------------------------- row keys
-
-
-@dataclass(frozen=True)
-class InputFile:
-    """An input file as Spark's scan sees it: ``path`` exactly as ``_metadata.file_path`` shows it."""
-
-    path: str
-    size: int
-    #: Modification time in microseconds, as ``_metadata.file_modification_time`` holds it.
-    mtime_us: int
-
-    @property
-    def identity(self) -> str:
-        """What must be equal for two listings to name the same file content (see docs/row-keys.md)."""
-        return f"{self.path}|{self.size}|{self.mtime_us}"
-
-    def to_json(self) -> list[Any]:
-        return [self.path, self.size, self.mtime_us]
-
-    @classmethod
-    def from_json(cls, item: Any) -> InputFile:
-        path, size, mtime = item
-        return cls(str(path), int(size), int(mtime))
-
-
-@dataclass(frozen=True)
-class FilePiece:
-    """The bytes ``[start, start + length)`` of ``file`` that one scan task reads (Parquet: the row
-    groups whose middle lies there)."""
-
-    file: InputFile
-    start: int
-    length: int
-
-    @property
-    def whole(self) -> bool:
-        return self.start == 0 and self.length >= self.file.size
 
 
 @dataclass(frozen=True)

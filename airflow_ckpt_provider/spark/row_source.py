@@ -38,8 +38,8 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from airflow_ckpt_provider.spark.backend.base import FilePiece, InputFile
 from airflow_ckpt_provider.spark.keys import SOURCE_KEY_COLUMN
-from airflow_ckpt_provider.spark.plan import FilePiece, InputFile
 from airflow_ckpt_provider.store import Checkpoint
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_ckpt_provider.spark.plan import FilePiece, InputFile
+from airflow_ckpt_provider.spark.backend.base import FilePiece, InputFile
 from airflow_ckpt_provider.spark.row_source import (
     BUCKET_HASH,
     INPUT_RECORD,

@@ -1,5 +1,7 @@
-"""What the Spark side needs from a session, whatever its kind: the ``SparkBackend`` protocol and the
-``PlanNode`` protocol that :mod:`airflow_ckpt_provider.spark.plan` walks.
+"""What the Spark side needs from a session, whatever its kind: the ``SparkBackend`` protocol, the
+``PlanNode`` protocol that :mod:`airflow_ckpt_provider.spark.plan` walks, and the scan facts a
+backend returns (``InputFile``, ``FilePiece``; they live here so that the plan walkers import the
+backend's types and never the other way round).
 
 A classic session (Py4J, the JVM in this process) and a Spark Connect session (gRPC to a
 server) reach the same facts by different means; everything that differs lives behind
@@ -17,7 +19,42 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from airflow_ckpt_provider.spark.plan import FilePiece, InputFile
+
+@dataclass(frozen=True)
+class InputFile:
+    """An input file as Spark's scan sees it: ``path`` exactly as ``_metadata.file_path`` shows it."""
+
+    path: str
+    size: int
+    #: Modification time in microseconds, as ``_metadata.file_modification_time`` holds it.
+    mtime_us: int
+
+    @property
+    def identity(self) -> str:
+        """What must be equal for two listings to name the same file content (see docs/row-keys.md)."""
+        return f"{self.path}|{self.size}|{self.mtime_us}"
+
+    def to_json(self) -> list[Any]:
+        return [self.path, self.size, self.mtime_us]
+
+    @classmethod
+    def from_json(cls, item: Any) -> InputFile:
+        path, size, mtime = item
+        return cls(str(path), int(size), int(mtime))
+
+
+@dataclass(frozen=True)
+class FilePiece:
+    """The bytes ``[start, start + length)`` of ``file`` that one scan task reads (Parquet: the row
+    groups whose middle lies there)."""
+
+    file: InputFile
+    start: int
+    length: int
+
+    @property
+    def whole(self) -> bool:
+        return self.start == 0 and self.length >= self.file.size
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,8 @@ from urllib.parse import urlparse
 from pyspark.sql import DataFrame, SparkSession
 
 from airflow_ckpt_provider.contract import CONF_PYTHON_DAEMON
-from airflow_ckpt_provider.spark.backend.base import FileCounter, Partitioning
+from airflow_ckpt_provider.spark.backend.base import FileCounter, FilePiece, InputFile, Partitioning
 from airflow_ckpt_provider.spark.errors import NativeWriterUnavailableError
-from airflow_ckpt_provider.spark.plan import FilePiece, InputFile
 from airflow_ckpt_provider.spark.writers.native import PROTOCOL_CLASS, jar_path
 
 log = logging.getLogger(__name__)

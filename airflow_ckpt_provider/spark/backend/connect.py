@@ -29,10 +29,9 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
-from airflow_ckpt_provider.spark.backend.base import FileCounter, NativeJobHandle, PlanNode
+from airflow_ckpt_provider.spark.backend.base import FileCounter, FilePiece, InputFile, NativeJobHandle, PlanNode
 from airflow_ckpt_provider.spark.backend.plan_text import parse_plan
 from airflow_ckpt_provider.spark.errors import NativeWriterUnavailableError, ServerPackageError
-from airflow_ckpt_provider.spark.plan import FilePiece, InputFile
 
 log = logging.getLogger(__name__)
 
