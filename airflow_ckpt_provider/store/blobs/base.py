@@ -40,11 +40,27 @@ class PendingUpload:
 
 def check_key(key: str) -> str:
     """Reject keys that could escape the root."""
-    if not key or key.startswith("/") or "\\" in key or "\x00" in key:
+    if not key:
         raise PathOutsideRootError(f"invalid object key {key!r}: keys are relative '/'-separated paths")
-    if any(part in ("", ".", "..") for part in key.split("/")):
-        raise PathOutsideRootError(f"invalid object key {key!r}: '.', '..' and empty segments are not allowed")
-    return key
+    return _check_relative(key, key.split("/"), "object key", "keys")
+
+
+def check_prefix(prefix: str) -> str:
+    """A listing prefix: a key or the start of one (may end with ``/``), never escaping the root."""
+    if prefix == "":
+        return prefix
+    parts = prefix.split("/")
+    if parts[-1] == "":  # a trailing "/" names a directory
+        parts = parts[:-1]
+    return _check_relative(prefix, parts, "prefix", "prefixes")
+
+
+def _check_relative(path: str, parts: builtins.list[str], noun: str, plural: str) -> str:
+    if path.startswith("/") or "\\" in path or "\x00" in path:
+        raise PathOutsideRootError(f"invalid {noun} {path!r}: {plural} are relative '/'-separated paths")
+    if any(part in ("", ".", "..") for part in parts):
+        raise PathOutsideRootError(f"invalid {noun} {path!r}: '.', '..' and empty segments are not allowed")
+    return path
 
 
 class BlobStore(abc.ABC):

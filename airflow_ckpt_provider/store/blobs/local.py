@@ -112,6 +112,14 @@ class LocalBlobStore(BlobStore):
             return StoreUnavailableError(f"{what}: no space left on the device holding {self.root}")
         return StoreUnavailableError(f"{what} under {self.root} failed: {exc}")
 
+    @contextlib.contextmanager
+    def _os_errors(self, what: str) -> Iterator[None]:
+        """An ``OSError`` raised in the block as the store's typed error (its own errors pass as they are)."""
+        try:
+            yield
+        except OSError as exc:
+            raise self._fail(exc, what) from exc
+
     def _write_temp(self, path: Path, data: bytes) -> Path:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -157,7 +165,7 @@ class LocalBlobStore(BlobStore):
     def put(self, key: str, data: bytes, *, if_absent: bool = False, if_match: str | None = None) -> str:
         path = self._path(key)
         self._count()
-        try:
+        with self._os_errors(f"writing {key}"):
             if if_match is not None:
                 with self._key_lock(path):
                     try:
@@ -182,10 +190,6 @@ class LocalBlobStore(BlobStore):
                 else:
                     os.replace(tmp, path)
             self._fsync_dir(path.parent)
-        except PreconditionFailedError:
-            raise
-        except OSError as exc:
-            raise self._fail(exc, f"writing {key}") from exc
         return _etag(data)
 
     def get(self, key: str) -> tuple[bytes, str]:
@@ -215,7 +219,7 @@ class LocalBlobStore(BlobStore):
         self._count()
         origin = source._path(source_key)
         path = self._path(key)
-        try:
+        with self._os_errors(f"copying {source_key} to {key}"):
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.parent / f".{path.name}{_TEMP_MARKER}{uuid.uuid4().hex}"
             try:
@@ -231,10 +235,6 @@ class LocalBlobStore(BlobStore):
                     os.fsync(handle.fileno())
             os.replace(tmp, path)
             self._fsync_dir(path.parent)
-        except BlobNotFoundError:
-            raise
-        except OSError as exc:
-            raise self._fail(exc, f"copying {source_key} to {key}") from exc
 
     def discard_interrupted_writes(self, keys: Iterable[str]) -> builtins.list[str]:
         """Delete the temporary files (``.{name}.tmp-{hex}``) a killed writer of ``keys`` left in
