@@ -16,8 +16,10 @@ A crash after 3 leaves a segment no state names (ignored; ``check`` notes it); a
 crash after 4 leaves loose directories a segment covers (readers take the segment's
 row, the next compaction deletes them). Segments are merged eight at a time into one
 of the next level, so a store holds a few segments per level (logarithmic in its
-checkpoints). Replaced segments are deleted at once, or (``delete_retired=False``,
-while a job may be reading them) named as retired and deleted by a later compaction.
+checkpoints): :mod:`~airflow_ckpt_provider.store.segment_merge`, which also writes the
+segments and the state object for both. Replaced segments are deleted at once, or
+(``delete_retired=False``, while a job may be reading them) named as retired and deleted
+by a later compaction.
 """
 
 from __future__ import annotations
@@ -25,8 +27,6 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import uuid
-from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,33 +40,25 @@ from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError
 from airflow_ckpt_provider.store.catalog import LoadedSegment
 from airflow_ckpt_provider.store.context import StoreContext
 from airflow_ckpt_provider.store.deletion import StoreDeleter
-from airflow_ckpt_provider.store.errors import CorruptCheckpointError, PreconditionFailedError
+from airflow_ckpt_provider.store.errors import CorruptCheckpointError
 from airflow_ckpt_provider.store.keys import KEY_COLUMN
 from airflow_ckpt_provider.store.layout import attempt_prefix, manifest_key, parts_prefix
 from airflow_ckpt_provider.store.listing import checkpoint_records
 from airflow_ckpt_provider.store.model import Checkpoint, CheckpointStatus, FileMetadata
-from airflow_ckpt_provider.store.records import dumps, now
+from airflow_ckpt_provider.store.segment_merge import MERGE_FANIN, SegmentMerger, put_segment, replace_state
 from airflow_ckpt_provider.store.segments import (
-    STATE_KEY,
     SegmentRef,
     SegmentState,
     attributed_keys,
-    keys_key,
-    keys_parquet_bytes,
     keys_table,
     manifest_row,
-    manifests_key,
     manifests_table,
     new_segment_name,
-    parquet_bytes,
-    read_table,
 )
 from airflow_ckpt_provider.store.state import StateReader
 
 log = logging.getLogger(__name__)
 
-#: Segments of one level merged into one of the next.
-MERGE_FANIN = 8
 #: How often a fold that lost the race on the state object adds its segment to the newer state instead.
 _REBASES = 16
 #: Loose checkpoints ``begin_epoch`` folds at most: a submit's critical path does bounded work and
@@ -103,6 +95,7 @@ class Compactor:
         self._blobs = context.blobs
         self._reader = reader
         self._deleter = deleter
+        self._merger = SegmentMerger(context.blobs, reader, deleter)
 
     def compact(
         self, *, min_loose: int = 1, merge: bool = True, delete_retired: bool = True, limit: int | None = None
@@ -148,10 +141,10 @@ class Compactor:
             result = CompactionResult(segment=None, checkpoints=0, deleted_dirs=len(leftovers))
         if merge:
             max_rows = None if limit is None else MERGE_FANIN * limit
-            merged = self._merge_levels(state, delete_retired=delete_retired, max_rows=max_rows)
+            merged = self._merger.merge_levels(state, delete_retired=delete_retired, max_rows=max_rows)
             result = CompactionResult(result.segment, result.checkpoints, merged, result.deleted_dirs, lost_race=False)
         elif delete_retired and state.retired:
-            self._delete_retired(state)
+            self._merger.delete_retired(state)
         return result
 
     # ------------------------------------------------------------------ loose manifests -> a segment
@@ -215,7 +208,8 @@ class Compactor:
             ids = {r.checkpoint.checkpoint_id for r in pending}
             while tries <= _REBASES:
                 tries += 1
-                if self._replace_state(base, _successor(base, segments=(*base.segments, ref), retired=base.retired)):
+                successor = base.successor(segments=(*base.segments, ref), retired=base.retired)
+                if replace_state(self._blobs, base, successor):
                     return name, pending
                 current = self._reader.segment_state()
                 taken = self._taken_since(state, current, ids)
@@ -289,62 +283,13 @@ class Compactor:
             None,
         )
         manifests = manifests_table([manifest_row(r.checkpoint, r.files, r.intents) for r in loose])
-        return self._put_segment(name, level, manifests, keys)
-
-    def _put_segment(self, name: str, level: int, manifests: pa.Table, keys: pa.Table) -> SegmentRef:
-        key_bytes = keys_parquet_bytes(keys)
-        manifest_bytes = parquet_bytes(manifests)
-        self._blobs.put(keys_key(name), key_bytes, if_absent=True)
-        self._blobs.put(manifests_key(name), manifest_bytes, if_absent=True)
-        return SegmentRef(
-            name=name,
-            level=level,
-            checkpoints=manifests.num_rows,
-            keys=keys.num_rows,
-            bytes=len(key_bytes) + len(manifest_bytes),
-        )
-
-    def _replace_state(self, old: SegmentState, new: SegmentState) -> bool:
-        """Write ``new`` if the state object is still ``old`` (conditional write); False if another won."""
-        try:
-            if old.etag is None:
-                self._blobs.put(STATE_KEY, dumps(new.to_json()), if_absent=True)
-            else:
-                self._blobs.put(STATE_KEY, dumps(new.to_json()), if_match=old.etag)
-        except PreconditionFailedError:
-            return False
-        return True
+        return put_segment(self._blobs, name, level, manifests, keys)
 
     def _delete_dirs(self, ids: Sequence[str], listing: Mapping[str, list[str]]) -> None:
         keys = [k for i in ids for k in listing.get(i, [])]
         self._deleter.delete_loose_checkpoints(keys, after_batch=lambda: failpoint("store.compact.during_delete_loose"))
 
-    # ------------------------------------------------------------------ segments -> a bigger segment
-
-    def _merge_levels(
-        self, state: SegmentState, *, delete_retired: bool, max_rows: int | None = None
-    ) -> tuple[str, ...]:
-        """Merge ``MERGE_FANIN`` segments of a level into one of the next while a level has that many
-        (``max_rows``: only groups holding at most that many checkpoints in all)."""
-        merged: list[str] = []
-        while True:
-            by_level: dict[int, list[SegmentRef]] = defaultdict(list)
-            for ref in state.segments:
-                by_level[ref.level].append(ref)
-            groups = [refs[:MERGE_FANIN] for _, refs in sorted(by_level.items()) if len(refs) >= MERGE_FANIN]
-            if max_rows is not None:
-                groups = [g for g in groups if sum(r.checkpoints for r in g) <= max_rows]
-            if not groups:
-                break
-            group = groups[0]
-            replaced = self.merge(state, group, level=group[0].level + 1, delete_retired=delete_retired)
-            if replaced is None:
-                break  # another compaction changed the state: it merges next time
-            merged.extend(r.name for r in group)
-            state = replaced
-        if delete_retired and state.retired:
-            self._delete_retired(state)
-        return tuple(merged)
+    # ------------------------------------------------------------------ segments -> a bigger segment (segment_merge.py)
 
     def merge(
         self,
@@ -355,68 +300,12 @@ class Compactor:
         delete_retired: bool,
         drop: frozenset[str] = frozenset(),
     ) -> SegmentState | None:
-        """Replace the ``group`` segments with one segment holding their rows (minus the ``drop`` ids).
-
-        Returns the new state, or None if another compaction replaced the state first
-        (then nothing changed).
-        """
-        loaded = [self._reader.load_segment(r.name) for r in group]
-        manifests = pa.concat_tables([s.manifests for s in loaded]).combine_chunks()
-        # Segments of empty checkpoints hold an empty key table of no particular type: leave them out.
-        key_tables = [t for t in (self._segment_keys(s.name) for s in loaded) if t.num_rows]
-        keys = pa.concat_tables(key_tables).combine_chunks() if key_tables else keys_table([], None)
-        manifests, keys = _dedupe(manifests, keys, drop)
-        name = new_segment_name(state.generation + 1)
-        ref = self._put_segment(name, level, manifests, keys)
-        names = {r.name for r in group}
-        new_state = _successor(
-            state,
-            segments=(*tuple(r for r in state.segments if r.name not in names), ref),
-            retired=(*state.retired, *sorted(names)),
-            new_lineage=bool(drop),
-        )
-        if not self._replace_state(state, new_state):
-            self._deleter.delete_segments([name])
-            return None
-        replaced = self._reader.segment_state()
-        if delete_retired:
-            replaced = self._delete_retired(replaced)
-        return replaced
-
-    def _segment_keys(self, name: str) -> pa.Table:
-        key = keys_key(name)
-        return read_table(self._blobs.get(key)[0], self._blobs.child_uri(key))
-
-    def _delete_retired(self, state: SegmentState) -> SegmentState:
-        """Delete the retired segments, then drop them from the state (a crash between: deleted again)."""
-        self._deleter.delete_segments(list(state.retired))
-        cleaned = _successor(state, segments=state.segments, retired=())
-        if self._replace_state(state, cleaned):
-            return self._reader.segment_state()
-        return self._reader.segment_state()
+        """Replace the ``group`` segments with one (:meth:`SegmentMerger.merge`); None if a race was lost."""
+        return self._merger.merge(state, group, level=level, delete_retired=delete_retired, drop=drop)
 
     def rewrite_without(self, drop: frozenset[str]) -> bool:
         """One segment holding every row but ``drop`` replaces all segments (discard). False if a race was lost."""
-        state = self._reader.segment_state()
-        if not state.segments:
-            return True
-        level = max(r.level for r in state.segments)
-        return self.merge(state, list(state.segments), level=level, delete_retired=True, drop=drop) is not None
-
-
-def _successor(
-    state: SegmentState, *, segments: tuple[SegmentRef, ...], retired: tuple[str, ...], new_lineage: bool = False
-) -> SegmentState:
-    """The state that replaces ``state``: next generation, same lineage unless rows are dropped or there
-    was no state object (or one written before lineages)."""
-    keep = state.lineage and state.etag is not None and not new_lineage
-    return SegmentState(
-        generation=state.generation + 1,
-        segments=segments,
-        retired=retired,
-        updated_at=now(),
-        lineage=state.lineage if keep else uuid.uuid4().hex,
-    )
+        return self._merger.rewrite_without(drop)
 
 
 def _window(ids: list[str], limit: int | None) -> list[str]:
@@ -449,51 +338,6 @@ def _one_key_type(loose: list[_Loose], segments: Sequence[LoadedSegment]) -> lis
         log.warning("not compacting: the checkpoints hold keys of types %s", sorted(types))
         return []
     return loose
-
-
-def _dedupe(manifests: pa.Table, keys: pa.Table, drop: frozenset[str]) -> tuple[pa.Table, pa.Table]:
-    """One row per checkpoint id (the first; committed if any row is), its keys once, without ``drop``."""
-    ids = manifests.column("checkpoint_id")
-    unique = pc.unique(ids)
-    first = pc.index_in(unique, value_set=ids)
-    duplicates = len(first) != manifests.num_rows
-    kept = manifests.take(first)
-    if drop:
-        dropped = pc.is_in(kept.column("checkpoint_id"), value_set=pa.array(sorted(drop), pa.string()))
-        kept = kept.filter(pc.invert(dropped))
-    committed = set()
-    if duplicates:
-        committed_rows = manifests.filter(pc.equal(manifests.column("status"), "committed"))
-        committed = set(committed_rows.column("checkpoint_id").to_pylist())
-    if committed:
-        rows = kept.to_pylist()
-        for row in rows:
-            if row["checkpoint_id"] in committed and row["status"] != "committed":
-                row["status"] = "committed"
-        kept = pa.Table.from_pylist(rows, schema=manifests.schema)
-    if duplicates or drop:
-        # Keys of an id held twice would count twice: keep those of the row that stays.
-        owners = pc.cast(keys.column("checkpoint_id"), pa.string()) if keys.num_rows else keys.column("checkpoint_id")
-        keep_ids = kept.column("checkpoint_id")
-        keys = keys.filter(pc.is_in(owners, value_set=keep_ids)) if keys.num_rows else keys
-        if duplicates and keys.num_rows:
-            keys = _keys_once_per_owner(keys, manifests, first)
-    return kept, keys
-
-
-def _keys_once_per_owner(keys: pa.Table, manifests: pa.Table, first: pa.Array) -> pa.Table:
-    """Drop the keys a duplicate row of an id brought (a merged segment holds each id's keys once)."""
-    counts: dict[str, int] = {}
-    for row in manifests.take(first).select(["checkpoint_id", "num_keys"]).to_pylist():
-        counts[row["checkpoint_id"]] = int(row["num_keys"])
-    owners = pc.cast(keys.column("checkpoint_id"), pa.string()).to_pylist()
-    taken: dict[str, int] = defaultdict(int)
-    mask = []
-    for owner in owners:
-        keep = taken[owner] < counts.get(owner, 0)
-        taken[owner] += int(keep)
-        mask.append(keep)
-    return keys.filter(pa.array(mask))
 
 
 class BackgroundCompaction:

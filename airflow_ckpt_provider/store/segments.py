@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from airflow_ckpt_provider.store.errors import CorruptCheckpointError
 from airflow_ckpt_provider.store.keys import KEY_COLUMN
 from airflow_ckpt_provider.store.model import Checkpoint, CheckpointStatus, FileMetadata
+from airflow_ckpt_provider.store.records import now
 
 STATE_KEY = "state.json"
 SEGMENTS_PREFIX = "segments/"
@@ -159,6 +160,20 @@ class SegmentState:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.segments)
+
+    def successor(
+        self, *, segments: tuple[SegmentRef, ...], retired: tuple[str, ...], new_lineage: bool = False
+    ) -> SegmentState:
+        """The state that replaces this one: next generation, same lineage unless rows are dropped or
+        there was no state object (or one written before lineages)."""
+        keep = self.lineage and self.etag is not None and not new_lineage
+        return SegmentState(
+            generation=self.generation + 1,
+            segments=segments,
+            retired=retired,
+            updated_at=now(),
+            lineage=self.lineage if keep else uuid.uuid4().hex,
+        )
 
 
 EMPTY_STATE = SegmentState(generation=0, segments=())

@@ -37,7 +37,7 @@ from airflow_ckpt_provider.store import (
     new_checkpoint_id,
 )
 from airflow_ckpt_provider.store.blobs.base import BlobInfo
-from airflow_ckpt_provider.store.compaction import MERGE_FANIN
+from airflow_ckpt_provider.store.segment_merge import MERGE_FANIN
 from airflow_ckpt_provider.store.segments import keys_parquet_bytes, parquet_bytes
 from tests.store.conftest import Backend
 from tests.store.helpers import begin, done_keys, names, wait_for_hit, write_task
