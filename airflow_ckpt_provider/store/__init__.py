@@ -57,14 +57,8 @@ from airflow_ckpt_provider.store.model import (
     UnknownFiles,
 )
 from airflow_ckpt_provider.store.opener import open_blobs, open_store, public_options, secret_options
-from airflow_ckpt_provider.store.reprocess.model import (
-    REPROCESS_FAILPOINTS,
-    PlannedFile,
-    ReprocessPlan,
-    ReprocessRecord,
-    ReprocessResult,
-    Selection,
-)
+from airflow_ckpt_provider.store.reprocess.model import REPROCESS_FAILPOINTS, ReprocessRecord, Selection
+from airflow_ckpt_provider.store.reprocess.plan import PlannedFile, ReprocessPlan, ReprocessResult
 from airflow_ckpt_provider.store.store import KEY_COLUMN, CheckpointStore, new_checkpoint_id
 
 __all__ = [

@@ -62,12 +62,8 @@ from airflow_ckpt_provider.store.tail import DEFAULT_MAX_LOOSE, LooseTail
 from airflow_ckpt_provider.store.writers import CheckpointWriters
 
 if TYPE_CHECKING:
-    from airflow_ckpt_provider.store.reprocess.model import (
-        ReprocessPlan,
-        ReprocessRecord,
-        ReprocessResult,
-        Selection,
-    )
+    from airflow_ckpt_provider.store.reprocess.model import ReprocessRecord, Selection
+    from airflow_ckpt_provider.store.reprocess.plan import ReprocessPlan, ReprocessResult
     from airflow_ckpt_provider.store.reprocess.service import Reprocessor
 
 __all__ = [

@@ -7,14 +7,8 @@ store's own modules use ``maintenance`` (refusals, check), ``lineage`` (commit, 
 imports it, so those can import from here.
 """
 
-from airflow_ckpt_provider.store.reprocess.model import (
-    REPROCESS_FAILPOINTS,
-    PlannedFile,
-    ReprocessPlan,
-    ReprocessRecord,
-    ReprocessResult,
-    Selection,
-)
+from airflow_ckpt_provider.store.reprocess.model import REPROCESS_FAILPOINTS, ReprocessRecord, Selection
+from airflow_ckpt_provider.store.reprocess.plan import PlannedFile, ReprocessPlan, ReprocessResult
 
 __all__ = [
     "REPROCESS_FAILPOINTS",

@@ -20,16 +20,8 @@ from airflow_ckpt_provider.store.errors import (
     UnknownReprocessError,
 )
 from airflow_ckpt_provider.store.model import EpochStatus
-from airflow_ckpt_provider.store.reprocess.model import (
-    DELETE,
-    PURGE,
-    QUARANTINE,
-    UNDO,
-    PlannedFile,
-    PreviousState,
-    ReprocessPlan,
-    Selection,
-)
+from airflow_ckpt_provider.store.reprocess.model import DELETE, PURGE, QUARANTINE, UNDO, Selection
+from airflow_ckpt_provider.store.reprocess.plan import PlannedFile, PreviousState, ReprocessPlan
 from airflow_ckpt_provider.store.reprocess.records import quarantine_prefix
 from airflow_ckpt_provider.store.reprocess.view import FOLDED, StoreView, Unit
 

@@ -26,12 +26,11 @@ from airflow_ckpt_provider.store.reprocess.model import (
     REPROCESS,
     REWIND,
     UNDO,
-    ReprocessPlan,
     ReprocessRecord,
-    ReprocessResult,
     Selection,
     canonical,
 )
+from airflow_ckpt_provider.store.reprocess.plan import ReprocessPlan, ReprocessResult
 from airflow_ckpt_provider.store.reprocess.planner import purge_plan, retraction_plan, undo_plan
 from airflow_ckpt_provider.store.reprocess.records import record_from_json
 from airflow_ckpt_provider.store.reprocess.selection import resolve, resolve_rewind

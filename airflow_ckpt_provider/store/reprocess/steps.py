@@ -27,15 +27,8 @@ from airflow_ckpt_provider.store.errors import (
 )
 from airflow_ckpt_provider.store.model import Epoch, EpochStatus
 from airflow_ckpt_provider.store.reprocess.lineage import KEY_COLUMN, drop_checkpoints, write_snapshot_data
-from airflow_ckpt_provider.store.reprocess.model import (
-    DELETE,
-    PURGE,
-    UNDO,
-    PlannedFile,
-    ReprocessPlan,
-    ReprocessResult,
-    dumps,
-)
+from airflow_ckpt_provider.store.reprocess.model import DELETE, PURGE, UNDO, dumps
+from airflow_ckpt_provider.store.reprocess.plan import PlannedFile, ReprocessPlan, ReprocessResult
 from airflow_ckpt_provider.store.reprocess.planner import quarantine_key
 from airflow_ckpt_provider.store.reprocess.records import PLAN_FIELD, marker_key, quarantine_prefix, record_key
 
