@@ -266,40 +266,7 @@ class LocalBlobStore(BlobStore):
 
     def list(self, prefix: str = "") -> Iterator[BlobInfo]:
         self._count()
-        # Walk only the directory that can hold the prefix.
-        base_dir = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root
-        if not base_dir.is_dir():
-            return iter(())
-        found: builtins.list[BlobInfo] = []
-        rel_base = os.path.relpath(base_dir, self.root)
-        # One scandir per directory, its entries' own stat calls and no path normalising per
-        # directory: a listing of 20,000 loose manifests is the longest part of a state read.
-        pending = [(str(base_dir), "" if rel_base == "." else rel_base + "/")]
-        while pending:
-            directory, rel = pending.pop()
-            try:
-                entries = list(os.scandir(directory))
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            for entry in entries:
-                name = entry.name
-                if name.startswith("."):
-                    continue
-                key = rel + name
-                try:
-                    if entry.is_dir():  # a link to a directory is not walked, as os.walk does not
-                        walk = not entry.is_symlink()
-                        if walk and ((key + "/").startswith(prefix) or prefix.startswith(key + "/")):
-                            pending.append((entry.path, key + "/"))
-                        continue
-                    if not key.startswith(prefix):
-                        continue
-                    size = entry.stat().st_size
-                except FileNotFoundError:
-                    continue
-                found.append(BlobInfo(key=key, size=size))
-        found.sort(key=lambda info: info.key)
-        return iter(found)
+        return iter(_files_under(self.root, prefix))
 
     def list_dirs(self, prefix: str) -> builtins.list[str]:
         self._count()
@@ -346,3 +313,41 @@ def _is_empty(path: Path) -> bool:
         return path.stat().st_size == 0
     except FileNotFoundError:
         return False
+
+
+def _files_under(root: Path, prefix: str) -> list[BlobInfo]:
+    """Every file under ``root`` whose key starts with ``prefix``, hidden names left out, sorted by key."""
+    # Walk only the directory that can hold the prefix.
+    base_dir = root / prefix.rsplit("/", 1)[0] if "/" in prefix else root
+    if not base_dir.is_dir():
+        return []
+    found: list[BlobInfo] = []
+    rel_base = os.path.relpath(base_dir, root)
+    # One scandir per directory, its entries' own stat calls and no path normalising per
+    # directory: a listing of 20,000 loose manifests is the longest part of a state read.
+    pending = [(str(base_dir), "" if rel_base == "." else rel_base + "/")]
+    while pending:
+        directory, rel = pending.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            name = entry.name
+            if name.startswith("."):
+                continue
+            key = rel + name
+            try:
+                if entry.is_dir():  # a link to a directory is not walked, as os.walk does not
+                    walk = not entry.is_symlink()
+                    if walk and ((key + "/").startswith(prefix) or prefix.startswith(key + "/")):
+                        pending.append((entry.path, key + "/"))
+                    continue
+                if not key.startswith(prefix):
+                    continue
+                size = entry.stat().st_size
+            except FileNotFoundError:
+                continue
+            found.append(BlobInfo(key=key, size=size))
+    found.sort(key=lambda info: info.key)
+    return found
