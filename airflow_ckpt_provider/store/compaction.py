@@ -95,7 +95,8 @@ class Compactor:
         self._blobs = context.blobs
         self._reader = reader
         self._deleter = deleter
-        self._merger = SegmentMerger(context.blobs, reader, deleter)
+        #: Merges segments into bigger ones (:mod:`~airflow_ckpt_provider.store.segment_merge`).
+        self.merger = SegmentMerger(context.blobs, reader, deleter)
 
     def compact(
         self, *, min_loose: int = 1, merge: bool = True, delete_retired: bool = True, limit: int | None = None
@@ -141,10 +142,10 @@ class Compactor:
             result = CompactionResult(segment=None, checkpoints=0, deleted_dirs=len(leftovers))
         if merge:
             max_rows = None if limit is None else MERGE_FANIN * limit
-            merged = self._merger.merge_levels(state, delete_retired=delete_retired, max_rows=max_rows)
+            merged = self.merger.merge_levels(state, delete_retired=delete_retired, max_rows=max_rows)
             result = CompactionResult(result.segment, result.checkpoints, merged, result.deleted_dirs, lost_race=False)
         elif delete_retired and state.retired:
-            self._merger.delete_retired(state)
+            self.merger.delete_retired(state)
         return result
 
     # ------------------------------------------------------------------ loose manifests -> a segment
@@ -291,21 +292,9 @@ class Compactor:
 
     # ------------------------------------------------------------------ segments -> a bigger segment (segment_merge.py)
 
-    def merge(
-        self,
-        state: SegmentState,
-        group: Sequence[SegmentRef],
-        *,
-        level: int,
-        delete_retired: bool,
-        drop: frozenset[str] = frozenset(),
-    ) -> SegmentState | None:
-        """Replace the ``group`` segments with one (:meth:`SegmentMerger.merge`); None if a race was lost."""
-        return self._merger.merge(state, group, level=level, delete_retired=delete_retired, drop=drop)
-
     def rewrite_without(self, drop: frozenset[str]) -> bool:
         """One segment holding every row but ``drop`` replaces all segments (discard). False if a race was lost."""
-        return self._merger.rewrite_without(drop)
+        return self.merger.rewrite_without(drop)
 
 
 def _window(ids: list[str], limit: int | None) -> list[str]:

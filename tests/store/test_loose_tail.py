@@ -210,7 +210,7 @@ def test_a_fold_that_lost_the_race_to_a_merge_still_lands(backend: Backend) -> N
     wait_for_hit("store.compact.after_segment")  # its segment of the two late ones is written, not yet named
     other = backend.store()
     state = other.state_reader.segment_state()
-    assert other.compactor.merge(state, list(state.segments), level=1, delete_retired=True) is not None
+    assert other.compactor.merger.merge(state, list(state.segments), level=1, delete_retired=True) is not None
     failpoints.release("store.compact.after_segment")
     thread.join()
     assert not slow[0].lost_race and slow[0].checkpoints == 2, slow[0]
