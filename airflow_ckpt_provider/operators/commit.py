@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_ckpt_provider.contract import XCOM_DEGRADED
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
-from airflow_ckpt_provider.hooks.store_location import TaskStore, store_template_fields
+from airflow_ckpt_provider.hooks.locator import TaskStore
+from airflow_ckpt_provider.hooks.store_location import store_template_fields
 from airflow_ckpt_provider.operators import metrics
 from airflow_ckpt_provider.operators.base import CheckpointStoreBaseOperator, kept_output
 from airflow_ckpt_provider.store import RetentionPolicy, UnknownFiles, UnknownOutputFilesError

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
+from airflow_ckpt_provider.hooks.locator import resolve_store_uri
 from airflow_ckpt_provider.hooks.output_anchor import OutputAnchor
-from airflow_ckpt_provider.hooks.store_location import resolve_store_uri, task_output_anchor
+from airflow_ckpt_provider.hooks.store_location import task_output_anchor
 from airflow_ckpt_provider.operators import metrics
 from airflow_ckpt_provider.store import CheckpointStore, ReprocessPlan, ReprocessResult, Selection
 from airflow_ckpt_provider.store.errors import ReprocessSelectionError, UnsafePathError
@@ -86,7 +87,7 @@ class _StoreActionOperator(BaseOperator):
     def _store(self, context: Context) -> tuple[str, CheckpointStore]:
         # A mapped submit: a task mapped the same way works on the store of its own map index; an
         # unmapped one is refused (AmbiguousStoreError) rather than retracting from every tenant.
-        uri = resolve_store_uri(context, self.checkpoint_uri, self.spark_task_id, self.aws_conn_id)
+        uri = resolve_store_uri(context, self.checkpoint_uri, self.spark_task_id)
         hook = CheckpointHook(uri, aws_conn_id=self.aws_conn_id)
         self._anchor = task_output_anchor(self, self.spark_task_id, context, hook.config)
         return uri, hook.with_output_anchor(self._anchor).get_store()

@@ -51,10 +51,12 @@ from starlette.concurrency import run_in_threadpool
 
 from airflow_ckpt_provider.display.deletion_preview import DeletionPreview, preview
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
+from airflow_ckpt_provider.hooks.locator import ACTIVE_STATES, TaskStoreRef
 from airflow_ckpt_provider.plugins import pages
 from airflow_ckpt_provider.plugins.access import can_access_dag, require_dag_access, require_same_origin_json
 from airflow_ckpt_provider.plugins.audit import EVENTS, write_audit_entry
 from airflow_ckpt_provider.plugins.confirmation import confirmation_payload
+from airflow_ckpt_provider.plugins.dag_stores import dag_store_rows
 from airflow_ckpt_provider.plugins.flow import (
     action_calls,
     audit_ref,
@@ -66,11 +68,6 @@ from airflow_ckpt_provider.plugins.flow import (
     store_calls,
     user_name,
     with_db,
-)
-from airflow_ckpt_provider.plugins.locator import (
-    ACTIVE_STATES,
-    TaskStoreRef,
-    dag_store_rows,
 )
 from airflow_ckpt_provider.plugins.ownership import OwnerMismatch, check_owners, owner_dag_id
 from airflow_ckpt_provider.plugins.problems import StoreProblem, display_uri, problem_from, scrub

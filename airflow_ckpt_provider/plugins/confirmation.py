@@ -21,9 +21,9 @@ from starlette.concurrency import run_in_threadpool
 
 from airflow_ckpt_provider.display.deletion_preview import DeletionPreview, preview
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
+from airflow_ckpt_provider.hooks.locator import ACTIVE_STATES
 from airflow_ckpt_provider.plugins.access import can_access_dag
 from airflow_ckpt_provider.plugins.flow import action_calls, audit_ref, context_json, located, ref_json
-from airflow_ckpt_provider.plugins.locator import ACTIVE_STATES
 from airflow_ckpt_provider.plugins.ownership import OwnerMismatch, check_owners
 from airflow_ckpt_provider.plugins.problems import StoreProblem, problem_from, scrub
 from airflow_ckpt_provider.plugins.store_access import open_for_view

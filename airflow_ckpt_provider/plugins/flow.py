@@ -3,7 +3,7 @@
 The metadata DB is read in short sessions on worker threads (:func:`with_db`), never held while
 a store is read; store calls run on the view's own bounded threads under a deadline
 (:func:`store_calls`, plugins/store_calls.py); the task instance's store is the one its operator
-names (:func:`locate`, plugins/locator.py). Shared by the clear/discard and reprocess endpoints.
+names (:func:`locate`, hooks/locator.py). Shared by the clear/discard and reprocess endpoints.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
+from airflow_ckpt_provider.hooks.locator import TaskStoreRef, locate_task_store
+from airflow_ckpt_provider.hooks.task_fields import TaskInstanceNotFound
 from airflow_ckpt_provider.plugins.access import require_dag_access
 from airflow_ckpt_provider.plugins.audit import write_audit_entry
-from airflow_ckpt_provider.plugins.locator import TaskInstanceNotFound, TaskStoreRef, locate_task_store
 from airflow_ckpt_provider.plugins.problems import StoreProblem, display_uri, problem_from
 from airflow_ckpt_provider.plugins.store_calls import StoreCalls
 

@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field, field_validator
 from starlette.concurrency import run_in_threadpool
 
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
+from airflow_ckpt_provider.hooks.locator import ACTIVE_STATES, TaskStoreRef
 from airflow_ckpt_provider.plugins.access import can_access_dag, require_same_origin_json
 from airflow_ckpt_provider.plugins.flow import (
     action_calls,
@@ -37,7 +38,6 @@ from airflow_ckpt_provider.plugins.flow import (
     parse_map_index,
     store_calls,
 )
-from airflow_ckpt_provider.plugins.locator import ACTIVE_STATES, TaskStoreRef
 from airflow_ckpt_provider.plugins.ownership import OwnerMismatch, check_owners, owner_dag_id
 from airflow_ckpt_provider.plugins.problems import StoreProblem, display_uri, problem_from
 from airflow_ckpt_provider.plugins.store_access import open_for_view
