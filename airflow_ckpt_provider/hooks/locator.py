@@ -47,7 +47,7 @@ from airflow_ckpt_provider.hooks.task_fields import (
     task_instance_states,
 )
 from airflow_ckpt_provider.store import CheckpointError, InvalidStoreUriError
-from airflow_ckpt_provider.store.blobs.local import file_uri, local_path_of
+from airflow_ckpt_provider.store.deletion_guard import canonical_uri
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -265,12 +265,14 @@ class TaskStoreRef:
         map_indexes: tuple[int, ...] = (),
         output_roots: tuple[str, ...] = (),
     ) -> TaskStoreRef:
-        """The ref of a ``found`` store, named by its one canonical URI."""
+        """The ref of a ``found`` store, named as the store compares locations (``canonical_uri``: a
+        local path as its escaped ``file://`` URI, ``s3a://`` as ``s3://``, no trailing ``/``), so two
+        tasks naming one store are one row of the view."""
         return cls(
             dag_id=dag_id,
             task_id=task_id,
             run_id=run_id,
-            uri=_canonical_uri(found.uri),
+            uri=canonical_uri(found.uri),
             aws_conn_id=found.aws_conn_id,
             state=state,
             source=found.source,
@@ -279,16 +281,6 @@ class TaskStoreRef:
             map_indexes=map_indexes,
             output_roots=output_roots,
         )
-
-
-def _canonical_uri(uri: str) -> str:
-    """One name per store: local paths and ``file:`` URIs as the escaped ``file://`` URI the store
-    reports (so '#', '?' or '%2F' in a path never name another store), ``s3a://`` as ``s3://``."""
-    if uri.startswith("file:") or uri.startswith("/"):
-        return file_uri(local_path_of(uri))
-    if uri.startswith("s3a://"):
-        return "s3://" + uri[len("s3a://") :].rstrip("/")
-    return uri.rstrip("/")
 
 
 def locate_task_store(session: Session, dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> TaskStoreRef:
