@@ -9,7 +9,7 @@ more (docs/reprocess.md). The task logs the preview (counts and the exact files)
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_ckpt_provider.hooks.output_anchor import OutputAnchor
@@ -81,7 +81,21 @@ class _StoreActionOperator(CheckpointStoreBaseOperator):
         ti = context["ti"]
         return f"airflow:{ti.dag_id}/{ti.task_id}/{context['run_id']}"
 
-    def _act(self, context: Context, plan: ReprocessPlan, uri: str, run: Any) -> dict[str, Any]:
+    def _preview(self, store: CheckpointStore, delete: bool) -> ReprocessPlan:
+        raise NotImplementedError  # pragma: no cover - each action previews itself
+
+    def _run(self, store: CheckpointStore, plan: ReprocessPlan, delete: bool, requested_by: str) -> ReprocessResult:
+        raise NotImplementedError  # pragma: no cover - each action runs the plan its preview made
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        uri, store = self._store(context)
+        delete = as_bool(self.delete)
+        plan = self._preview(store, delete)
+        return self._act(context, plan, uri, lambda: self._run(store, plan, delete, self._requested_by(context)))
+
+    def _act(
+        self, context: Context, plan: ReprocessPlan, uri: str, run: Callable[[], ReprocessResult]
+    ) -> dict[str, Any]:
         self.log.info("%s", plan.describe(max_files=LOGGED_FILES))
         limit = None if self.max_files is None or self.max_files == "" else int(self.max_files)
         if limit is not None and len(plan.files) > limit:
@@ -109,7 +123,7 @@ class _StoreActionOperator(CheckpointStoreBaseOperator):
         if as_bool(self.preview_only):
             self.log.info("preview_only=True: nothing was changed")
             return base | {"preview": plan.to_json(max_files=0), "result": None}
-        result: ReprocessResult = run(plan)
+        result = run()
         summary = result.summary()
         self.log.info(
             "%s of %s%s: %d checkpoint(s), %d key(s) pending; %d file(s) moved to quarantine, %d deleted, "
@@ -203,19 +217,12 @@ class ReprocessCheckpointsOperator(_StoreActionOperator):
         except ValueError as exc:
             raise ReprocessSelectionError(f"{self.task_id}: {exc}") from exc
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        uri, store = self._store(context)
+    def _preview(self, store: CheckpointStore, delete: bool) -> ReprocessPlan:
+        return store.preview_reprocess(self.selection(), delete=delete)
+
+    def _run(self, store: CheckpointStore, plan: ReprocessPlan, delete: bool, requested_by: str) -> ReprocessResult:
         selection = self.selection()
-        delete = as_bool(self.delete)
-        plan = store.preview_reprocess(selection, delete=delete)
-        return self._act(
-            context,
-            plan,
-            uri,
-            lambda confirmed: store.reprocess(
-                selection, delete=delete, expected=confirmed, requested_by=self._requested_by(context)
-            ),
-        )
+        return store.reprocess(selection, delete=delete, expected=plan, requested_by=requested_by)
 
 
 class RewindCheckpointsOperator(_StoreActionOperator):
@@ -236,21 +243,16 @@ class RewindCheckpointsOperator(_StoreActionOperator):
         super().__init__(**kwargs)
         self.to_commit = to_commit
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        uri, store = self._store(context)
+    def _to_commit(self) -> int:
         try:
-            to_commit = int(self.to_commit)
+            return int(self.to_commit)
         except (TypeError, ValueError):
             raise ReprocessSelectionError(
                 f"{self.task_id}: to_commit={self.to_commit!r} is not a commit number"
             ) from None
-        delete = as_bool(self.delete)
-        plan = store.preview_rewind(to_commit, delete=delete)
-        return self._act(
-            context,
-            plan,
-            uri,
-            lambda confirmed: store.rewind(
-                to_commit, delete=delete, expected=confirmed, requested_by=self._requested_by(context)
-            ),
-        )
+
+    def _preview(self, store: CheckpointStore, delete: bool) -> ReprocessPlan:
+        return store.preview_rewind(self._to_commit(), delete=delete)
+
+    def _run(self, store: CheckpointStore, plan: ReprocessPlan, delete: bool, requested_by: str) -> ReprocessResult:
+        return store.rewind(self._to_commit(), delete=delete, expected=plan, requested_by=requested_by)

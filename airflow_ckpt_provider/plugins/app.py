@@ -64,6 +64,7 @@ from airflow_ckpt_provider.plugins.flow import (
     framing_map_index,
     parse_map_index,
     ref_json,
+    respond,
     store_calls,
     user_name,
     with_db,
@@ -278,8 +279,7 @@ async def get_task(
     task_id: IdQuery,
     map_index: MapIndexQuery = None,
 ) -> JSONResponse:
-    code, body = await task_payload(user, dag_id, task_id, run_id, parse_map_index(map_index))
-    return JSONResponse(body, status_code=code)
+    return respond(await task_payload(user, dag_id, task_id, run_id, parse_map_index(map_index)))
 
 
 @router.get("/api/dag", summary="Checkpoint stores of a DAG's latest runs")
@@ -297,8 +297,7 @@ async def get_dag(
     dependencies=[Depends(require_same_origin_json)],
 )
 async def post_clear(body: ActionBody, user: GetUserDep) -> JSONResponse:
-    code, payload = await run_action(user, "clear", body)
-    return JSONResponse(payload, status_code=code)
+    return respond(await run_action(user, "clear", body))
 
 
 @router.post(
@@ -307,8 +306,7 @@ async def post_clear(body: ActionBody, user: GetUserDep) -> JSONResponse:
     dependencies=[Depends(require_same_origin_json)],
 )
 async def post_discard(body: ActionBody, user: GetUserDep) -> JSONResponse:
-    code, payload = await run_action(user, "discard", body)
-    return JSONResponse(payload, status_code=code)
+    return respond(await run_action(user, "discard", body))
 
 
 @router.post(
@@ -317,8 +315,7 @@ async def post_discard(body: ActionBody, user: GetUserDep) -> JSONResponse:
     dependencies=[Depends(require_same_origin_json)],
 )
 async def post_clear_preview(body: ActionBody, user: GetUserDep) -> JSONResponse:
-    code, payload = await confirmation_payload(user, "clear", body.dag_id, body.task_id, body.run_id, body.map_index)
-    return JSONResponse(payload, status_code=code)
+    return respond(await confirmation_payload(user, "clear", body.dag_id, body.task_id, body.run_id, body.map_index))
 
 
 @router.post(
@@ -327,8 +324,7 @@ async def post_clear_preview(body: ActionBody, user: GetUserDep) -> JSONResponse
     dependencies=[Depends(require_same_origin_json)],
 )
 async def post_discard_preview(body: ActionBody, user: GetUserDep) -> JSONResponse:
-    code, payload = await confirmation_payload(user, "discard", body.dag_id, body.task_id, body.run_id, body.map_index)
-    return JSONResponse(payload, status_code=code)
+    return respond(await confirmation_payload(user, "discard", body.dag_id, body.task_id, body.run_id, body.map_index))
 
 
 @router.get("/ui/task", response_class=HTMLResponse, include_in_schema=False)

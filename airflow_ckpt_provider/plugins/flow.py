@@ -16,6 +16,7 @@ from typing import Annotated, Any, Generic, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from fastapi import HTTPException, Query, status
+from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -119,6 +120,12 @@ async def located(
         raise
     except Exception as exc:  # a templated location the task has not rendered yet, or a DB failure
         return problem_from(exc, "")
+
+
+def respond(answer: Answer) -> JSONResponse:
+    """An (HTTP status, body) answer as the API's JSON response."""
+    code, body = answer
+    return JSONResponse(body, status_code=code)
 
 
 def ref_json(ref: TaskStoreRef) -> dict[str, Any]:

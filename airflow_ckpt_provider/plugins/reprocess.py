@@ -33,9 +33,10 @@ from airflow_ckpt_provider.plugins.flow import (
     StoreRequest,
     action_calls,
     parse_map_index,
+    ref_json,
+    respond,
     store_calls,
 )
-from airflow_ckpt_provider.plugins.problems import display_uri
 from airflow_ckpt_provider.store import CheckpointStore, ReprocessPlan, ReprocessResult, Selection
 from airflow_ckpt_provider.store.errors import StoreChangedError
 from airflow_ckpt_provider.store.reprocess.model import check_key
@@ -138,15 +139,13 @@ def _act(store: CheckpointStore, body: ReprocessBody, who: str) -> ReprocessResu
     return store.purge_quarantine(body.epoch, requested_by=who)
 
 
+#: What a reprocess response says about its task instance (of :func:`ref_json`).
+_CONTEXT_FIELDS = ("dag_id", "task_id", "run_id", "map_index", "task_state", "store_uri")
+
+
 def _context(ref: TaskStoreRef) -> dict[str, Any]:
-    return {
-        "dag_id": ref.dag_id,
-        "task_id": ref.task_id,
-        "run_id": ref.run_id,
-        "map_index": ref.map_index,
-        "task_state": ref.state,
-        "store_uri": display_uri(ref.uri),
-    }
+    shown = ref_json(ref)
+    return {name: shown[name] for name in _CONTEXT_FIELDS}
 
 
 async def preview_payload(user: Any, body: ReprocessBody) -> tuple[int, dict[str, Any]]:
@@ -229,8 +228,7 @@ router = APIRouter()
     dependencies=[Depends(require_same_origin_json)],
 )
 async def post_preview(body: ReprocessBody, user: GetUserDep) -> JSONResponse:
-    code, payload = await preview_payload(user, body)
-    return JSONResponse(payload, status_code=code)
+    return respond(await preview_payload(user, body))
 
 
 @router.post(
@@ -239,8 +237,7 @@ async def post_preview(body: ReprocessBody, user: GetUserDep) -> JSONResponse:
     dependencies=[Depends(require_same_origin_json)],
 )
 async def post_action(body: ReprocessBody, user: GetUserDep) -> JSONResponse:
-    code, payload = await action_payload(user, body)
-    return JSONResponse(payload, status_code=code)
+    return respond(await action_payload(user, body))
 
 
 @router.get("/api/task/reprocesses", summary="The reprocess history of a task instance's store")
@@ -255,8 +252,7 @@ async def get_history(
         user, dag_id, task_id, run_id, parse_map_index(map_index), edit=False, acts=False, context=_context
     )
     if not isinstance(request, StoreRequest):
-        code, body = request
-        return JSONResponse(body, status_code=code)
+        return respond(request)
 
     def history(store: CheckpointStore) -> list[dict[str, Any]]:
         return [r.to_json() for r in store.list_reprocesses()]
