@@ -193,14 +193,14 @@ class Owned(Generic[T]):
 
 @dataclass
 class StoreRequest:
-    """One request on a task instance's store, once located: the response's ``context``, the
-    request's deadline, and the secrets its store call read (scrubbed from every problem shown)."""
+    """One request on a task instance's store, once located: the response's ``context``, how long
+    its store call may take, and the secrets that call read (scrubbed from every problem shown)."""
 
     user: Any
     ref: TaskStoreRef
     context: dict[str, Any]
     edit: bool
-    deadline: Deadline
+    deadline_seconds: float
     config: CheckpointConfig
     secrets: list[str] = field(default_factory=list)
 
@@ -227,7 +227,7 @@ class StoreRequest:
         if isinstance(found, StoreProblem):
             return found.status_code, context_json(dag_id, task_id, run_id, map_index) | extra | found.to_json()
         seconds = config.ui_action_deadline_seconds if acts else config.ui_store_deadline_seconds
-        return cls(user, found, context(found) | extra, edit, Deadline.after(seconds), config)
+        return cls(user, found, context(found) | extra, edit, seconds, config)
 
     @property
     def task_active(self) -> bool:
@@ -237,12 +237,15 @@ class StoreRequest:
     async def run(
         self, work: Callable[[CheckpointStore], T], *, pool: StoreCalls, retries: int = 0, owners: bool = True
     ) -> Owned[T]:
-        """``work(store)`` on ``pool`` under the deadline: the store opened with the operator's connection,
+        """``work(store)`` on ``pool`` under the request's deadline, which starts now: the store opened with the
+        operator's connection,
         refused (``Owned.mismatch``) when other DAGs own it and the user lacks the same rights on them
         (``owners=False``: ``work`` checks that itself)."""
 
+        deadline = Deadline.after(self.deadline_seconds)
+
         def call() -> Owned[T]:
-            store, found = open_for_view(self.ref, self.deadline, self.config, retries=retries)
+            store, found = open_for_view(self.ref, deadline, self.config, retries=retries)
             self.secrets.extend(found)
             try:
                 if not owners:
@@ -251,7 +254,7 @@ class StoreRequest:
             finally:
                 store.close()
 
-        return await pool.run(call, self.deadline)
+        return await pool.run(call, deadline)
 
     def _owned(self, store: CheckpointStore, work: Callable[[CheckpointStore], T]) -> Owned[T]:
         epochs = store.list_epochs()
