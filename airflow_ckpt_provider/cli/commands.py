@@ -94,9 +94,7 @@ def show_checkpoint(store: CheckpointStore, args: argparse.Namespace, io: Io) ->
         io.out,
     )
     if checkpoint.metadata:
-        io.out.write("metadata:\n")
-        for name, value in sorted(checkpoint.metadata.items()):
-            io.out.write(f"  {name}: {json.dumps(value, default=str)}\n")
+        render.section("metadata", checkpoint.metadata, io.out, lambda value: json.dumps(value, default=str))
     return EXIT_OK
 
 
@@ -130,9 +128,7 @@ def progress(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
         io.out,
     )
     if state.last_commit:
-        io.out.write("last commit:\n")
-        for name, value in sorted(state.last_commit.items()):
-            io.out.write(f"  {name}: {render.cell(value)}\n")
+        render.section("last commit", state.last_commit, io.out)
     return EXIT_OK
 
 

@@ -11,7 +11,7 @@ from typing import Any, TextIO
 
 from airflow_ckpt_provider.display.units import human_bytes
 
-__all__ = ["cell", "fields", "human_bytes", "table"]
+__all__ = ["cell", "fields", "human_bytes", "section", "table"]
 
 
 def cell(value: Any) -> str:
@@ -57,3 +57,10 @@ def fields(pairs: Mapping[str, Any], out: TextIO) -> None:
     width = max((len(k) for k in pairs), default=0)
     for name, value in pairs.items():
         out.write(f"{(name + ':').ljust(width + 1)} {cell(value)}\n")
+
+
+def section(title: str, pairs: Mapping[str, Any], out: TextIO, shown: Any = cell) -> None:
+    """Print ``title:`` and then an indented ``name: value`` line per pair, sorted by name."""
+    out.write(f"{title}:\n")
+    for name, value in sorted(pairs.items()):
+        out.write(f"  {name}: {shown(value)}\n")

@@ -107,9 +107,9 @@ class ResolvedTarget:
 
 def resolve_target(target: StoreTarget) -> ResolvedTarget:
     """The store ``target`` names. A task instance's store is the one its operator was configured
-    with, read from Airflow's metadata DB (hooks/task_store.py); without a readable DB, the
+    with, read from Airflow's metadata DB (hooks/locator.py); without a readable DB, the
     ``[ckpt]`` default location (a note on stderr says so). Raises
-    :class:`~airflow_ckpt_provider.hooks.task_store.StoreLocationUnknownError`."""
+    :class:`~airflow_ckpt_provider.hooks.task_fields.StoreLocationUnknownError`."""
     target.validate()
     given = target.output_roots or None
     if not target.names_task_instance:
@@ -118,7 +118,9 @@ def resolve_target(target: StoreTarget) -> ResolvedTarget:
             return ResolvedTarget(target.uri, output_roots=given, declared_by="--output-root")
         return ResolvedTarget(target.uri)
     from airflow_ckpt_provider.hooks.declared_roots import declared_output_roots
-    from airflow_ckpt_provider.hooks.task_store import SOURCE_DEFAULT, configured_store
+    from airflow_ckpt_provider.hooks.default_location import JobIdentity
+    from airflow_ckpt_provider.hooks.locator import configured_store, store_uri
+    from airflow_ckpt_provider.hooks.task_fields import SOURCE_DEFAULT
 
     assert target.dag_id and target.task_id and target.run_id
     found = None
@@ -142,8 +144,9 @@ def resolve_target(target: StoreTarget) -> ResolvedTarget:
             "names a checkpoint_uri, pass the store URI instead\n"
         )
     anchor = _task_anchor(target, given, roots)
-    if found is None:
-        return ResolvedTarget(_default_store_uri(target, target.aws_conn_id), None, SOURCE_DEFAULT, *anchor)
+    if found is None:  # like the operator, without its run's logical date: the location of a run without one
+        job = JobIdentity(target.dag_id, target.task_id, target.run_id, None, target.map_index)
+        return ResolvedTarget(store_uri(None, job), None, SOURCE_DEFAULT, *anchor)
     return ResolvedTarget(found.uri, found.aws_conn_id, found.source, *anchor)
 
 
@@ -155,21 +158,20 @@ def _task_anchor(
     if given is not None:
         return given, "--output-root", None
     from airflow_ckpt_provider.hooks.config import CheckpointConfig
-    from airflow_ckpt_provider.hooks.output_anchor import OutputAnchor
+    from airflow_ckpt_provider.hooks.locator import task_instance_anchor
 
+    assert target.dag_id and target.task_id
     try:
         configured = CheckpointConfig.load().trusted_output_roots
     except Exception:  # no readable Airflow configuration: nothing configured
         configured = ()
-    anchor = OutputAnchor.decide(
-        declared, f"output_roots of DAG '{target.dag_id}' for task '{target.task_id}'", configured
-    )
+    anchor = task_instance_anchor(target.dag_id, target.task_id, declared, configured)
     return anchor.trusted, anchor.declared_by, anchor.configured
 
 
 def _check_map_index(session: Any, target: StoreTarget) -> None:
     """A mapped task has one store per map index: refuse to guess which (TargetError)."""
-    from airflow_ckpt_provider.hooks.task_store import TaskInstanceNotFound, task_instance_states
+    from airflow_ckpt_provider.hooks.task_fields import TaskInstanceNotFound, task_instance_states
 
     assert target.dag_id and target.task_id and target.run_id
     try:
@@ -184,17 +186,6 @@ def _check_map_index(session: Any, target: StoreTarget) -> None:
         )
     if not mapped and target.map_index >= 0:
         raise TargetError(f"task {target.task_id!r} is not mapped in run {target.run_id!r}: leave out --map-index")
-
-
-def _default_store_uri(target: StoreTarget, aws_conn_id: str | None) -> str:
-    """Like the operator: the default location of the task instance's job. Without the metadata DB its
-    run's logical date is unknown: the location of a run without one (``run={run_id}``)."""
-    from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
-    from airflow_ckpt_provider.hooks.default_location import JobIdentity
-
-    assert target.dag_id and target.task_id and target.run_id
-    job = JobIdentity(target.dag_id, target.task_id, target.run_id, None, target.map_index)
-    return CheckpointHook.for_task_instance(None, job, aws_conn_id=aws_conn_id).uri
 
 
 def resolve_uri(target: StoreTarget) -> str:

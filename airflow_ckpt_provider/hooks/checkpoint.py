@@ -12,7 +12,6 @@ from airflow.sdk.log import mask_secret
 
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
 from airflow_ckpt_provider.hooks.connections import ConnectionLookup, StoreConnectionError, task_connection
-from airflow_ckpt_provider.hooks.default_location import JobIdentity
 from airflow_ckpt_provider.hooks.output_anchor import OutputAnchor
 from airflow_ckpt_provider.store import (
     CheckpointStore,
@@ -99,26 +98,6 @@ class CheckpointHook(BaseHook):
     ) -> CheckpointHook:
         """This hook's store, opened with the output roots ``declared_by`` declares (None: this hook itself)."""
         return self if roots is None else self.with_output_anchor(OutputAnchor(tuple(roots), declared_by))
-
-    @staticmethod
-    def resolve_uri(checkpoint_uri: str | None, job: JobIdentity, config: CheckpointConfig | None = None) -> str:
-        """``checkpoint_uri`` if given, else the configured default location of ``job``. Reads no store."""
-        if checkpoint_uri and checkpoint_uri.strip():
-            return checkpoint_uri.strip()
-        return (config or CheckpointConfig.load()).default_store_uri(job)
-
-    @classmethod
-    def for_task_instance(
-        cls,
-        checkpoint_uri: str | None,
-        job: JobIdentity,
-        *,
-        aws_conn_id: str | None = None,
-        config: CheckpointConfig | None = None,
-    ) -> CheckpointHook:
-        """The hook of a task instance's store: ``checkpoint_uri``, else the default location of its job."""
-        config = config or CheckpointConfig.load()
-        return cls(cls.resolve_uri(checkpoint_uri, job, config), aws_conn_id=aws_conn_id, config=config)
 
     @property
     def uri(self) -> str:

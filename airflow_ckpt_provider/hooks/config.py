@@ -12,13 +12,12 @@ from typing import Any
 
 from airflow.sdk.configuration import conf
 
-from airflow_ckpt_provider.hooks.default_location import JobIdentity, default_location, path_segment
 from airflow_ckpt_provider.provider_info import CONFIG_DEFAULTS, SECTION
 from airflow_ckpt_provider.store import RetentionPolicy
 
 _D = CONFIG_DEFAULTS
 
-__all__ = ["SECTION", "CheckpointConfig", "airflow_home", "path_segment"]
+__all__ = ["SECTION", "CheckpointConfig", "airflow_home"]
 
 
 def airflow_home() -> str:
@@ -79,11 +78,6 @@ class CheckpointConfig:
 
     @property
     def store_base(self) -> str:
-        """``base_uri``, or with none the local ``$AIRFLOW_HOME/checkpoints``."""
+        """``base_uri``, or with none the local ``$AIRFLOW_HOME/checkpoints``: where default locations are
+        (hooks/locator.py, :func:`store_uri`)."""
         return self.base_uri.rstrip("/") if self.base_uri else os.path.join(airflow_home(), "checkpoints")
-
-    def default_store_uri(self, job: JobIdentity) -> str:
-        """One store per job: ``{base}/{dag_id}/{task_id}/date={logical date}`` (or ``run={run_id}``
-        for a run without a logical date), ``.../map_index={i}`` for mapped instance ``i``
-        (spelled as ``default_location.py`` says)."""
-        return default_location(self.store_base, job)

@@ -21,13 +21,13 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from airflow_ckpt_provider.hooks.task_store import (
-    _DAG_VERSIONS,
-    _EXPANDED,
-    _TEMPLATE_MARKERS,
+from airflow_ckpt_provider.hooks.task_fields import (
+    DAG_VERSIONS,
+    EXPANDED,
     SPARK_TASK_FIELD,
-    _operator_value,
-    _text,
+    TEMPLATE_MARKERS,
+    field_text,
+    operator_value,
 )
 
 OUTPUT_ROOTS_FIELD = "output_roots"
@@ -47,13 +47,15 @@ def declared_output_roots(
         .order_by(TI.map_index)
         .limit(1)
     )
-    dag = _DAG_VERSIONS.dag(session, dag_id, version_id)
+    dag = DAG_VERSIONS.dag(session, dag_id, version_id)
     tasks: Mapping[str, Any] = getattr(dag, "task_dict", None) or {}
     if task_id not in tasks:
         return ()
-    spark_task_id = _text(_operator_value(tasks[task_id], SPARK_TASK_FIELD, map_index)) or task_id
+    spark_task_id = field_text(operator_value(tasks[task_id], SPARK_TASK_FIELD, map_index)) or task_id
     members = {task_id, spark_task_id} & set(tasks)
-    members |= {t for t, task in tasks.items() if _text(_operator_value(task, SPARK_TASK_FIELD, -1)) == spark_task_id}
+    members |= {
+        t for t, task in tasks.items() if field_text(operator_value(task, SPARK_TASK_FIELD, -1)) == spark_task_id
+    }
     rendered: dict[tuple[str, int], Any] = {
         (str(t), int(m)): fields
         for t, m, fields in session.execute(
@@ -68,14 +70,14 @@ def declared_output_roots(
         if isinstance(fields, Mapping) and OUTPUT_ROOTS_FIELD in fields:
             value = fields[OUTPUT_ROOTS_FIELD]
         else:
-            value = _operator_value(tasks[member], OUTPUT_ROOTS_FIELD, map_index)
+            value = operator_value(tasks[member], OUTPUT_ROOTS_FIELD, map_index)
         roots.extend(_roots(value))
     return tuple(dict.fromkeys(roots))
 
 
 def _roots(value: Any) -> list[str]:
     """The roots in a field's value: a string, a list of strings, or a list rendered as its text."""
-    if value is None or value is _EXPANDED:
+    if value is None or value is EXPANDED:
         return []
     if isinstance(value, str):
         text = value.strip()
@@ -91,5 +93,5 @@ def _roots(value: Any) -> list[str]:
     return [
         str(v).strip()
         for v in value
-        if isinstance(v, str) and v.strip() and not any(marker in v for marker in _TEMPLATE_MARKERS)
+        if isinstance(v, str) and v.strip() and not any(marker in v for marker in TEMPLATE_MARKERS)
     ]

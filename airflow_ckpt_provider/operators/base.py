@@ -14,6 +14,13 @@ from airflow_ckpt_provider.hooks.store_location import STORE_TEMPLATE_FIELDS, Ch
 KEPT_LISTED = 100
 
 
+def as_bool(value: Any) -> bool:
+    """A flag parameter: a templated flag renders to a string ("True", "false", "0", "")."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
 def kept_output(hook: CheckpointHook, kept: Sequence[str]) -> dict[str, Any]:
     """What a task's result says about output files it kept because nothing declares an output
     root: why (None when something does), how many, and the first ``KEPT_LISTED`` of them."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_ckpt_provider.hooks.store_location import TaskStore, store_template_fields
+from airflow_ckpt_provider.hooks.locator import TaskStore
+from airflow_ckpt_provider.hooks.store_location import store_template_fields
 from airflow_ckpt_provider.operators import metrics
 from airflow_ckpt_provider.operators.base import CheckpointStoreBaseOperator, kept_output
 

@@ -9,20 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_ckpt_provider.contract import XCOM_DEGRADED
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
-from airflow_ckpt_provider.hooks.store_location import TaskStore, store_template_fields
+from airflow_ckpt_provider.hooks.locator import TaskStore
+from airflow_ckpt_provider.hooks.store_location import store_template_fields
 from airflow_ckpt_provider.operators import metrics
-from airflow_ckpt_provider.operators.base import CheckpointStoreBaseOperator, kept_output
+from airflow_ckpt_provider.operators.base import CheckpointStoreBaseOperator, as_bool, kept_output
 from airflow_ckpt_provider.store import RetentionPolicy, UnknownFiles, UnknownOutputFilesError
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-
-
-def _as_bool(value: Any) -> bool:
-    # A templated flag renders to a string ("True", "false", "0", "").
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
 
 
 def top_directories(paths: Iterable[str]) -> list[str]:
@@ -117,7 +111,7 @@ class CheckpointCommitOperator(CheckpointStoreBaseOperator):
 
     def _degraded(self, store: TaskStore) -> bool:
         if self.degraded is not None and self.degraded != "":
-            return _as_bool(self.degraded)
+            return as_bool(self.degraded)
         return bool(store.submitted and store.submitted.get(XCOM_DEGRADED))
 
     def _output_roots(self) -> list[str] | None:

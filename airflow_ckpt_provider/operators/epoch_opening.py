@@ -36,7 +36,9 @@ from airflow_ckpt_provider.contract import (
     Handoff,
 )
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
+from airflow_ckpt_provider.hooks.config import CheckpointConfig
 from airflow_ckpt_provider.hooks.default_location import JobIdentity
+from airflow_ckpt_provider.hooks.locator import store_uri
 from airflow_ckpt_provider.operators import metrics
 from airflow_ckpt_provider.operators.takeover import takeover_of_ended_owner
 from airflow_ckpt_provider.store import CheckpointStore, Epoch, EpochStatus
@@ -113,9 +115,10 @@ class EpochOpener:
 
     def hook(self, context: Context) -> CheckpointHook:
         if self._hook is None:
-            self._hook = CheckpointHook.for_task_instance(
-                self.checkpoint_uri, self.job(context), aws_conn_id=self.aws_conn_id
-            ).with_trusted_output_roots(self.declared_output_roots())
+            config = CheckpointConfig.load()
+            uri = store_uri(self.checkpoint_uri, self.job(context), config)
+            hook = CheckpointHook(uri, aws_conn_id=self.aws_conn_id, config=config)
+            self._hook = hook.with_trusted_output_roots(self.declared_output_roots())
         return self._hook
 
     # ------------------------------------------------------------------ before the job

@@ -9,15 +9,13 @@ more (docs/reprocess.md). The task logs the preview (counts and the exact files)
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
-
-from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.hooks.output_anchor import OutputAnchor
-from airflow_ckpt_provider.hooks.store_location import resolve_store_uri, task_output_anchor
+from airflow_ckpt_provider.hooks.store_location import store_template_fields
 from airflow_ckpt_provider.operators import metrics
+from airflow_ckpt_provider.operators.base import CheckpointStoreBaseOperator, as_bool
 from airflow_ckpt_provider.store import CheckpointStore, ReprocessPlan, ReprocessResult, Selection
 from airflow_ckpt_provider.store.errors import ReprocessSelectionError, UnsafePathError
 
@@ -30,12 +28,6 @@ LOGGED_FILES = 200
 
 class ReprocessTooLargeError(ReprocessSelectionError):
     """The plan retracts more files than the task's ``max_files`` allows; nothing was changed."""
-
-
-def _as_bool(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
 
 
 def _as_list(value: Any, what: str) -> list[Any]:
@@ -56,7 +48,7 @@ def _as_list(value: Any, what: str) -> list[Any]:
     return [value]
 
 
-class _StoreActionOperator(BaseOperator):
+class _StoreActionOperator(CheckpointStoreBaseOperator):
     """What reprocess and rewind share: the store, the mode, the preview in the log, metrics."""
 
     ui_color = "#f0c987"
@@ -64,9 +56,6 @@ class _StoreActionOperator(BaseOperator):
     def __init__(
         self,
         *,
-        checkpoint_uri: str | None = None,
-        spark_task_id: str | None = None,
-        aws_conn_id: str | None = None,
         output_roots: Sequence[str] | str | None = None,
         delete: bool | str = False,
         preview_only: bool | str = False,
@@ -74,9 +63,6 @@ class _StoreActionOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.checkpoint_uri = checkpoint_uri
-        self.spark_task_id = spark_task_id
-        self.aws_conn_id = aws_conn_id
         self.output_roots = output_roots
         self.delete = delete
         self._anchor: OutputAnchor | None = None
@@ -86,16 +72,30 @@ class _StoreActionOperator(BaseOperator):
     def _store(self, context: Context) -> tuple[str, CheckpointStore]:
         # A mapped submit: a task mapped the same way works on the store of its own map index; an
         # unmapped one is refused (AmbiguousStoreError) rather than retracting from every tenant.
-        uri = resolve_store_uri(context, self.checkpoint_uri, self.spark_task_id, self.aws_conn_id)
-        hook = CheckpointHook(uri, aws_conn_id=self.aws_conn_id)
-        self._anchor = task_output_anchor(self, self.spark_task_id, context, hook.config)
-        return uri, hook.with_output_anchor(self._anchor).get_store()
+        uri = self.store_uri(context)
+        hook = self.store_hook(uri, context)
+        self._anchor = hook.output_anchor
+        return uri, hook.get_store()
 
     def _requested_by(self, context: Context) -> str:
         ti = context["ti"]
         return f"airflow:{ti.dag_id}/{ti.task_id}/{context['run_id']}"
 
-    def _act(self, context: Context, plan: ReprocessPlan, uri: str, run: Any) -> dict[str, Any]:
+    def _preview(self, store: CheckpointStore, delete: bool) -> ReprocessPlan:
+        raise NotImplementedError  # pragma: no cover - each action previews itself
+
+    def _run(self, store: CheckpointStore, plan: ReprocessPlan, delete: bool, requested_by: str) -> ReprocessResult:
+        raise NotImplementedError  # pragma: no cover - each action runs the plan its preview made
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        uri, store = self._store(context)
+        delete = as_bool(self.delete)
+        plan = self._preview(store, delete)
+        return self._act(context, plan, uri, lambda: self._run(store, plan, delete, self._requested_by(context)))
+
+    def _act(
+        self, context: Context, plan: ReprocessPlan, uri: str, run: Callable[[], ReprocessResult]
+    ) -> dict[str, Any]:
         self.log.info("%s", plan.describe(max_files=LOGGED_FILES))
         limit = None if self.max_files is None or self.max_files == "" else int(self.max_files)
         if limit is not None and len(plan.files) > limit:
@@ -106,7 +106,7 @@ class _StoreActionOperator(BaseOperator):
         base: dict[str, Any] = {
             "checkpoint_uri": uri,
             "aws_conn_id": self.aws_conn_id,
-            "preview_only": _as_bool(self.preview_only),
+            "preview_only": as_bool(self.preview_only),
         }
         anchor = self._anchor
         if anchor is not None and anchor.keeps_output and plan.refused_paths:
@@ -114,16 +114,16 @@ class _StoreActionOperator(BaseOperator):
                 "output_kept_because": anchor.warning("output_roots"),
                 "output_files_kept": list(plan.refused_paths),
             }
-            if not _as_bool(self.preview_only):
+            if not as_bool(self.preview_only):
                 # Taking the checkpoints back without their output would leave it twice after the next run.
                 raise UnsafePathError(
                     f"{self.task_id}: the {plan.action} would retract {len(plan.refused_paths)} output file(s), but "
                     f"{anchor.warning('output_roots=[...] on this task or on its spark_task_id')}. Nothing was changed"
                 )
-        if _as_bool(self.preview_only):
+        if as_bool(self.preview_only):
             self.log.info("preview_only=True: nothing was changed")
             return base | {"preview": plan.to_json(max_files=0), "result": None}
-        result: ReprocessResult = run(plan)
+        result = run()
         summary = result.summary()
         self.log.info(
             "%s of %s%s: %d checkpoint(s), %d key(s) pending; %d file(s) moved to quarantine, %d deleted, "
@@ -154,9 +154,9 @@ class ReprocessCheckpointsOperator(_StoreActionOperator):
     criterion given must hold. Refused, with nothing changed, while a submit holds the store.
 
     :param checkpoint_uri: the store (templated). Default: the store ``spark_task_id`` used in this run.
-    :param spark_task_id: the ``CheckpointedSparkSubmitOperator`` whose store to work on. If it is
+    :param spark_task_id: the ``CheckpointedSparkSubmitOperator`` whose store to work on (templated). If it is
         mapped, map this task the same way (each instance works on the store of its map index).
-    :param aws_conn_id: ``aws`` connection for ``s3://`` stores.
+    :param aws_conn_id: ``aws`` connection for ``s3://`` stores (templated).
     :param output_roots: where output may be retracted (templated), with those of ``spark_task_id``.
         Where neither declares any (and ``[ckpt] trusted_output_roots`` is not set), the action is
         refused before anything changes: retracting checkpoints without their output would leave
@@ -172,8 +172,7 @@ class ReprocessCheckpointsOperator(_StoreActionOperator):
     Returns the counts (XCom): checkpoints, keys, files, bytes, moved, deleted, missing, epoch.
     """
 
-    template_fields: Sequence[str] = (
-        "checkpoint_uri",
+    template_fields: Sequence[str] = store_template_fields(
         "output_roots",
         "keys",
         "files",
@@ -218,19 +217,12 @@ class ReprocessCheckpointsOperator(_StoreActionOperator):
         except ValueError as exc:
             raise ReprocessSelectionError(f"{self.task_id}: {exc}") from exc
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        uri, store = self._store(context)
+    def _preview(self, store: CheckpointStore, delete: bool) -> ReprocessPlan:
+        return store.preview_reprocess(self.selection(), delete=delete)
+
+    def _run(self, store: CheckpointStore, plan: ReprocessPlan, delete: bool, requested_by: str) -> ReprocessResult:
         selection = self.selection()
-        delete = _as_bool(self.delete)
-        plan = store.preview_reprocess(selection, delete=delete)
-        return self._act(
-            context,
-            plan,
-            uri,
-            lambda confirmed: store.reprocess(
-                selection, delete=delete, expected=confirmed, requested_by=self._requested_by(context)
-            ),
-        )
+        return store.reprocess(selection, delete=delete, expected=plan, requested_by=requested_by)
 
 
 class RewindCheckpointsOperator(_StoreActionOperator):
@@ -243,34 +235,24 @@ class RewindCheckpointsOperator(_StoreActionOperator):
     :param to_commit: the commit (epoch number) to return to; 0 for before the first (templated).
     """
 
-    template_fields: Sequence[str] = (
-        "checkpoint_uri",
-        "output_roots",
-        "to_commit",
-        "delete",
-        "preview_only",
-        "max_files",
+    template_fields: Sequence[str] = store_template_fields(
+        "output_roots", "to_commit", "delete", "preview_only", "max_files"
     )
 
     def __init__(self, *, to_commit: int | str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.to_commit = to_commit
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        uri, store = self._store(context)
+    def _to_commit(self) -> int:
         try:
-            to_commit = int(self.to_commit)
+            return int(self.to_commit)
         except (TypeError, ValueError):
             raise ReprocessSelectionError(
                 f"{self.task_id}: to_commit={self.to_commit!r} is not a commit number"
             ) from None
-        delete = _as_bool(self.delete)
-        plan = store.preview_rewind(to_commit, delete=delete)
-        return self._act(
-            context,
-            plan,
-            uri,
-            lambda confirmed: store.rewind(
-                to_commit, delete=delete, expected=confirmed, requested_by=self._requested_by(context)
-            ),
-        )
+
+    def _preview(self, store: CheckpointStore, delete: bool) -> ReprocessPlan:
+        return store.preview_rewind(self._to_commit(), delete=delete)
+
+    def _run(self, store: CheckpointStore, plan: ReprocessPlan, delete: bool, requested_by: str) -> ReprocessResult:
+        return store.rewind(self._to_commit(), delete=delete, expected=plan, requested_by=requested_by)

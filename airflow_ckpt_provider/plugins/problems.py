@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 from airflow_ckpt_provider.display.redaction import without_uri_userinfo
 from airflow_ckpt_provider.hooks.checkpoint import seen_secrets
 from airflow_ckpt_provider.hooks.connections import StoreConnectionError
-from airflow_ckpt_provider.hooks.task_store import StoreLocationUnknownError
+from airflow_ckpt_provider.hooks.task_fields import StoreLocationUnknownError
 from airflow_ckpt_provider.store.errors import (
     CheckpointError,
     CorruptCheckpointError,

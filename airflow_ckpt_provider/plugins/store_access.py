@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
-from airflow_ckpt_provider.hooks.output_anchor import OutputAnchor
-from airflow_ckpt_provider.plugins.locator import TaskStoreRef
+from airflow_ckpt_provider.hooks.locator import TaskStoreRef, task_instance_anchor
 from airflow_ckpt_provider.plugins.problems import secret_values
 from airflow_ckpt_provider.plugins.store_calls import Deadline, DeadlineBlobStore
 from airflow_ckpt_provider.store import CheckpointStore, open_store
@@ -39,8 +38,6 @@ def open_for_view(
 
     # Deletions, moves and restores stay inside the roots the DAG declares, else [ckpt] trusted_output_roots,
     # else none: output files are kept (docs/security.md, "The trust model").
-    anchor = OutputAnchor.decide(
-        ref.output_roots, f"output_roots of DAG '{ref.dag_id}' for task '{ref.task_id}'", config.trusted_output_roots
-    )
+    anchor = task_instance_anchor(ref.dag_id, ref.task_id, ref.output_roots, config.trusted_output_roots)
     store = open_store(ref.uri, wrap_blobs=bounded, **anchor.store_options(), **options)
     return store, secret_values(options)

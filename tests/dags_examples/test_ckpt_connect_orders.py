@@ -98,7 +98,7 @@ def test_a_failed_tenant_resumes_after_clear_only_failed_and_each_tenant_lands_o
         totals = dict(zip(table["order_id"], table["total"], strict=True))
         assert totals[BAD_ID] == (CORRECTED_TOTAL if tenant == "beta" else BAD_ID % 97 * 1.5 * 1.2)
 
-    # The CLI finds beta's store from the task instance (hooks/task_store.py, as the Checkpoints view does), as
+    # The CLI finds beta's store from the task instance (hooks/locator.py, as the Checkpoints view does), as
     # for a submit task: its default location, committed by epoch 3, whose base held what the failed tries sealed.
     beta = airflow_harness.xcom(DAG_ID, run_id, "orders", "checkpoint_result", map_index=1)
     assert beta["checkpoint_uri"] == "file://" + airflow_harness.default_store_uri(DAG_ID, "orders", run_id, 1)

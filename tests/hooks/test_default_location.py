@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
 from airflow_ckpt_provider.hooks.default_location import JobIdentity, default_location, path_segment
+from airflow_ckpt_provider.hooks.locator import store_uri
 from airflow_ckpt_provider.store import RetentionPolicy, open_store
 
 #: Pieces of ids: safe characters, the unsafe ones, unicode (composed and decomposed), case.
@@ -106,10 +106,9 @@ def _config(base: Path) -> CheckpointConfig:
     )
 
 
-def test_the_hook_uses_a_named_store_else_the_jobs_default(tmp_path: Path) -> None:
+def test_a_task_instance_uses_a_named_store_else_the_jobs_default(tmp_path: Path) -> None:
     config = _config(tmp_path / "checkpoints")
     job = JobIdentity("dag", "task", "manual__1", dt.datetime(2024, 5, 1, tzinfo=dt.UTC))
-    assert CheckpointHook.for_task_instance(None, job, config=config).uri == config.default_store_uri(job)
-    assert config.default_store_uri(job) == f"{tmp_path}/checkpoints/dag/task/date=2024-05-01"
-    explicit = CheckpointHook.for_task_instance(str(tmp_path / "mine"), job, config=config)
-    assert explicit.uri == str(tmp_path / "mine")
+    assert store_uri(None, job, config) == default_location(config.store_base, job)
+    assert store_uri(" ", job, config) == f"{tmp_path}/checkpoints/dag/task/date=2024-05-01"
+    assert store_uri(f" {tmp_path / 'mine'} ", job, config) == str(tmp_path / "mine")

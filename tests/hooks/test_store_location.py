@@ -16,10 +16,11 @@ from airflow.sdk import DAG
 from airflow_ckpt_provider.hooks.store_location import STORE_TEMPLATE_FIELDS, CheckpointStoreMixin
 from airflow_ckpt_provider.operators.clear import ClearCheckpointsOperator
 from airflow_ckpt_provider.operators.commit import CheckpointCommitOperator
+from airflow_ckpt_provider.operators.reprocess import ReprocessCheckpointsOperator
 from airflow_ckpt_provider.operators.spark_submit import CheckpointedSparkSubmitOperator
 from airflow_ckpt_provider.sensors.checkpoint import CheckpointSensor
 
-STORE_TASKS = [CheckpointCommitOperator, ClearCheckpointsOperator, CheckpointSensor]
+STORE_TASKS = [CheckpointCommitOperator, ClearCheckpointsOperator, CheckpointSensor, ReprocessCheckpointsOperator]
 
 
 @pytest.mark.parametrize("cls", STORE_TASKS)

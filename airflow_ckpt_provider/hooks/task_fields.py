@@ -1,19 +1,14 @@
-"""Which store a task instance was configured with, read from Airflow's metadata DB.
+"""What Airflow's metadata DB says about a task instance's operator fields (no store decided here).
 
-The Checkpoints view and ``airflow-ckpt --dag-id/--task-id/--run-id`` show and clear the
-store a task's *operator* names, in this order (docs/security.md, "Which store a page shows"):
+The store fields (``checkpoint_uri``, ``aws_conn_id``, ``spark_task_id``) and the output roots of a
+task instance, in this order (docs/security.md, "Which store a page shows"):
 
-1. the operator's ``checkpoint_uri`` / ``aws_conn_id`` as that task instance rendered them
-   (Airflow records rendered template fields when the task runs);
-2. the same fields in the serialized DAG of the task instance's DAG version (a task that has
-   not run yet), unless they are templates (then the store is not known yet: an error);
-3. the ``[ckpt]`` default location of the task instance's job (dag, task, map index, and its run's
-   logical date).
+1. as that task instance rendered them (Airflow records rendered template fields when it runs);
+2. as the serialized DAG of the task instance's DAG version names them (a task that has not run
+   yet), unless they are templates (then the store is not known yet: an error);
 
-A store-facing task without a ``checkpoint_uri`` of its own (commit, clear, sensor with
-``spark_task_id``) works on its Spark task's store, resolved the same way. Never from XCom:
-anyone with edit rights on a DAG can write its task instances' XCom entries through the REST
-API, and could point the page, and its Clear button, at any other store.
+Never from XCom: anyone with edit rights on a DAG can write its task instances' XCom entries
+through the REST API. Which store those fields make is hooks/locator.py's answer.
 """
 
 from __future__ import annotations
@@ -28,7 +23,6 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.hooks.default_location import JobIdentity
 from airflow_ckpt_provider.store.errors import CheckpointError
 
@@ -41,7 +35,7 @@ SOURCE_RENDERED = "rendered by the task"
 SOURCE_NAMED = "named by the operator"
 SOURCE_DEFAULT = "default location"
 
-_TEMPLATE_MARKERS = ("{{", "{%", "{#")
+TEMPLATE_MARKERS = ("{{", "{%", "{#")
 #: Deserialized DAG versions kept per process (the view asks for the same few DAGs again and again).
 _DAG_CACHE_SIZE = 32
 
@@ -55,20 +49,10 @@ class StoreLocationUnknownError(CheckpointError):
 
 
 @dataclass(frozen=True)
-class ConfiguredStore:
-    """Where a task instance keeps its checkpoints, and how that was decided (no credentials)."""
+class OperatorFields:
+    """A task instance's store fields, where they were read (a ``SOURCE_*``), and whether its operator
+    is one of the provider's (it has a ``checkpoint_uri`` field)."""
 
-    uri: str
-    aws_conn_id: str | None
-    source: str  # SOURCE_RENDERED, SOURCE_NAMED or SOURCE_DEFAULT
-    #: The Spark task whose store this is, when the task itself names none (commit, clear, sensor).
-    spark_task_id: str | None = None
-    #: Whether the task is one of the provider's operators (it has a ``checkpoint_uri`` field).
-    checkpoint_task: bool = False
-
-
-@dataclass(frozen=True)
-class _Fields:
     values: Mapping[str, Any]
     source: str
     checkpoint_task: bool
@@ -109,7 +93,7 @@ class _DagVersions:
         return dag
 
 
-_DAG_VERSIONS = _DagVersions()
+DAG_VERSIONS = _DagVersions()
 
 
 def task_instance_states(session: Session, dag_id: str, task_id: str, run_id: str) -> dict[int, str | None]:
@@ -130,7 +114,7 @@ def task_instance_states(session: Session, dag_id: str, task_id: str, run_id: st
     return states
 
 
-def _fields(session: Session, dag_id: str, task_id: str, run_id: str, map_index: int) -> _Fields:
+def operator_fields(session: Session, dag_id: str, task_id: str, run_id: str, map_index: int) -> OperatorFields:
     from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
     from airflow.models.taskinstance import TaskInstance as TI
 
@@ -148,38 +132,38 @@ def _fields(session: Session, dag_id: str, task_id: str, run_id: str, map_index:
         .order_by(TI.map_index)
         .limit(1)
     )
-    task = _DAG_VERSIONS.task(session, dag_id, task_id, version_id)
+    task = DAG_VERSIONS.task(session, dag_id, task_id, version_id)
     template_fields = tuple(getattr(task, "template_fields", ()) or ())
     checkpoint_task = URI_FIELD in template_fields
     if isinstance(rendered, Mapping) and URI_FIELD in rendered:
-        return _Fields(rendered, SOURCE_RENDERED, True)
+        return OperatorFields(rendered, SOURCE_RENDERED, True)
     if task is None:
-        return _Fields({}, SOURCE_DEFAULT, False)
-    named = {name: _operator_value(task, name, map_index) for name in (URI_FIELD, CONN_FIELD, SPARK_TASK_FIELD)}
+        return OperatorFields({}, SOURCE_DEFAULT, False)
+    named = {name: operator_value(task, name, map_index) for name in (URI_FIELD, CONN_FIELD, SPARK_TASK_FIELD)}
     for name, value in named.items():
-        if value is _EXPANDED:
+        if value is EXPANDED:
             raise StoreLocationUnknownError(
                 f"the {name} of mapped task {task_id!r} in DAG {dag_id!r} comes from its expand() arguments and "
                 f"task instance {run_id!r} has not run yet: its store is known once it runs. "
                 "Name the store by its URI instead"
             )
-        if isinstance(value, str) and any(marker in value for marker in _TEMPLATE_MARKERS):
+        if isinstance(value, str) and any(marker in value for marker in TEMPLATE_MARKERS):
             raise StoreLocationUnknownError(
                 f"the {name} of task {task_id!r} in DAG {dag_id!r} is templated ({value!r}) and task instance "
                 f"{run_id!r} has not rendered it yet (it has not run): its store is known once it runs. "
                 "Name the store by its URI instead"
             )
-    return _Fields(named, SOURCE_NAMED, checkpoint_task)
+    return OperatorFields(named, SOURCE_NAMED, checkpoint_task)
 
 
 #: A field of a mapped operator that its ``expand()`` arguments set, per map index.
-_EXPANDED = object()
+EXPANDED = object()
 
 
-def _operator_value(task: Any, name: str, map_index: int) -> Any:
+def operator_value(task: Any, name: str, map_index: int) -> Any:
     """The field ``name`` as the serialized DAG names it. A mapped operator keeps its ``partial()``
     arguments apart; a field given to ``expand()`` is known only per map index: the value at
-    ``map_index`` of a literal list, else :data:`_EXPANDED`."""
+    ``map_index`` of a literal list, else :data:`EXPANDED`."""
     partial = getattr(task, "partial_kwargs", None)
     if not isinstance(partial, Mapping):
         return getattr(task, name, None)
@@ -192,15 +176,15 @@ def _operator_value(task: Any, name: str, map_index: int) -> Any:
         values = expanded[name]
         if isinstance(values, (list, tuple)) and 0 <= map_index < len(values):
             return values[map_index]
-        return _EXPANDED
+        return EXPANDED
     if isinstance(expanded, (list, tuple)) and all(isinstance(kwargs, Mapping) for kwargs in expanded):
         if 0 <= map_index < len(expanded):  # .expand_kwargs([{...}, ...])
             return expanded[map_index].get(name)
-        return _EXPANDED if any(name in kwargs for kwargs in expanded) else None
-    return _EXPANDED  # .expand_kwargs(an upstream XCom): any field may come from it
+        return EXPANDED if any(name in kwargs for kwargs in expanded) else None
+    return EXPANDED  # .expand_kwargs(an upstream XCom): any field may come from it
 
 
-def _lowest_map_index(session: Session, dag_id: str, task_id: str, run_id: str) -> int:
+def lowest_map_index(session: Session, dag_id: str, task_id: str, run_id: str) -> int:
     from airflow.models.taskinstance import TaskInstance as TI
 
     where = (TI.dag_id == dag_id, TI.task_id == task_id, TI.run_id == run_id)
@@ -218,38 +202,7 @@ def job_identity(session: Session, dag_id: str, task_id: str, run_id: str, map_i
     )
 
 
-def _text(value: Any) -> str | None:
+def field_text(value: Any) -> str | None:
     if isinstance(value, str) and value.strip() and value.strip() != "None":
         return value.strip()
     return None
-
-
-def configured_store(
-    session: Session, dag_id: str, task_id: str, run_id: str, *, map_index: int = -1
-) -> ConfiguredStore:
-    """The store the task instance's operator names (see the module docstring), read from the DB.
-
-    Reads only the metadata DB: no store is opened. Raises :class:`StoreLocationUnknownError`.
-    """
-    fields = _fields(session, dag_id, task_id, run_id, map_index)
-    uri = _text(fields.values.get(URI_FIELD))
-    conn = _text(fields.values.get(CONN_FIELD))
-    spark_task_id = _text(fields.values.get(SPARK_TASK_FIELD))
-    if uri is None and spark_task_id is not None and spark_task_id != task_id:
-        if map_index < 0:  # an unmapped task over a mapped submit works on every instance's store: show the first
-            map_index = _lowest_map_index(session, dag_id, spark_task_id, run_id)
-        spark = _fields(session, dag_id, spark_task_id, run_id, map_index)
-        spark_uri = _text(spark.values.get(URI_FIELD))
-        return ConfiguredStore(
-            uri=CheckpointHook.resolve_uri(spark_uri, job_identity(session, dag_id, spark_task_id, run_id, map_index)),
-            aws_conn_id=conn or _text(spark.values.get(CONN_FIELD)),
-            source=spark.source if spark_uri else SOURCE_DEFAULT,
-            spark_task_id=spark_task_id,
-            checkpoint_task=fields.checkpoint_task,
-        )
-    return ConfiguredStore(
-        uri=CheckpointHook.resolve_uri(uri, job_identity(session, dag_id, task_id, run_id, map_index)),
-        aws_conn_id=conn,
-        source=fields.source if uri else SOURCE_DEFAULT,
-        checkpoint_task=fields.checkpoint_task,
-    )
