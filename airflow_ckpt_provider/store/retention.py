@@ -17,14 +17,13 @@ from airflow_ckpt_provider.store.compaction import Compactor
 from airflow_ckpt_provider.store.context import StoreContext
 from airflow_ckpt_provider.store.deletion import StoreDeleter
 from airflow_ckpt_provider.store.deletion_guard import canonical_uri
-from airflow_ckpt_provider.store.epochs import EpochLog
+from airflow_ckpt_provider.store.epochs import EpochBase, EpochLog
 from airflow_ckpt_provider.store.errors import CheckpointError, CommitRefusedError, CorruptCheckpointError
 from airflow_ckpt_provider.store.keys import KEY_COLUMN
 from airflow_ckpt_provider.store.layout import checkpoint_prefixes, commit_done_key, snapshot_prefix
 from airflow_ckpt_provider.store.model import (
     CheckpointStatus,
     ClearResult,
-    Epoch,
     EpochStatus,
     RetentionPolicy,
 )
@@ -182,21 +181,16 @@ class Retention:
         number = latest_number + 1
         snapshot = state.snapshot if keep_committed else None
         folded = set(snapshot["checkpoint_ids"]) if snapshot else set()
-        epoch = Epoch(
-            number=number,
+        self._epochs.open_fencing(
+            number,
             owner=owner,
-            created_at=now(),
-            base=tuple(sorted(keep_ids - folded)),
-            base_snapshot=None if snapshot is None else int(snapshot["snapshot"]),
-            expected_partitions=None,
+            base=EpochBase(tuple(sorted(keep_ids - folded)), None if snapshot is None else int(snapshot["snapshot"])),
             metadata={"action": owner},
+            conflict=(
+                f"a submit opened epoch {number} of {self._context.uri} while clearing; nothing was deleted. Retry"
+            ),
         )
-        self._epochs.create_fencing_epoch(
-            epoch,
-            f"a submit opened epoch {number} of {self._context.uri} while clearing; nothing was deleted. Retry",
-        )
-        if state.latest is not None and state.latest.status is EpochStatus.OPEN:
-            self._epochs.write_end(state.latest.number, EpochStatus.FAILED, {"reason": f"{owner} (epoch {number})"})
+        self._epochs.end_superseded(state.latest, f"{owner} (epoch {number})")
         drop_ids = sorted((state.sealed_ids() | set(state.unsealed) | set(state.corrupt)) - keep_ids)
         if keep_committed:
             # Before anything is deleted: a segment that cannot be rewritten stops the discard here.
