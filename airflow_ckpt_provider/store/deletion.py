@@ -1,8 +1,9 @@
 """Deleting what the store and its writers made: output files writers recorded, and store records.
 
-Every deletion of the store goes through this module (commit, retention, clearing), and
-every one passes the :class:`~airflow_ckpt_provider.store.deletion_guard.DeletionGuard`
-first (docs/design.md, invariant 10): output files only under the output roots declared when
+Every deletion of the store goes through this module (commit, retention, clearing; the orphan
+sweep they share is ``store/sweep.py``), and every one passes the
+:class:`~airflow_ckpt_provider.store.deletion_guard.DeletionGuard` first (docs/design.md,
+invariant 10): output files only under the output roots declared when
 epochs opened and only when a writer of this store recorded an intent for them (exact paths,
 or a native write's name pattern); store records only by key under the store root. Deletes
 go in batches of 1,000 keys (one S3 ``DeleteObjects`` each).
@@ -161,17 +162,6 @@ class StoreDeleter:
         return Intents(out, tuple(patterns), tuple(rejected))
 
     # ------------------------------------------------------------------ output files
-
-    def delete_recorded(
-        self,
-        guard: DeletionGuard,
-        roots: Sequence[str],
-        doomed: Mapping[str, str],
-        known: set[str],
-        doomed_by_name: Callable[[str], bool] = lambda path: False,
-    ) -> Sweep:
-        """:meth:`plan_sweep`, then :meth:`run_sweep` at once (discard and clear: nothing to decide between)."""
-        return self.run_sweep(self.plan_sweep(guard, roots, doomed, known, doomed_by_name))
 
     def plan_sweep(
         self,

@@ -31,6 +31,7 @@ from airflow_ckpt_provider.store.records import NamePattern, dumps, now, record_
 from airflow_ckpt_provider.store.reprocess.lineage import attributed_keys, unattributed_through, write_snapshot_data
 from airflow_ckpt_provider.store.reprocess.maintenance import refuse_unfinished_maintenance
 from airflow_ckpt_provider.store.state import StateReader, StoreState, segment_intents
+from airflow_ckpt_provider.store.sweep import plan_orphan_sweep
 
 log = logging.getLogger(__name__)
 
@@ -200,34 +201,22 @@ class Retention:
         }
         recorded = self._deleter.intents(skip=keep_ids, extra=segment_intents(state, skip=keep_ids))
         guard = self._deleter.guard()
-        marked = {p: cid for p, (cid, _) in recorded.paths.items() if cid not in keep_ids and p not in committed_paths}
-        patterns = [p for p in recorded.patterns if p.checkpoint_id not in keep_ids]
-        refused = [f"{cid}: {why}" for cid, why in recorded.rejected]
-        undeclared: list[str] = []
-        doomed: dict[str, str] = {}
-        for path, checkpoint_id in marked.items():
-            reason = guard.refusal(path)
-            if reason is None:
-                doomed[path] = checkpoint_id
-            elif not guard.declared or guard.keeps_all_output:
-                undeclared.append(path)  # nothing declared (the DAG, or an earlier version): kept, and said so
-            else:
-                refused.append(f"{checkpoint_id}: {reason}")
-        for pattern in patterns:
-            if guard.root_of(f"{pattern.root}/{pattern.marker}") is not None:
-                continue
-            where = f"files named *{pattern.marker}* under {pattern.root}"
-            if guard.declared and not guard.keeps_all_output:
-                refused.append(f"{pattern.checkpoint_id}: {where} are outside the declared output roots")
-            else:
-                undeclared.append(where)
-        roots, _ = guard.sweep_roots(sorted({p.rsplit("/", 1)[0] for p in doomed} | {p.root for p in patterns}))
-
-        def doomed_by_name(path: str) -> bool:
-            return any(p.matches(path) for p in patterns)
-
-        sweep = self._deleter.delete_recorded(guard, roots, doomed, committed_paths, doomed_by_name)
-        refused += [f"{p}: refused by the deletion guard" for p in sweep.refused]
+        orphans = plan_orphan_sweep(
+            self._deleter,
+            guard,
+            recorded,
+            keep_ids=keep_ids,
+            keep_paths=committed_paths,
+            undeclared_keeps_output=True,
+        )
+        sweep = orphans.run(self._deleter)
+        refused = [
+            *(f"{cid}: {why}" for cid, why in recorded.rejected),
+            *orphans.refused,
+            *orphans.refused_patterns,
+            *(f"{p}: refused by the deletion guard" for p in sweep.refused),
+        ]
+        undeclared = orphans.undeclared
         self._deleter.delete_checkpoint_dirs(sorted(set(state.listed_dirs) - keep_ids))
         snapshots: list[int] = []
         if not keep_committed:
@@ -251,6 +240,6 @@ class Retention:
             deleted_snapshots=tuple(snapshots),
             bytes_freed=sweep.bytes_freed,
             output_roots=guard.root_uris,
-            undeclared_output_files=tuple(sorted(undeclared)),
+            undeclared_output_files=undeclared,
             refused_records=tuple(refused),
         )
