@@ -85,12 +85,13 @@ class StoreDeleter:
         opened with (``trusted_output_roots``: the DAG's) or, without those, bound to the store's
         scheme and bucket (store/deletion_guard.py). ``explicit_roots`` (a commit's
         ``output_roots``, given by the operator or the CLI user) vouch for recorded roots under
-        them, and count by themselves when no epoch record still present declares any (stores
-        written by an earlier version); without any root no output file may be deleted."""
+        them, and count by themselves when no epoch record still present declares any (the epochs
+        were opened without ``output_roots`` and no driver declared one); without any root no
+        output file may be deleted."""
         epoch_roots, epochs_declared = self._epochs.declared_roots()
         commit_roots = self._reader.commit_output_roots()
         # Explicit roots alone do not make the store "declared": what lies outside them is then kept
-        # as output of an earlier version's store, not reported as a refused record.
+        # as output of a store that declares nothing, not reported as a refused record.
         return DeletionGuard.build(
             self._context.uri,
             [*epoch_roots, *commit_roots],

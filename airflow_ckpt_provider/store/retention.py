@@ -230,7 +230,7 @@ class Retention:
                 self._context.uri,
                 f"no output root is declared ({guard.trusted_by}: none)"
                 if guard.anchor_declares_nothing
-                else "the store declares no output root (written by an earlier version)",
+                else "the store declares no output root (no epoch declares one)",
                 len(undeclared),
             )
         return ClearResult(

@@ -18,7 +18,7 @@ The invariants each of them keeps are numbered in docs/design.md (section 4.2).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -59,7 +59,7 @@ from airflow_ckpt_provider.store.parts import StoreParts
 from airflow_ckpt_provider.store.reprocess.service import Reprocessor
 from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, OnRerun, RerunPlan, plan_rerun
 from airflow_ckpt_provider.store.retention import Retention
-from airflow_ckpt_provider.store.state import StateReader, StoreState, key_sources
+from airflow_ckpt_provider.store.state import StateReader, key_sources
 from airflow_ckpt_provider.store.tail import DEFAULT_MAX_LOOSE, LooseTail
 from airflow_ckpt_provider.store.writers import CheckpointWriters
 
@@ -79,10 +79,6 @@ __all__ = [
     "new_checkpoint_id",
     "validate_checkpoint_id",
 ]
-
-# Names this module held before the store was split into one module per concern.
-_State = StoreState
-_key_sources = key_sources
 
 
 class CheckpointStore:
@@ -223,15 +219,6 @@ class CheckpointStore:
         """
         return self._writers.checkpoint(checkpoint_id, epoch=epoch, partition=partition, metadata=metadata)
 
-    def mark_committed(self, checkpoint_ids: Iterable[str]) -> None:
-        """Set the status of sealed checkpoints to committed (``If-Match`` on the manifest).
-
-        Visible to every reader at once: committed checkpoints no longer appear in
-        :meth:`get_checkpointed_files` but their keys stay done. Idempotent. Raises
-        :class:`UnknownCheckpointError` for an id with no manifest.
-        """
-        self._writers.mark_committed([validate_checkpoint_id(i) for i in checkpoint_ids], {})
-
     # ------------------------------------------------------------------ epochs (store/epochs.py)
 
     def current_epoch(self) -> Epoch | None:
@@ -357,7 +344,7 @@ class CheckpointStore:
         declared output roots (docs/design.md, invariant 10). Code that deletes or moves output
         (reprocess, retraction) calls ``guard.check(uri)`` on every source and destination. Reads
         the epoch and commit records; changes nothing. ``explicit_roots`` count only for a store
-        that declares none (earlier versions), as a commit's ``output_roots`` do.
+        whose epochs declare none, as a commit's ``output_roots`` do.
         """
         return self.deleter.guard(explicit_roots)
 

@@ -3,7 +3,7 @@
 The store's one deletion guard (store/deletion_guard.py, docs/design.md invariant 10): only
 files under the output roots declared when epochs opened (by the operator or the Spark driver)
 and copied into commit records, never inside the store root, never a path with '..'. A store
-that declares no root (written by an earlier version, and never committed with explicit
+that declares no root (no epoch declares one, and no commit was given explicit
 ``output_roots``) allows nothing: the plan refuses and says why.
 """
 
