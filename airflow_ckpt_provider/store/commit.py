@@ -14,11 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_ckpt_provider.failpoints import failpoint
-from airflow_ckpt_provider.store.compaction import Compactor
 from airflow_ckpt_provider.store.context import StoreContext
-from airflow_ckpt_provider.store.deletion import StoreDeleter
 from airflow_ckpt_provider.store.deletion_guard import canonical_uri
-from airflow_ckpt_provider.store.epochs import EpochLog
 from airflow_ckpt_provider.store.errors import (
     CommitRefusedError,
     InputSkippedError,
@@ -31,6 +28,7 @@ from airflow_ckpt_provider.store.input_audit import audit_findings
 from airflow_ckpt_provider.store.keys import duplicate_keys
 from airflow_ckpt_provider.store.layout import commit_done_key, commit_key
 from airflow_ckpt_provider.store.model import CommitResult, EpochStatus, FileMetadata, UnknownFiles
+from airflow_ckpt_provider.store.parts import StoreParts
 from airflow_ckpt_provider.store.records import commit_result_from_json, dumps, now
 from airflow_ckpt_provider.store.reprocess.lineage import write_lineage
 from airflow_ckpt_provider.store.reprocess.maintenance import refuse_unfinished_maintenance
@@ -62,20 +60,13 @@ class _OrphanPlan:
 class Committer:
     """Commits the latest epoch and deletes its orphans."""
 
-    def __init__(
-        self,
-        context: StoreContext,
-        reader: StateReader,
-        epochs: EpochLog,
-        deleter: StoreDeleter,
-        compactor: Compactor,
-    ) -> None:
-        self._context = context
-        self._blobs = context.blobs
-        self._reader = reader
-        self._epochs = epochs
-        self._deleter = deleter
-        self._compactor = compactor
+    def __init__(self, parts: StoreParts) -> None:
+        self._context = parts.context
+        self._blobs = parts.blobs
+        self._reader = parts.reader
+        self._epochs = parts.epochs
+        self._deleter = parts.deleter
+        self._compactor = parts.compactor
 
     def commit(
         self, output_roots: Sequence[str] | None, *, degraded: bool, unknown_files: UnknownFiles = UnknownFiles.FAIL

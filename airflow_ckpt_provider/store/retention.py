@@ -13,11 +13,8 @@ import datetime as dt
 import logging
 
 from airflow_ckpt_provider.failpoints import failpoint
-from airflow_ckpt_provider.store.compaction import Compactor
-from airflow_ckpt_provider.store.context import StoreContext
-from airflow_ckpt_provider.store.deletion import StoreDeleter
 from airflow_ckpt_provider.store.deletion_guard import canonical_uri
-from airflow_ckpt_provider.store.epochs import EpochBase, EpochLog
+from airflow_ckpt_provider.store.epochs import EpochBase
 from airflow_ckpt_provider.store.errors import CheckpointError, CommitRefusedError, CorruptCheckpointError
 from airflow_ckpt_provider.store.keys import KEY_COLUMN
 from airflow_ckpt_provider.store.layout import checkpoint_prefixes, commit_done_key, snapshot_prefix
@@ -27,10 +24,11 @@ from airflow_ckpt_provider.store.model import (
     EpochStatus,
     RetentionPolicy,
 )
+from airflow_ckpt_provider.store.parts import StoreParts
 from airflow_ckpt_provider.store.records import NamePattern, dumps, now, record_time
 from airflow_ckpt_provider.store.reprocess.lineage import attributed_keys, unattributed_through, write_snapshot_data
 from airflow_ckpt_provider.store.reprocess.maintenance import refuse_unfinished_maintenance
-from airflow_ckpt_provider.store.state import StateReader, StoreState, segment_intents
+from airflow_ckpt_provider.store.state import StoreState, segment_intents
 from airflow_ckpt_provider.store.sweep import plan_orphan_sweep
 
 log = logging.getLogger(__name__)
@@ -39,20 +37,13 @@ log = logging.getLogger(__name__)
 class Retention:
     """Applies retention policies after a commit, cleans up old metadata, discards and clears."""
 
-    def __init__(
-        self,
-        context: StoreContext,
-        reader: StateReader,
-        epochs: EpochLog,
-        deleter: StoreDeleter,
-        compactor: Compactor,
-    ) -> None:
-        self._context = context
-        self._blobs = context.blobs
-        self._reader = reader
-        self._epochs = epochs
-        self._deleter = deleter
-        self._compactor = compactor
+    def __init__(self, parts: StoreParts) -> None:
+        self._context = parts.context
+        self._blobs = parts.blobs
+        self._reader = parts.reader
+        self._epochs = parts.epochs
+        self._deleter = parts.deleter
+        self._compactor = parts.compactor
 
     # ------------------------------------------------------------------ after a commit
 

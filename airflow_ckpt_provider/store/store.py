@@ -122,10 +122,10 @@ class CheckpointStore:
         self._writers = CheckpointWriters(
             self.context, self.breaker, self.epoch_log, self.state_reader, self.loose_tail
         )
-        self._committer = Committer(self.context, self.state_reader, self.epoch_log, self.deleter, self.compactor)
-        self._retention = Retention(self.context, self.state_reader, self.epoch_log, self.deleter, self.compactor)
         self._inspector = Inspector(self.context, self.state_reader, self.deleter)
         self.parts = StoreParts(self.context, self.epoch_log, self.state_reader, self.deleter, self.compactor)
+        self._committer = Committer(self.parts)
+        self._retention = Retention(self.parts)
         self._reprocess = Reprocessor(self.parts)
 
     # ------------------------------------------------------------------ basics
