@@ -8,7 +8,6 @@ checked against the deletion guard again here, and quarantine keys are recompute
 
 from __future__ import annotations
 
-import datetime as dt
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ from airflow_ckpt_provider.store.errors import (
     UnsafePathError,
 )
 from airflow_ckpt_provider.store.model import Epoch, EpochStatus
+from airflow_ckpt_provider.store.records import now
 from airflow_ckpt_provider.store.reprocess.lineage import KEY_COLUMN, drop_checkpoints, write_snapshot_data
 from airflow_ckpt_provider.store.reprocess.model import (
     DELETE,
@@ -42,10 +42,6 @@ if TYPE_CHECKING:
     from airflow_ckpt_provider.store.parts import StoreParts
 
 MOVED, DELETED, MISSING = "moved", "deleted", "missing"
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class Steps:
@@ -99,7 +95,7 @@ class Steps:
             "to_commit": plan.to_commit,
             "requested_by": plan.requested_by,
             "created_at": plan.created_at,
-            "finished_at": _now(),
+            "finished_at": now(),
             "previous": plan.previous.to_json(),
             "checkpoints": list(plan.checkpoints),
             "committed_checkpoints": plan.committed_checkpoints,
@@ -145,7 +141,7 @@ class Steps:
             "snapshot": number,
             "checkpoint_ids": sorted(set(old.get("checkpoint_ids", [])) - set(plan.snapshot_drop)),
             "num_keys": kept.num_rows,
-            "created_at": _now(),
+            "created_at": now(),
             "derived_from": plan.snapshot_from,
         }
         self.blobs.put(prefix + "manifest.json", dumps(manifest))
@@ -251,7 +247,7 @@ class Steps:
         self._discard_interrupted_restores([f.path for f, _ in files])
         # The reprocess's snapshot is obsolete now (the undo epoch names the previous one).
         self.parts.deleter.delete_snapshot(target)
-        self.blobs.put(marker_key(target, "undone"), dumps({"epoch": target, "by": plan.new_epoch, "at": _now()}))
+        self.blobs.put(marker_key(target, "undone"), dumps({"epoch": target, "by": plan.new_epoch, "at": now()}))
         failpoint("store.undo.before_end")
         result = ReprocessResult(
             action=UNDO,
@@ -286,7 +282,7 @@ class Steps:
         prefix = quarantine_prefix(target)
         keys = [i.key for i in self.blobs.list(prefix)]
         self.parts.deleter.delete_records(keys, after_batch=lambda: failpoint("store.purge.during_delete"))
-        self.blobs.put(marker_key(target, "purged"), dumps({"epoch": target, "at": _now(), "files": len(keys)}))
+        self.blobs.put(marker_key(target, "purged"), dumps({"epoch": target, "at": now(), "files": len(keys)}))
         failpoint("store.purge.before_end")
         result = ReprocessResult(
             action=PURGE,
