@@ -4,9 +4,8 @@ Validity, progress and the key sources are computed on columns, so a store of
 100,000 checkpoints is not turned into 100,000 Python objects to answer
 ``progress()``; :class:`Checkpoint` records are built only for the rows a caller
 asks for. One row per checkpoint id: where a loose manifest and a segment both
-hold one (a compaction that crashed before deleting the loose one, or a status
-rewritten by ``mark_committed``), the segment's row stands and the checkpoint is
-committed if either says so (docs/store-api.md, "Segments").
+hold one (a compaction that crashed before deleting the loose one), the segment's
+row stands and the checkpoint is committed if either says so (docs/store-api.md, "Segments").
 """
 
 from __future__ import annotations

@@ -14,11 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_ckpt_provider.failpoints import failpoint
-from airflow_ckpt_provider.store.compaction import Compactor
 from airflow_ckpt_provider.store.context import StoreContext
-from airflow_ckpt_provider.store.deletion import StoreDeleter, SweepPlan
-from airflow_ckpt_provider.store.deletion_guard import DeletionGuard, canonical_uri
-from airflow_ckpt_provider.store.epochs import EpochLog
+from airflow_ckpt_provider.store.deletion_guard import canonical_uri
 from airflow_ckpt_provider.store.errors import (
     CommitRefusedError,
     InputSkippedError,
@@ -31,51 +28,45 @@ from airflow_ckpt_provider.store.input_audit import audit_findings
 from airflow_ckpt_provider.store.keys import duplicate_keys
 from airflow_ckpt_provider.store.layout import commit_done_key, commit_key
 from airflow_ckpt_provider.store.model import CommitResult, EpochStatus, FileMetadata, UnknownFiles
+from airflow_ckpt_provider.store.parts import StoreParts
 from airflow_ckpt_provider.store.records import commit_result_from_json, dumps, now
 from airflow_ckpt_provider.store.reprocess.lineage import write_lineage
 from airflow_ckpt_provider.store.reprocess.maintenance import refuse_unfinished_maintenance
 from airflow_ckpt_provider.store.reprocess.records import PLAN_FIELD
 from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, REPLACED_FIELD, superseded_files
 from airflow_ckpt_provider.store.state import StateReader, StoreState, key_sources, segment_intents
+from airflow_ckpt_provider.store.sweep import OrphanSweep, plan_orphan_sweep
 
 
 @dataclass
 class _OrphanPlan:
-    """A commit's phase 2, listed and sorted but not run: what it deletes, keeps and reports."""
+    """A commit's phase 2, listed and sorted but not run: the orphan sweep and the stale directories."""
 
     state: StoreState
     record: Mapping[str, Any]
     committed_files: tuple[FileMetadata, ...]
-    listed: SweepPlan
-    unknown: tuple[str, ...]
-    kept: tuple[str, ...]
+    sweep: OrphanSweep
     stale_ids: tuple[str, ...]
     degraded: bool
-    roots: tuple[str, ...]
     refused_records: list[str]
-    undeclared: tuple[str, ...]
     #: Files of earlier commits of the same job that this commit retracts (a re-run replaced them).
     replaced: tuple[str, ...] = ()
-    guard: DeletionGuard | None = None
+
+    @property
+    def unknown(self) -> tuple[str, ...]:
+        return self.sweep.unknown
 
 
 class Committer:
     """Commits the latest epoch and deletes its orphans."""
 
-    def __init__(
-        self,
-        context: StoreContext,
-        reader: StateReader,
-        epochs: EpochLog,
-        deleter: StoreDeleter,
-        compactor: Compactor,
-    ) -> None:
-        self._context = context
-        self._blobs = context.blobs
-        self._reader = reader
-        self._epochs = epochs
-        self._deleter = deleter
-        self._compactor = compactor
+    def __init__(self, parts: StoreParts) -> None:
+        self._context = parts.context
+        self._blobs = parts.blobs
+        self._reader = parts.reader
+        self._epochs = parts.epochs
+        self._deleter = parts.deleter
+        self._compactor = parts.compactor
 
     def commit(
         self, output_roots: Sequence[str] | None, *, degraded: bool, unknown_files: UnknownFiles = UnknownFiles.FAIL
@@ -201,57 +192,29 @@ class Committer:
                 return False
             return epoch is None or epoch == epoch_number
 
-        candidates: dict[str, str] = {}
-        kept: list[str] = []
-        undeclared: list[str] = []
-        for path, (checkpoint_id, epoch) in intents.items():
-            if path in authoritative or checkpoint_id in valid_ids:
-                continue
-            if unprovable(checkpoint_id, epoch):
-                kept.append(path)
-                continue
-            reason = guard.refusal(path)
-            if reason is None:
-                candidates[path] = checkpoint_id
-            elif guard.keeps_all_output:
-                undeclared.append(path)
-            else:
-                refused_records.append(f"{checkpoint_id}: {reason}")
-
         # The files this commit replaces are deleted by name after the sweep (_delete_orphans), never "unknown".
         replaced = {canonical_uri(str(p)) for p in record.get(REPLACED_FIELD) or []} - authoritative
-        known = authoritative | set(intents) | self._reader.committed_paths() | replaced
-        kept_by_name: dict[str, str] = {}
-
-        def doomed_by_name(path: str) -> bool:
-            # A native write's file: an orphan unless a valid checkpoint owns it (then it is in ``known``).
-            for pattern in recorded.patterns:
-                if pattern.matches(path):
-                    if unprovable(pattern.checkpoint_id, pattern.epoch):
-                        kept_by_name[path] = pattern.checkpoint_id
-                        return False
-                    return True
-            return False
-
-        listed = self._deleter.plan_sweep(guard, roots, candidates, known, doomed_by_name)
-        unknown = [p for p in listed.unknown if p not in kept_by_name]
-        kept.extend(sorted(kept_by_name))
-        kept_ids = {intents[p][0] for p in kept if p in intents} | set(kept_by_name.values())
-        stale_ids = sorted(((state.sealed_ids() - valid_ids) | set(state.unsealed)) - kept_ids)
+        # A name intent outside the roots is not swept (its root is not listed); check() reports it.
+        sweep = plan_orphan_sweep(
+            self._deleter,
+            guard,
+            recorded,
+            keep_ids=valid_ids,
+            keep_paths=authoritative,
+            known=set(intents) | self._reader.committed_paths() | replaced,
+            unprovable=unprovable,
+            roots=roots,
+        )
+        stale_ids = sorted(((state.sealed_ids() - valid_ids) | set(state.unsealed)) - sweep.kept_ids)
         return _OrphanPlan(
             replaced=tuple(sorted(replaced)),
-            guard=guard,
             state=state,
             record=record,
             committed_files=committed_files,
-            listed=listed,
-            unknown=tuple(sorted(unknown)),
-            kept=tuple(sorted(kept)),
+            sweep=sweep,
             stale_ids=tuple(stale_ids),
             degraded=degraded,
-            roots=tuple(roots),
-            refused_records=refused_records,
-            undeclared=tuple(sorted(undeclared)),
+            refused_records=[*refused_records, *sweep.refused],
         )
 
     def _refuse_unknown(self, plan: _OrphanPlan, policy: UnknownFiles) -> None:
@@ -277,12 +240,12 @@ class Committer:
         self, plan: _OrphanPlan, *, committed_files: tuple[FileMetadata, ...] | None = None
     ) -> CommitResult:
         """Run the sweep ``plan`` listed and delete the stale checkpoint directories."""
-        sweep = self._deleter.run_sweep(plan.listed)
+        sweep = plan.sweep.run(self._deleter)
         refused_records = [*plan.refused_records, *(f"{p}: refused by the deletion guard" for p in sweep.refused)]
         replaced: list[str] = []
-        undeclared = list(plan.undeclared)
+        undeclared = list(plan.sweep.undeclared)
         if plan.replaced:
-            guard = plan.guard or self._deleter.guard()
+            guard = plan.sweep.guard
             allowed = [p for p in plan.replaced if guard.allows(p)]
             if guard.keeps_all_output:  # nothing is declared: the replaced files are kept, and said so
                 undeclared += [p for p in plan.replaced if p not in allowed]
@@ -301,11 +264,11 @@ class Committer:
             deleted_checkpoints=plan.stale_ids,
             aborted_uploads=tuple(sorted(sweep.aborted)),
             unknown_files=plan.unknown,
-            kept_unprovable=plan.kept,
+            kept_unprovable=plan.sweep.kept,
             bytes_freed=sweep.bytes_freed,
             degraded=plan.degraded,
             already_committed=False,
-            output_roots=plan.roots,
+            output_roots=plan.sweep.roots,
             refused_records=tuple(refused_records),
             undeclared_output_files=tuple(sorted(undeclared)),
             replaced_files=tuple(sorted(replaced)),

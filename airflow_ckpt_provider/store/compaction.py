@@ -42,7 +42,7 @@ from airflow_ckpt_provider.store.context import StoreContext
 from airflow_ckpt_provider.store.deletion import StoreDeleter
 from airflow_ckpt_provider.store.errors import CorruptCheckpointError
 from airflow_ckpt_provider.store.keys import KEY_COLUMN
-from airflow_ckpt_provider.store.layout import attempt_prefix, manifest_key, parts_prefix
+from airflow_ckpt_provider.store.layout import attempt_prefix, manifest_key
 from airflow_ckpt_provider.store.listing import checkpoint_records
 from airflow_ckpt_provider.store.model import Checkpoint, CheckpointStatus, FileMetadata
 from airflow_ckpt_provider.store.segment_merge import MERGE_FANIN, SegmentMerger, put_segment, replace_state
@@ -261,7 +261,7 @@ class Compactor:
         if checkpoint.inline_keys:
             datas = [checkpoint.inline_keys]
         else:
-            prefix = parts_prefix(checkpoint.checkpoint_id, checkpoint.format_version)
+            prefix = attempt_prefix(checkpoint.checkpoint_id)
             datas = [self._blobs.get(prefix + p)[0] for p in checkpoint.key_parts]
         if not datas:
             return None

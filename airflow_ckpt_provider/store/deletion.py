@@ -1,8 +1,9 @@
 """Deleting what the store and its writers made: output files writers recorded, and store records.
 
-Every deletion of the store goes through this module (commit, retention, clearing), and
-every one passes the :class:`~airflow_ckpt_provider.store.deletion_guard.DeletionGuard`
-first (docs/design.md, invariant 10): output files only under the output roots declared when
+Every deletion of the store goes through this module (commit, retention, clearing; the orphan
+sweep they share is ``store/sweep.py``), and every one passes the
+:class:`~airflow_ckpt_provider.store.deletion_guard.DeletionGuard` first (docs/design.md,
+invariant 10): output files only under the output roots declared when
 epochs opened and only when a writer of this store recorded an intent for them (exact paths,
 or a native write's name pattern); store records only by key under the store root. Deletes
 go in batches of 1,000 keys (one S3 ``DeleteObjects`` each).
@@ -84,12 +85,13 @@ class StoreDeleter:
         opened with (``trusted_output_roots``: the DAG's) or, without those, bound to the store's
         scheme and bucket (store/deletion_guard.py). ``explicit_roots`` (a commit's
         ``output_roots``, given by the operator or the CLI user) vouch for recorded roots under
-        them, and count by themselves when no epoch record still present declares any (stores
-        written by an earlier version); without any root no output file may be deleted."""
+        them, and count by themselves when no epoch record still present declares any (the epochs
+        were opened without ``output_roots`` and no driver declared one); without any root no
+        output file may be deleted."""
         epoch_roots, epochs_declared = self._epochs.declared_roots()
         commit_roots = self._reader.commit_output_roots()
         # Explicit roots alone do not make the store "declared": what lies outside them is then kept
-        # as output of an earlier version's store, not reported as a refused record.
+        # as output of a store that declares nothing, not reported as a refused record.
         return DeletionGuard.build(
             self._context.uri,
             [*epoch_roots, *commit_roots],
@@ -161,17 +163,6 @@ class StoreDeleter:
         return Intents(out, tuple(patterns), tuple(rejected))
 
     # ------------------------------------------------------------------ output files
-
-    def delete_recorded(
-        self,
-        guard: DeletionGuard,
-        roots: Sequence[str],
-        doomed: Mapping[str, str],
-        known: set[str],
-        doomed_by_name: Callable[[str], bool] = lambda path: False,
-    ) -> Sweep:
-        """:meth:`plan_sweep`, then :meth:`run_sweep` at once (discard and clear: nothing to decide between)."""
-        return self.run_sweep(self.plan_sweep(guard, roots, doomed, known, doomed_by_name))
 
     def plan_sweep(
         self,

@@ -202,7 +202,7 @@ class DeletionGuard:
         """The guard from the roots the store's records declare (``roots``), the roots the store was
         opened with (``trusted``) and a caller's own (``explicit``: a commit's ``output_roots``). The
         caller's roots vouch for recorded roots under them; they count by themselves only when
-        ``explicit_counts`` (no epoch record declares a root: an earlier version's store).
+        ``explicit_counts`` (no epoch record declares a root).
         ``configured`` (only without ``trusted``): roots that bound what the records declare (see
         the module). ``trusted_by``: who declares ``trusted`` (or ``configured``), for messages."""
         store_root = parse_location(store_uri)
@@ -259,7 +259,7 @@ class DeletionGuard:
     @property
     def keeps_all_output(self) -> bool:
         """No output file may be deleted because nothing is declared: the anchor declares nothing,
-        or the store declares nothing (an earlier version's) and no root was given."""
+        or no epoch of the store declares a root and no root was given."""
         return not self.roots and (self.anchor_declares_nothing or not self.declared)
 
     def refusal(self, uri: str) -> str | None:
@@ -280,7 +280,7 @@ class DeletionGuard:
                     f"({self.trusted_by}: {', '.join(a.uri for a in self.trusted or ())}), so no output file is deleted"
                 )
             return (
-                f"{found.uri}: this store declares no output root (written by an earlier version, and no "
+                f"{found.uri}: this store declares no output root (no epoch declares one, and no "
                 "commit output root was given), so no output file is deleted"
             )
         if not any(found.is_under(root) and found != root for root in self.roots):

@@ -12,7 +12,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError
@@ -39,9 +39,6 @@ from airflow_ckpt_provider.store.model import Epoch, EpochStatus
 from airflow_ckpt_provider.store.records import dumps, now
 from airflow_ckpt_provider.store.reprocess.maintenance import refuse_unfinished_maintenance
 
-if TYPE_CHECKING:
-    from airflow_ckpt_provider.store.state import StoreState
-
 log = logging.getLogger(__name__)
 
 
@@ -57,6 +54,17 @@ class EpochFiles:
     outputs: dict[int, list[str]] = dataclasses.field(default_factory=dict)
     #: Keys of the skip audits the runs recorded, by epoch (store/input_audit.py).
     skip_audits: dict[int, list[str]] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochBase:
+    """What a new epoch builds on: the checkpoints considered done, the snapshot holding the keys
+    compacted before them, and how many keys and rows they hold (None: not counted)."""
+
+    checkpoint_ids: tuple[str, ...] = ()
+    snapshot: int | None = None
+    keys: int | None = None
+    rows: int | None = None
 
 
 class EpochLog:
@@ -133,7 +141,8 @@ class EpochLog:
 
     def begin(
         self,
-        state: StoreState,
+        latest: Epoch | None,
+        base: EpochBase,
         *,
         owner: str | None,
         expected_partitions: int | None,
@@ -142,11 +151,10 @@ class EpochLog:
         output_roots: Sequence[str] | None = None,
         takeover_epoch: int | None = None,
     ) -> Epoch:
-        """Open the epoch after ``state.latest`` with ``state``'s valid checkpoints as its base.
+        """Open the epoch after ``latest`` on ``base`` (the valid checkpoints of the state ``latest`` was read with).
         ``takeover_epoch``: take over the open latest epoch only if it is that one (the caller found its
         owner dead); the create-if-absent of the next number makes the check and the takeover one step."""
         declared = None if output_roots is None else tuple(self.declarable_root(r) for r in output_roots)
-        latest = state.latest
         refuse_unfinished_maintenance(self._context.uri, latest, "submit")
         held_by_other = latest is not None and (owner is None or latest.owner != owner)
         taken_over = takeover or (takeover_epoch is not None and latest is not None and latest.number == takeover_epoch)
@@ -159,36 +167,66 @@ class EpochLog:
                 f"(`airflow-ckpt discard {self._context.uri}`)"
             )
         number = (latest.number if latest else 0) + 1
-        snapshot_number = None if state.snapshot is None else int(state.snapshot["snapshot"])
-        # The folded checkpoints are not valid (the snapshot holds their keys), so the base is the valid ones.
-        mask = state.valid_mask
-        base = tuple(sorted(state.valid_ids))
+        epoch = self.open_fencing(
+            number,
+            owner=owner,
+            base=base,
+            metadata=metadata,
+            expected_partitions=expected_partitions,
+            output_roots=declared,
+            conflict=(
+                f"another submit opened epoch {number} of {self._context.uri} at the same time; only one run may "
+                "use a store at once. Retry after it finishes, or give each run its own checkpoint_uri"
+            ),
+            failpoints="store.begin_epoch",
+        )
+        self.end_superseded(latest, f"superseded by epoch {number}")
+        log.info("opened epoch %d of %s with %d base checkpoints", number, self._context.uri, len(epoch.base))
+        return epoch
+
+    def open_fencing(
+        self,
+        number: int,
+        *,
+        owner: str | None,
+        base: EpochBase,
+        metadata: Mapping[str, Any] | None,
+        conflict: str,
+        expected_partitions: int | None = None,
+        output_roots: tuple[str, ...] | None = None,
+        extra: Mapping[str, Any] | None = None,
+        failpoints: str | None = None,
+    ) -> Epoch:
+        """Create epoch ``number`` (create-if-absent), the one way every epoch is opened: from then on
+        every writer of an older epoch is fenced. ``extra``: fields recorded beside the epoch's own (a
+        maintenance plan). ``failpoints``: the prefix of the ``before_create``/``after_create`` points.
+        Raises :class:`EpochConflictError` with ``conflict`` if another caller created it first."""
         epoch = Epoch(
             number=number,
             owner=owner,
             created_at=now(),
-            base=base,
-            base_snapshot=snapshot_number,
-            # Counted as progress() counts them, so a submit need not read every manifest again to say what it skips.
-            base_keys=(int(state.snapshot["num_keys"]) if state.snapshot else 0) + state.catalog.sum("num_keys", mask),
-            base_rows=state.catalog.sum("num_rows", mask),
+            base=base.checkpoint_ids,
+            base_snapshot=base.snapshot,
+            base_keys=base.keys,
+            base_rows=base.rows,
             expected_partitions=expected_partitions,
             metadata=dict(metadata or {}),
-            output_roots=declared,
+            output_roots=output_roots,
         )
-        failpoint("store.begin_epoch.before_create")
+        if failpoints:
+            failpoint(f"{failpoints}.before_create")
         try:
-            self._blobs.put(epoch_key(number), dumps(epoch.to_json()), if_absent=True)
+            self._blobs.put(epoch_key(number), dumps(epoch.to_json() | dict(extra or {})), if_absent=True)
         except PreconditionFailedError:
-            raise EpochConflictError(
-                f"another submit opened epoch {number} of {self._context.uri} at the same time; only one run may "
-                "use a store at once. Retry after it finishes, or give each run its own checkpoint_uri"
-            ) from None
-        failpoint("store.begin_epoch.after_create")
-        if latest is not None and latest.status is EpochStatus.OPEN:
-            self.write_end(latest.number, EpochStatus.FAILED, {"reason": f"superseded by epoch {number}"})
-        log.info("opened epoch %d of %s with %d base checkpoints", number, self._context.uri, len(base))
+            raise EpochConflictError(conflict) from None
+        if failpoints:
+            failpoint(f"{failpoints}.after_create")
         return epoch
+
+    def end_superseded(self, previous: Epoch | None, reason: str) -> None:
+        """End ``previous`` as failed with ``reason`` if it is still open (a newer epoch superseded it)."""
+        if previous is not None and previous.status is EpochStatus.OPEN:
+            self.write_end(previous.number, EpochStatus.FAILED, {"reason": reason})
 
     # ------------------------------------------------------------------ declared output roots
 
@@ -285,13 +323,6 @@ class EpochLog:
             return self._context.read_json(key)
         except (BlobNotFoundError, CorruptCheckpointError):
             return None
-
-    def create_fencing_epoch(self, epoch: Epoch, conflict_message: str) -> None:
-        """Create ``epoch`` (create-if-absent) to fence every writer; :class:`EpochConflictError` if a submit won."""
-        try:
-            self._blobs.put(epoch_key(epoch.number), dumps(epoch.to_json()), if_absent=True)
-        except PreconditionFailedError:
-            raise EpochConflictError(conflict_message) from None
 
     def set_expected_partitions(self, epoch: int, count: int) -> None:
         self._blobs.put(epoch_key(epoch, ".expected.json"), dumps({"expected_partitions": int(count)}))

@@ -20,7 +20,7 @@ from airflow_ckpt_provider.store.errors import (
     KeyTypeMismatchError,
 )
 from airflow_ckpt_provider.store.input_audit import audit_findings
-from airflow_ckpt_provider.store.layout import epoch_key, parts_prefix
+from airflow_ckpt_provider.store.layout import attempt_prefix, epoch_key
 from airflow_ckpt_provider.store.listing import checkpoint_records
 from airflow_ckpt_provider.store.model import Checkpoint, ConsistencyReport, EpochStatus, Progress, StoreContents
 from airflow_ckpt_provider.store.records import commit_result_from_json
@@ -119,7 +119,7 @@ class Inspector:
             problems.append(f"corrupt segment: {name}: {error}")
         existing = {key for keys in checkpoint_records(self._blobs).values() for key in keys}
         for checkpoint in state.catalog.loose.values():
-            prefix = parts_prefix(checkpoint.checkpoint_id, checkpoint.format_version)
+            prefix = attempt_prefix(checkpoint.checkpoint_id)
             for part in (*checkpoint.key_parts, *checkpoint.file_parts):
                 if prefix + part not in existing:
                     problems.append(f"missing part: {prefix}{part}")
@@ -187,7 +187,7 @@ class Inspector:
         if not guard.declared:
             if intents.paths or intents.patterns:
                 notes.append(
-                    "no output root is declared in this store (written by an earlier version): clear and discard "
+                    "no output root is declared in this store (no epoch declares one): clear and discard "
                     "keep output files, commit deletes orphans only under the output roots it is given"
                 )
             return problems, notes

@@ -37,15 +37,13 @@ OUTPUT_DECLARATION_RE = re.compile(r"^(\d{8})\.output-[0-9a-f]{16}\.json$")
 SKIP_AUDIT_RE = re.compile(r"^(\d{8})\.skip-audit-[0-9A-Za-z_-]{1,64}\.json$")
 COMMIT_RE = re.compile(r"^commits/\d{8}\.json$")
 _HIDDEN_PREFIXES = ("_", ".")
-#: Sealing manifests (and, before manifest format 2, every record of an attempt).
+#: Sealing manifests.
 CHECKPOINTS = "checkpoints/"
-#: A task attempt's intents, key parts and file parts (manifest format 2). Kept apart from the
+#: A task attempt's intents, key parts and file parts. Kept apart from the
 #: manifests so that readers of the state list only sealed checkpoints: a big job's failed
 #: attempts leave a directory each here, which only the commit and cleanup need to see
 #: (docs/store-api.md, "Layout").
 ATTEMPTS = "attempts/"
-#: The manifest format this version writes: 2 = the attempt's parts under ``attempts/{id}/``.
-MANIFEST_FORMAT = 2
 
 
 def new_checkpoint_id() -> str:
@@ -83,17 +81,12 @@ def manifest_key(checkpoint_id: str) -> str:
 
 
 def attempt_prefix(checkpoint_id: str) -> str:
-    """Where an attempt of this version writes its intents, key parts and file parts."""
+    """Where an attempt writes its intents, key parts and file parts (the parts its manifest names)."""
     return f"{ATTEMPTS}{checkpoint_id}/"
 
 
-def parts_prefix(checkpoint_id: str, format_version: int) -> str:
-    """Where the parts a manifest of ``format_version`` names live (format 1: beside the manifest)."""
-    return attempt_prefix(checkpoint_id) if format_version >= 2 else f"{CHECKPOINTS}{checkpoint_id}/"
-
-
 def checkpoint_prefixes(checkpoint_id: str) -> tuple[str, str]:
-    """Every prefix a checkpoint's records may be under (this version's and earlier stores')."""
+    """Every prefix a checkpoint's records are under: its attempt's, and its manifest's."""
     return attempt_prefix(checkpoint_id), f"{CHECKPOINTS}{checkpoint_id}/"
 
 

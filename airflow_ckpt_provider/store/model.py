@@ -11,6 +11,9 @@ from typing import Any
 
 from airflow_ckpt_provider.store.errors import CorruptCheckpointError
 
+#: The manifest format this version writes and reads: the attempt's parts under ``attempts/{id}/``.
+MANIFEST_FORMAT = 2
+
 
 class CheckpointStatus(enum.StrEnum):
     CHECKPOINTED = "checkpointed"
@@ -88,9 +91,6 @@ class Checkpoint:
     #: reader needs one request per checkpoint instead of one per part. The parts stay the source.
     inline_keys: bytes | None = field(default=None, repr=False, compare=False)
     inline_files: tuple[FileMetadata, ...] | None = field(default=None, repr=False, compare=False)
-    #: 2: the parts live under ``attempts/{id}/``; 1 (stores of earlier versions, and rows of a
-    #: segment, whose parts are gone): beside the manifest (store/layout.py, ``parts_prefix``).
-    format_version: int = field(default=1, compare=False)
 
     def to_json(self, *, manifest: bool = False) -> dict[str, Any]:
         """The record as JSON. ``manifest=True``: the stored form, with the inline copies."""
@@ -101,9 +101,7 @@ class Checkpoint:
         data["metadata"] = dict(self.metadata)
         data.pop("inline_keys")
         data.pop("inline_files")
-        # Where the parts live is the stored form's business (a segment row has none): readers of the
-        # record see format 1 whether it was read from a manifest or from a segment.
-        data["format_version"] = self.format_version if manifest else 1
+        data["format_version"] = MANIFEST_FORMAT
         if manifest:
             if self.inline_keys is not None:
                 data["inline_keys"] = base64.b64encode(self.inline_keys).decode()
@@ -113,13 +111,13 @@ class Checkpoint:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Checkpoint:
-        format_version = int(data.get("format_version", 1))
-        if format_version not in (1, 2):
+        format_version = data.get("format_version")
+        if format_version != MANIFEST_FORMAT:
             raise CorruptCheckpointError(
                 f"the manifest of checkpoint {data.get('checkpoint_id')!r} has format {format_version}, which this "
-                "version does not read (1, 2): a newer airflow-ckpt-provider wrote it. Nothing was changed; "
-                "upgrade every process that reads this store (Airflow workers, the API server, the Spark job's "
-                "environment), then run `airflow-ckpt check`"
+                f"version does not read (it reads format {MANIFEST_FORMAT}): another airflow-ckpt-provider wrote it. "
+                "Nothing was changed; upgrade every process that reads this store (Airflow workers, the API server, "
+                "the Spark job's environment) to one version, then run `airflow-ckpt check`"
             )
         return cls(
             checkpoint_id=str(data["checkpoint_id"]),
@@ -143,7 +141,6 @@ class Checkpoint:
                 if data.get("inline_files") is None
                 else tuple(FileMetadata.from_json(f) for f in data["inline_files"])
             ),
-            format_version=format_version,
         )
 
 
@@ -171,7 +168,7 @@ class Epoch:
     every manifest again. ``output_roots``: where the side that opened the epoch (the
     operator) declared its job writes output; deletions never reach beyond them and the
     store root (docs/design.md, section 7). None: not declared (the driver may still
-    declare each write's root; records of earlier versions declare nothing).
+    declare each write's root).
     """
 
     number: int
@@ -299,8 +296,8 @@ class CommitResult:
 @dataclass(frozen=True)
 class ClearResult:
     """What ``clear()`` or ``discard_uncommitted()`` deleted, and which recorded output files it
-    kept: ``undeclared_output_files`` because the store declares no output root (written by an
-    earlier version), ``refused_records`` because a record named something outside the
+    kept: ``undeclared_output_files`` because nothing declares an output root (no epoch of the
+    store, or the DAG declares none), ``refused_records`` because a record named something outside the
     declared roots (never acted on; ``check()`` reports them)."""
 
     epoch: int
@@ -340,7 +337,7 @@ class StoreContents:
     snapshots: tuple[int, ...]
     keys_done: int
     #: The output roots deletions may touch (declared when epochs opened, docs/design.md section 7);
-    #: empty with ``output_roots_declared`` False for stores of earlier versions.
+    #: empty with ``output_roots_declared`` False when no epoch of the store declares one.
     output_roots: tuple[str, ...] = ()
     output_roots_declared: bool = False
     #: Who declares no output root when the store was opened with none (e.g. "DAG task 'd.t'"):

@@ -13,25 +13,23 @@ import datetime as dt
 import logging
 
 from airflow_ckpt_provider.failpoints import failpoint
-from airflow_ckpt_provider.store.compaction import Compactor
-from airflow_ckpt_provider.store.context import StoreContext
-from airflow_ckpt_provider.store.deletion import StoreDeleter
 from airflow_ckpt_provider.store.deletion_guard import canonical_uri
-from airflow_ckpt_provider.store.epochs import EpochLog
+from airflow_ckpt_provider.store.epochs import EpochBase
 from airflow_ckpt_provider.store.errors import CheckpointError, CommitRefusedError, CorruptCheckpointError
 from airflow_ckpt_provider.store.keys import KEY_COLUMN
 from airflow_ckpt_provider.store.layout import checkpoint_prefixes, commit_done_key, snapshot_prefix
 from airflow_ckpt_provider.store.model import (
     CheckpointStatus,
     ClearResult,
-    Epoch,
     EpochStatus,
     RetentionPolicy,
 )
+from airflow_ckpt_provider.store.parts import StoreParts
 from airflow_ckpt_provider.store.records import NamePattern, dumps, now, record_time
 from airflow_ckpt_provider.store.reprocess.lineage import attributed_keys, unattributed_through, write_snapshot_data
 from airflow_ckpt_provider.store.reprocess.maintenance import refuse_unfinished_maintenance
-from airflow_ckpt_provider.store.state import StateReader, StoreState, segment_intents
+from airflow_ckpt_provider.store.state import StoreState, segment_intents
+from airflow_ckpt_provider.store.sweep import plan_orphan_sweep
 
 log = logging.getLogger(__name__)
 
@@ -39,20 +37,13 @@ log = logging.getLogger(__name__)
 class Retention:
     """Applies retention policies after a commit, cleans up old metadata, discards and clears."""
 
-    def __init__(
-        self,
-        context: StoreContext,
-        reader: StateReader,
-        epochs: EpochLog,
-        deleter: StoreDeleter,
-        compactor: Compactor,
-    ) -> None:
-        self._context = context
-        self._blobs = context.blobs
-        self._reader = reader
-        self._epochs = epochs
-        self._deleter = deleter
-        self._compactor = compactor
+    def __init__(self, parts: StoreParts) -> None:
+        self._context = parts.context
+        self._blobs = parts.blobs
+        self._reader = parts.reader
+        self._epochs = parts.epochs
+        self._deleter = parts.deleter
+        self._compactor = parts.compactor
 
     # ------------------------------------------------------------------ after a commit
 
@@ -182,21 +173,16 @@ class Retention:
         number = latest_number + 1
         snapshot = state.snapshot if keep_committed else None
         folded = set(snapshot["checkpoint_ids"]) if snapshot else set()
-        epoch = Epoch(
-            number=number,
+        self._epochs.open_fencing(
+            number,
             owner=owner,
-            created_at=now(),
-            base=tuple(sorted(keep_ids - folded)),
-            base_snapshot=None if snapshot is None else int(snapshot["snapshot"]),
-            expected_partitions=None,
+            base=EpochBase(tuple(sorted(keep_ids - folded)), None if snapshot is None else int(snapshot["snapshot"])),
             metadata={"action": owner},
+            conflict=(
+                f"a submit opened epoch {number} of {self._context.uri} while clearing; nothing was deleted. Retry"
+            ),
         )
-        self._epochs.create_fencing_epoch(
-            epoch,
-            f"a submit opened epoch {number} of {self._context.uri} while clearing; nothing was deleted. Retry",
-        )
-        if state.latest is not None and state.latest.status is EpochStatus.OPEN:
-            self._epochs.write_end(state.latest.number, EpochStatus.FAILED, {"reason": f"{owner} (epoch {number})"})
+        self._epochs.end_superseded(state.latest, f"{owner} (epoch {number})")
         drop_ids = sorted((state.sealed_ids() | set(state.unsealed) | set(state.corrupt)) - keep_ids)
         if keep_committed:
             # Before anything is deleted: a segment that cannot be rewritten stops the discard here.
@@ -206,34 +192,22 @@ class Retention:
         }
         recorded = self._deleter.intents(skip=keep_ids, extra=segment_intents(state, skip=keep_ids))
         guard = self._deleter.guard()
-        marked = {p: cid for p, (cid, _) in recorded.paths.items() if cid not in keep_ids and p not in committed_paths}
-        patterns = [p for p in recorded.patterns if p.checkpoint_id not in keep_ids]
-        refused = [f"{cid}: {why}" for cid, why in recorded.rejected]
-        undeclared: list[str] = []
-        doomed: dict[str, str] = {}
-        for path, checkpoint_id in marked.items():
-            reason = guard.refusal(path)
-            if reason is None:
-                doomed[path] = checkpoint_id
-            elif not guard.declared or guard.keeps_all_output:
-                undeclared.append(path)  # nothing declared (the DAG, or an earlier version): kept, and said so
-            else:
-                refused.append(f"{checkpoint_id}: {reason}")
-        for pattern in patterns:
-            if guard.root_of(f"{pattern.root}/{pattern.marker}") is not None:
-                continue
-            where = f"files named *{pattern.marker}* under {pattern.root}"
-            if guard.declared and not guard.keeps_all_output:
-                refused.append(f"{pattern.checkpoint_id}: {where} are outside the declared output roots")
-            else:
-                undeclared.append(where)
-        roots, _ = guard.sweep_roots(sorted({p.rsplit("/", 1)[0] for p in doomed} | {p.root for p in patterns}))
-
-        def doomed_by_name(path: str) -> bool:
-            return any(p.matches(path) for p in patterns)
-
-        sweep = self._deleter.delete_recorded(guard, roots, doomed, committed_paths, doomed_by_name)
-        refused += [f"{p}: refused by the deletion guard" for p in sweep.refused]
+        orphans = plan_orphan_sweep(
+            self._deleter,
+            guard,
+            recorded,
+            keep_ids=keep_ids,
+            keep_paths=committed_paths,
+            undeclared_keeps_output=True,
+        )
+        sweep = orphans.run(self._deleter)
+        refused = [
+            *(f"{cid}: {why}" for cid, why in recorded.rejected),
+            *orphans.refused,
+            *orphans.refused_patterns,
+            *(f"{p}: refused by the deletion guard" for p in sweep.refused),
+        ]
+        undeclared = orphans.undeclared
         self._deleter.delete_checkpoint_dirs(sorted(set(state.listed_dirs) - keep_ids))
         snapshots: list[int] = []
         if not keep_committed:
@@ -247,7 +221,7 @@ class Retention:
                 self._context.uri,
                 f"no output root is declared ({guard.trusted_by}: none)"
                 if guard.anchor_declares_nothing
-                else "the store declares no output root (written by an earlier version)",
+                else "the store declares no output root (no epoch declares one)",
                 len(undeclared),
             )
         return ClearResult(
@@ -257,6 +231,6 @@ class Retention:
             deleted_snapshots=tuple(snapshots),
             bytes_freed=sweep.bytes_freed,
             output_roots=guard.root_uris,
-            undeclared_output_files=tuple(sorted(undeclared)),
+            undeclared_output_files=undeclared,
             refused_records=tuple(refused),
         )

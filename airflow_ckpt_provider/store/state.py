@@ -29,10 +29,10 @@ from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError
 from airflow_ckpt_provider.store.catalog import LOOSE, Catalog, LoadedSegment
 from airflow_ckpt_provider.store.context import StoreContext
 from airflow_ckpt_provider.store.deletion_guard import canonical_uri
-from airflow_ckpt_provider.store.epochs import EpochFiles, EpochLog
+from airflow_ckpt_provider.store.epochs import EpochBase, EpochFiles, EpochLog
 from airflow_ckpt_provider.store.errors import CorruptCheckpointError, KeyTypeMismatchError
 from airflow_ckpt_provider.store.keys import KEY_COLUMN
-from airflow_ckpt_provider.store.layout import COMMIT_RE, manifest_key, parts_prefix, snapshot_prefix
+from airflow_ckpt_provider.store.layout import COMMIT_RE, attempt_prefix, manifest_key, snapshot_prefix
 from airflow_ckpt_provider.store.listing import checkpoint_records
 from airflow_ckpt_provider.store.model import Checkpoint, CheckpointStatus, Epoch, FileMetadata, KeySource
 from airflow_ckpt_provider.store.reprocess.records import retracted_paths
@@ -119,6 +119,18 @@ class StoreState:
 
     def sealed_ids(self) -> set[str]:
         return self.catalog.id_set()
+
+    def epoch_base(self) -> EpochBase:
+        """What the epoch after ``latest`` builds on: the valid checkpoints (the folded ones are not valid,
+        the snapshot holds their keys) and the snapshot, counted as ``progress()`` counts them, so a submit
+        need not read every manifest again to say what it skips."""
+        mask = self.valid_mask
+        return EpochBase(
+            checkpoint_ids=tuple(sorted(self.valid_ids)),
+            snapshot=None if self.snapshot is None else int(self.snapshot["snapshot"]),
+            keys=(int(self.snapshot["num_keys"]) if self.snapshot else 0) + self.catalog.sum("num_keys", mask),
+            rows=self.catalog.sum("num_rows", mask),
+        )
 
     def is_sealed(self, checkpoint_id: str) -> bool:
         return checkpoint_id in self.catalog.id_set()
@@ -562,7 +574,7 @@ class StateReader:
         def load(checkpoint: Checkpoint) -> list[FileMetadata]:
             files: list[FileMetadata] = []
             for part in checkpoint.file_parts:
-                key = parts_prefix(checkpoint.checkpoint_id, checkpoint.format_version) + part
+                key = attempt_prefix(checkpoint.checkpoint_id) + part
                 try:
                     data, _ = self._blobs.get(key)
                 except BlobNotFoundError:
@@ -619,7 +631,7 @@ def key_sources(state: StoreState, only: Sequence[str] | None = None) -> list[Ke
                 KeySource(key=manifest_key(checkpoint_id), format="manifest", data=checkpoint.inline_keys or None)
             )
         else:
-            prefix = parts_prefix(checkpoint_id, checkpoint.format_version)
+            prefix = attempt_prefix(checkpoint_id)
             sources.extend(KeySource(key=prefix + part, format="arrow") for part in checkpoint.key_parts)
     return sources
 

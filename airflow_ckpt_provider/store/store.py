@@ -18,7 +18,7 @@ The invariants each of them keeps are numbered in docs/design.md (section 4.2).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -55,16 +55,17 @@ from airflow_ckpt_provider.store.model import (
     StoreContents,
     UnknownFiles,
 )
+from airflow_ckpt_provider.store.parts import StoreParts
+from airflow_ckpt_provider.store.reprocess.service import Reprocessor
 from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, OnRerun, RerunPlan, plan_rerun
 from airflow_ckpt_provider.store.retention import Retention
-from airflow_ckpt_provider.store.state import StateReader, StoreState, key_sources
+from airflow_ckpt_provider.store.state import StateReader, key_sources
 from airflow_ckpt_provider.store.tail import DEFAULT_MAX_LOOSE, LooseTail
 from airflow_ckpt_provider.store.writers import CheckpointWriters
 
 if TYPE_CHECKING:
     from airflow_ckpt_provider.store.reprocess.model import ReprocessRecord, Selection
     from airflow_ckpt_provider.store.reprocess.plan import ReprocessPlan, ReprocessResult
-    from airflow_ckpt_provider.store.reprocess.service import Reprocessor
 
 __all__ = [
     "INLINE_MAX_FILES",
@@ -74,10 +75,6 @@ __all__ = [
     "new_checkpoint_id",
     "validate_checkpoint_id",
 ]
-
-# Names this module held before the store was split into one module per concern.
-_State = StoreState
-_key_sources = key_sources
 
 
 class CheckpointStore:
@@ -121,9 +118,11 @@ class CheckpointStore:
         self._writers = CheckpointWriters(
             self.context, self.breaker, self.epoch_log, self.state_reader, self.loose_tail
         )
-        self._committer = Committer(self.context, self.state_reader, self.epoch_log, self.deleter, self.compactor)
-        self._retention = Retention(self.context, self.state_reader, self.epoch_log, self.deleter, self.compactor)
         self._inspector = Inspector(self.context, self.state_reader, self.deleter)
+        self.parts = StoreParts(self.context, self.epoch_log, self.state_reader, self.deleter, self.compactor)
+        self._committer = Committer(self.parts)
+        self._retention = Retention(self.parts)
+        self._reprocess = Reprocessor(self.parts)
 
     # ------------------------------------------------------------------ basics
 
@@ -216,15 +215,6 @@ class CheckpointStore:
         """
         return self._writers.checkpoint(checkpoint_id, epoch=epoch, partition=partition, metadata=metadata)
 
-    def mark_committed(self, checkpoint_ids: Iterable[str]) -> None:
-        """Set the status of sealed checkpoints to committed (``If-Match`` on the manifest).
-
-        Visible to every reader at once: committed checkpoints no longer appear in
-        :meth:`get_checkpointed_files` but their keys stay done. Idempotent. Raises
-        :class:`UnknownCheckpointError` for an id with no manifest.
-        """
-        self._writers.mark_committed([validate_checkpoint_id(i) for i in checkpoint_ids], {})
-
     # ------------------------------------------------------------------ epochs (store/epochs.py)
 
     def current_epoch(self) -> Epoch | None:
@@ -292,8 +282,10 @@ class CheckpointStore:
         ``trusted_output_roots`` (docs/security.md, "The trust model").
         """
         self.compactor.compact(min_loose=self.loose_tail.max_loose, limit=self.submit_fold_limit)
+        state = self.state_reader.read(with_attempts=False, keep_files=False)
         return self.epoch_log.begin(
-            self.state_reader.read(with_attempts=False, keep_files=False),
+            state.latest,
+            state.epoch_base(),
             owner=owner,
             expected_partitions=expected_partitions,
             metadata=metadata,
@@ -348,7 +340,7 @@ class CheckpointStore:
         declared output roots (docs/design.md, invariant 10). Code that deletes or moves output
         (reprocess, retraction) calls ``guard.check(uri)`` on every source and destination. Reads
         the epoch and commit records; changes nothing. ``explicit_roots`` count only for a store
-        that declares none (earlier versions), as a commit's ``output_roots`` do.
+        whose epochs declare none, as a commit's ``output_roots`` do.
         """
         return self.deleter.guard(explicit_roots)
 
@@ -516,11 +508,6 @@ class CheckpointStore:
 
     # ------------------------------------------------------------------ reprocess and rewind (store/reprocess/)
 
-    def _reprocessor(self) -> Reprocessor:
-        from airflow_ckpt_provider.store.reprocess.service import Reprocessor
-
-        return Reprocessor(self)
-
     def preview_reprocess(self, selection: Selection, *, delete: bool = False) -> ReprocessPlan:
         """What :meth:`reprocess` would do: the checkpoints, keys, exact files and bytes. Reads only.
 
@@ -528,7 +515,7 @@ class CheckpointStore:
         :class:`UnknownInputFileError`, :class:`UnknownEpochError`, :class:`UnknownCommitError`,
         :class:`SelectionUnavailableError`).
         """
-        return self._reprocessor().preview(selection, delete=delete)
+        return self._reprocess.preview(selection, delete=delete)
 
     def reprocess(
         self,
@@ -551,14 +538,14 @@ class CheckpointStore:
         (an open epoch; ``takeover=True`` supersedes a dead one), :class:`ReprocessInProgressError`,
         :class:`UnsafePathError` — nothing changed in each case.
         """
-        return self._reprocessor().reprocess(
+        return self._reprocess.reprocess(
             selection, delete=delete, expected=expected, takeover=takeover, requested_by=requested_by
         )
 
     def preview_rewind(self, to_commit: int, *, delete: bool = False) -> ReprocessPlan:
         """What :meth:`rewind` would do. Reads only. Raises :class:`UnknownCommitError`,
         :class:`SelectionUnavailableError`."""
-        return self._reprocessor().preview_rewind(to_commit, delete=delete)
+        return self._reprocess.preview_rewind(to_commit, delete=delete)
 
     def rewind(
         self,
@@ -575,13 +562,13 @@ class CheckpointStore:
         not) leaves the output, as :meth:`reprocess` does, with the same fencing, atomicity,
         resumption and errors. A rewind to the latest commit does nothing (result epoch None).
         """
-        return self._reprocessor().rewind(
+        return self._reprocess.rewind(
             to_commit, delete=delete, expected=expected, takeover=takeover, requested_by=requested_by
         )
 
     def preview_undo(self, epoch: int | None = None) -> ReprocessPlan:
         """What :meth:`undo_reprocess` would restore. Reads only; raises as :meth:`undo_reprocess`."""
-        return self._reprocessor().preview_undo(epoch)
+        return self._reprocess.preview_undo(epoch)
 
     def undo_reprocess(
         self, epoch: int | None = None, *, expected: ReprocessPlan | str | None = None, requested_by: str | None = None
@@ -593,41 +580,41 @@ class CheckpointStore:
         Raises :class:`UnknownReprocessError`, :class:`UndoUnavailableError` (a later run, deleted
         files), :class:`QuarantineMissingError`, :class:`ReprocessInProgressError` — nothing changed.
         """
-        return self._reprocessor().undo(epoch, expected=expected, requested_by=requested_by)
+        return self._reprocess.undo(epoch, expected=expected, requested_by=requested_by)
 
     def preview_purge(self, epoch: int) -> ReprocessPlan:
         """What :meth:`purge_quarantine` would delete for reprocess ``epoch``. Reads only."""
-        return self._reprocessor().preview_purge(epoch)
+        return self._reprocess.preview_purge(epoch)
 
     def purge_quarantine(self, epoch: int | None = None, *, requested_by: str | None = None) -> ReprocessResult:
         """Delete the quarantined files of reprocess ``epoch`` (default: every finished reprocess) for
         good; undo is impossible afterwards. Deletes only under ``quarantine/`` in the store root.
         Idempotent. Raises :class:`UnknownReprocessError`, :class:`ReprocessInProgressError`.
         """
-        return self._reprocessor().purge(epoch, requested_by=requested_by)
+        return self._reprocess.purge(epoch, requested_by=requested_by)
 
     def preview_resume(self) -> ReprocessPlan | None:
         """The unfinished reprocess, rewind, undo or purge as its maintenance epoch records it (every
         file), with ``refused_paths`` outside the output roots; None when nothing is unfinished. Reads only."""
-        return self._reprocessor().preview_resume()
+        return self._reprocess.preview_resume()
 
     def resume_reprocess(self, *, expected: ReprocessPlan | str | None = None) -> ReprocessResult | None:
         """Finish an interrupted reprocess, rewind, undo or purge; None when nothing is unfinished.
         Idempotent. ``expected``: the :meth:`preview_resume` (or its fingerprint) a person confirmed;
         anything else is refused (:class:`StoreChangedError`). A plan naming files outside the output
         roots is never run (:class:`UnsafePathError`, nothing changed): abandon it instead."""
-        return self._reprocessor().resume(expected=expected)
+        return self._reprocess.resume(expected=expected)
 
     def abandon_maintenance(self, *, expected: ReprocessPlan | str, requested_by: str | None = None) -> ReprocessPlan:
         """End the unfinished reprocess, rewind, undo or purge as failed without running its plan (a
         forged or unwanted intent), so submits and commits are no longer refused. Files it already
         moved stay in ``quarantine/{epoch}/``. ``expected``: the confirmed :meth:`preview_resume`.
         Returns the abandoned plan. Raises :class:`StoreChangedError`."""
-        return self._reprocessor().abandon(expected=expected, requested_by=requested_by)
+        return self._reprocess.abandon(expected=expected, requested_by=requested_by)
 
     def list_reprocesses(self) -> list[ReprocessRecord]:
         """Every reprocess and rewind of the store (finished ones, and an unfinished one), oldest first."""
-        return self._reprocessor().records()
+        return self._reprocess.records()
 
     # ------------------------------------------------------------------ inspection (store/inspection.py)
 

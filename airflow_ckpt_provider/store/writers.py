@@ -24,18 +24,21 @@ from airflow_ckpt_provider.store.deletion_guard import name_marker_refusal, pars
 from airflow_ckpt_provider.store.epochs import EpochLog
 from airflow_ckpt_provider.store.errors import (
     CheckpointAlreadySealedError,
-    CheckpointError,
     EpochFencedError,
     InvalidArgumentError,
     InvalidOutputRootError,
     KeyTypeMismatchError,
     PreconditionFailedError,
     StoreUnavailableError,
-    UnknownCheckpointError,
 )
 from airflow_ckpt_provider.store.keys import INLINE_MAX_FILES, INLINE_MAX_KEYS, as_key_array, ipc_bytes
-from airflow_ckpt_provider.store.layout import MANIFEST_FORMAT, attempt_prefix, manifest_key, validate_checkpoint_id
-from airflow_ckpt_provider.store.model import Checkpoint, CheckpointStatus, FileMetadata, sequence_of_files
+from airflow_ckpt_provider.store.layout import attempt_prefix, manifest_key, validate_checkpoint_id
+from airflow_ckpt_provider.store.model import (
+    Checkpoint,
+    CheckpointStatus,
+    FileMetadata,
+    sequence_of_files,
+)
 from airflow_ckpt_provider.store.records import PendingCheckpoint, dumps, now
 from airflow_ckpt_provider.store.state import StateReader
 from airflow_ckpt_provider.store.tail import LooseTail
@@ -248,7 +251,6 @@ class CheckpointWriters:
                 metadata=dict(metadata or {}),
                 inline_keys=ipc_bytes(pending.inline_keys) if pending.inline_keys else None,
                 inline_files=None if pending.inline_files is None else tuple(pending.inline_files),
-                format_version=MANIFEST_FORMAT,
             )
             try:
                 # An empty manifest (this attempt's upload cut short) counts as absent (BlobStore.put).
@@ -278,45 +280,3 @@ class CheckpointWriters:
         with self._lock:
             self._pending.pop(checkpoint_id, None)
         return result[0] if result else None
-
-    def mark_committed(self, ids: Sequence[str], known: Mapping[str, tuple[Checkpoint, str]]) -> None:
-        """``known``: manifests and etags already read (saves one GET each; a stale etag just retries)."""
-
-        def one(checkpoint_id: str) -> None:
-            key = manifest_key(checkpoint_id)
-            cached = known.get(checkpoint_id)
-            for _ in range(10):
-                if cached is None:
-                    found = self._reader.manifest_and_etag(checkpoint_id)
-                    if found is None:
-                        self._mark_compacted_committed(checkpoint_id)
-                        return
-                    cached = found
-                manifest, etag = cached
-                if manifest.status is CheckpointStatus.COMMITTED:
-                    return
-                updated = manifest.to_json(manifest=True) | {"status": "committed", "committed_at": now()}
-                try:
-                    self._blobs.put(key, dumps(updated), if_match=etag)
-                    return
-                except PreconditionFailedError:
-                    cached = None  # somebody else changed it: re-read and retry
-            raise CheckpointError(f"could not mark {checkpoint_id} committed: the manifest keeps changing")
-
-        self._context.map(one, ids)
-
-    def _mark_compacted_committed(self, checkpoint_id: str) -> None:
-        """A checkpoint a segment holds: write its manifest back, committed, as a loose manifest (segments are
-        immutable; readers and the next compaction take the committed status from it)."""
-        compacted = self._reader.checkpoint(checkpoint_id)
-        if compacted is None:
-            raise UnknownCheckpointError(
-                f"checkpoint {checkpoint_id} is not sealed in {self._context.uri}: only sealed checkpoints commit"
-            )
-        if compacted.status is CheckpointStatus.COMMITTED:
-            return
-        updated = compacted.to_json(manifest=True) | {"status": "committed", "committed_at": now()}
-        try:
-            self._blobs.put(manifest_key(checkpoint_id), dumps(updated), if_absent=True)
-        except PreconditionFailedError:
-            self.mark_committed([checkpoint_id], {})  # its manifest is loose again: the If-Match path

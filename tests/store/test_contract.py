@@ -27,7 +27,6 @@ from airflow_ckpt_provider.store import (
     KeyTypeMismatchError,
     NoEpochError,
     RetentionPolicy,
-    UnknownCheckpointError,
     UnknownOutputFilesError,
     new_checkpoint_id,
     open_store,
@@ -74,19 +73,14 @@ def test_every_call_is_idempotent_where_documented(backend: Backend) -> None:
     with pytest.raises(CheckpointAlreadySealedError):
         store.stage_keys(checkpoint_id, [4])
 
-    store.mark_committed([checkpoint_id])
-    store.mark_committed([checkpoint_id])
-    committed = store.get_checkpoint(checkpoint_id)
-    assert committed is not None and committed.status is CheckpointStatus.COMMITTED
-    assert store.get_checkpointed_files() == []  # committed files are no longer pending
-    assert done_keys(store) == [1, 2, 3]  # but the keys stay done
-    with pytest.raises(UnknownCheckpointError):
-        store.mark_committed([new_checkpoint_id()])
-
     store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
     first = store.commit([backend.output_uri])
     second = store.commit([backend.output_uri])
     assert not first.already_committed and second.already_committed
+    committed = store.get_checkpoint(checkpoint_id)
+    assert committed is not None and committed.status is CheckpointStatus.COMMITTED
+    assert store.get_checkpointed_files() == []  # committed files are no longer pending
+    assert done_keys(store) == [1, 2, 3]  # but the keys stay done
     assert second.committed_checkpoints == first.committed_checkpoints
     assert store.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS) == [checkpoint_id]
     assert store.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS) == []
@@ -469,7 +463,7 @@ def test_key_type_changed_between_checkpoints(backend: Backend) -> None:
     assert backend.store_keys() >= before
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "not-a-manifest", "newer-format"])
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "not-a-manifest", "newer-format", "unreleased-format"])
 def test_corrupt_manifest_is_a_typed_error_and_nothing_is_deleted(backend: Backend, damage: str) -> None:
     from airflow_ckpt_provider.store import CorruptCheckpointError
 
@@ -480,19 +474,23 @@ def test_corrupt_manifest_is_a_typed_error_and_nothing_is_deleted(backend: Backe
     key = f"checkpoints/{checkpoint_id}/manifest.json"
     data, _ = blobs.get(key)
     newer = json.dumps(json.loads(data) | {"format_version": 3}).encode()  # written by a future version
+    unreleased = json.dumps(json.loads(data) | {"format_version": 1}).encode()  # no release wrote format 1
     broken = {
         "garbage": b"\x00\xffnot json",
         "truncated": data[: len(data) // 2],
         "not-a-manifest": b'{"a": 1}',
         "newer-format": newer,
+        "unreleased-format": unreleased,
     }
     blobs.put(key, broken[damage])
     store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
     store_before, output_before = backend.store_keys(), backend.output_names()
     with pytest.raises(CorruptCheckpointError, match="airflow-ckpt check") as raised:
         store.get_checkpointed_keys()
-    if damage == "newer-format":
+    if damage.endswith("-format"):
         assert "upgrade every process that reads this store" in str(raised.value)
+        assert f"has format {3 if damage == 'newer-format' else 1}" in str(raised.value)
+        assert "it reads format 2" in str(raised.value)
     with pytest.raises(CorruptCheckpointError):
         store.commit([backend.output_uri])
     report = store.check()

@@ -29,7 +29,6 @@ import pytest
 from airflow_ckpt_provider import failpoints
 from airflow_ckpt_provider.failpoints import InjectedFault
 from airflow_ckpt_provider.store import (
-    CheckpointStatus,
     CheckpointStore,
     CorruptCheckpointError,
     EpochStatus,
@@ -43,7 +42,6 @@ from tests.store.conftest import Backend
 from tests.store.helpers import begin, done_keys, names, wait_for_hit, write_task
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYOUT_V1 = Path(__file__).resolve().parent / "data" / "layout_v1"
 COMPACTION_FAILPOINTS = (
     "store.compact.after_segment",
     "store.compact.after_state",
@@ -423,44 +421,6 @@ def test_a_segment_that_disagrees_with_its_keys_is_reported(backend: Backend) ->
     assert any("keys, its manifest says" in p for p in problems), problems
 
 
-# ---------------------------------------------------------------- the previous layout
-
-
-def load_layout_v1(backend: Backend) -> dict[str, Any]:
-    """The store ``data/make_layout_v1.py`` wrote with the code before segments, on ``backend``."""
-    raw = backend.store_blobs()
-    root = LAYOUT_V1 / "store"
-    for path in sorted(root.rglob("*")):
-        if path.is_file():
-            data = path.read_bytes()
-            if path.suffix == ".json":
-                data = data.replace(b"file:///OUTPUT", backend.output_uri.encode())
-            raw.put(str(path.relative_to(root)), data)
-    files = json.loads((LAYOUT_V1 / "output_files.json").read_text())
-    for name in files:
-        backend.write_output(name)
-    return {"files": files}
-
-
-def test_a_store_written_before_segments_is_read_and_compacted(backend: Backend) -> None:
-    load_layout_v1(backend)
-    store = backend.store()
-    expected_keys = sorted(["a", "b", "c", "d", "e", "f", *(f"big-{i:05d}" for i in range(5000))])
-    assert done_keys(store) == expected_keys
-    progress = store.progress()
-    assert (progress.valid_checkpoints, progress.keys_done, progress.epoch.number) == (4, 5006, 2)  # type: ignore[union-attr]
-    before = reader_view(store)
-    assert store.valid_checkpoints()[0].metadata == {"input": {"p": 0}}  # what row-key reruns read back
-    store.compact()
-    assert not [d for d in loose_dirs(backend) if backend.store().get_checkpoint(d) is not None]
-    assert reader_view(backend.store()) == before
-    result = backend.store().commit([backend.output_uri])
-    assert len(result.committed_files) == 4
-    assert len(result.deleted_files) == 2  # the failed attempt's file and the duplicate's
-    assert backend.output_names() == {f.path.rsplit("/", 1)[-1] for f in result.committed_files}
-    assert backend.store().check().ok
-
-
 # ---------------------------------------------------------------- merging, statuses, retention
 
 
@@ -479,19 +439,6 @@ def test_small_segments_merge_into_bigger_ones_and_nothing_is_lost(backend: Back
     assert segment_names(backend) == set(backend.store().state_reader.segment_state().names)
     assert {c.checkpoint_id for c in backend.store().valid_checkpoints()} == set(sealed)
     assert done_keys(backend.store()) == list(range(len(sealed)))
-
-
-def test_mark_committed_reaches_a_compacted_checkpoint(backend: Backend) -> None:
-    store = backend.store()
-    epoch = store.begin_epoch(owner="t").number
-    checkpoint_id = write_task(store, backend, epoch=epoch, partition=0, keys=["a"])[0]
-    store.compact()
-    backend.store().mark_committed([checkpoint_id])
-    assert backend.store().get_checkpoint(checkpoint_id).status is CheckpointStatus.COMMITTED  # type: ignore[union-attr]
-    backend.store().compact()
-    assert backend.store().valid_checkpoints()[0].status is CheckpointStatus.COMMITTED
-    assert backend.store().get_checkpointed_files() == []
-    assert done_keys(backend.store()) == ["a"]
 
 
 @pytest.mark.parametrize("policy", list(RetentionPolicy))

@@ -3,7 +3,7 @@
 The store's one deletion guard (store/deletion_guard.py, docs/design.md invariant 10): only
 files under the output roots declared when epochs opened (by the operator or the Spark driver)
 and copied into commit records, never inside the store root, never a path with '..'. A store
-that declares no root (written by an earlier version, and never committed with explicit
+that declares no root (no epoch declares one, and no commit was given explicit
 ``output_roots``) allows nothing: the plan refuses and says why.
 """
 
@@ -34,4 +34,4 @@ def output_guard(view: StoreView, commits: Iterable[int] | None = None) -> Outpu
     """The guard for the files a plan touches. ``commits`` is accepted for the planner's calls;
     the roots are the whole store's (every epoch still recorded and every commit record)."""
     del commits  # the store's declared roots cover every commit's files
-    return OutputGuard(view.store.deletion_guard())
+    return OutputGuard(view.parts.deleter.guard())

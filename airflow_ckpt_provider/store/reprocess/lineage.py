@@ -27,10 +27,10 @@ import pyarrow.parquet as pq
 from airflow_ckpt_provider.store.blobs.base import BlobStore
 from airflow_ckpt_provider.store.errors import CorruptCheckpointError, KeyTypeMismatchError
 from airflow_ckpt_provider.store.model import Checkpoint, FileMetadata
+from airflow_ckpt_provider.store.state import StateReader, StoreState, key_sources
 
 if TYPE_CHECKING:
     from airflow_ckpt_provider.store.context import StoreContext
-    from airflow_ckpt_provider.store.state import StateReader, StoreState
 
 KEY_COLUMN = "key"
 ATTRIBUTION_COLUMNS = ("checkpoint_id", "epoch")
@@ -180,8 +180,6 @@ def attributed_keys(
 ) -> pa.Table:
     """The snapshot's keys and ``checkpoints``' keys, each row with its checkpoint id and epoch
     (what a retain compaction writes, and what a reprocess by key searches)."""
-    from airflow_ckpt_provider.store.state import key_sources
-
     tables: list[pa.Table] = []
     snapshot = state.snapshot
     if snapshot is not None and int(snapshot.get("num_keys", 0)):

@@ -101,7 +101,7 @@ def retraction_plan(
         )
     return ReprocessPlan(
         action=action,
-        store_uri=view.store.uri,
+        store_uri=view.parts.uri,
         epoch=previous.epoch,
         new_epoch=number if units else None,
         selection=selection,
@@ -133,43 +133,43 @@ def undo_plan(view: StoreView, target: int | None, *, requested_by: str | None) 
     if record is None:
         raise UnknownReprocessError(_no_reprocess(view, number))
     if number in view.retractions.undone:
-        raise UndoUnavailableError(f"reprocess {number} of {view.store.uri} is undone already. Nothing was changed")
+        raise UndoUnavailableError(f"reprocess {number} of {view.parts.uri} is undone already. Nothing was changed")
     if record.get("mode") == DELETE:
         raise UndoUnavailableError(
-            f"reprocess {number} of {view.store.uri} deleted its files (delete=True): there is nothing to "
+            f"reprocess {number} of {view.parts.uri} deleted its files (delete=True): there is nothing to "
             "restore. Nothing was changed"
         )
     if latest is None or latest.number != number:
         raise UndoUnavailableError(
-            f"reprocess {number} of {view.store.uri} cannot be undone: epoch {latest.number if latest else '?'} "
+            f"reprocess {number} of {view.parts.uri} cannot be undone: epoch {latest.number if latest else '?'} "
             f"began after it (a run may have reprocessed its keys already, or its quarantine was purged), so "
             "undoing would duplicate output. Nothing was changed"
         )
     moved = [PlannedFile.from_json(f) for f in record.get("files", []) if f.get("outcome") == "moved"]
-    present = {i.key: i.size for i in view.store.blobs.list(quarantine_prefix(number))}
+    present = {i.key: i.size for i in view.parts.blobs.list(quarantine_prefix(number))}
     lost = [f for f in moved if present.get(f.quarantine) != f.size_bytes]
     if lost:
         names = ", ".join(f.quarantine.rsplit("/", 1)[-1] for f in lost[:5])
         raise QuarantineMissingError(
-            f"the quarantine of reprocess {number} of {view.store.uri} is missing {len(lost)} of {len(moved)} "
+            f"the quarantine of reprocess {number} of {view.parts.uri} is missing {len(lost)} of {len(moved)} "
             f"file(s) ({names}): they were deleted or purged, so an undo would not restore the output. Nothing "
             "was changed; the keys stay pending and the next run rewrites them"
         )
     previous = PreviousState.from_json(record.get("previous") or {})
     gone = sorted(set(previous.valid) - set(view.state.manifests))
-    snapshot_gone = previous.snapshot is not None and not view.store.blobs.exists(
+    snapshot_gone = previous.snapshot is not None and not view.parts.blobs.exists(
         f"snapshots/{previous.snapshot:08d}/manifest.json"
     )
     if gone or snapshot_gone:
         what = f"{len(gone)} checkpoint(s) it would make done again" if gone else f"snapshot {previous.snapshot}"
         raise UndoUnavailableError(
-            f"reprocess {number} of {view.store.uri} cannot be undone: {what} were deleted since (cleanup), so "
+            f"reprocess {number} of {view.parts.uri} cannot be undone: {what} were deleted since (cleanup), so "
             "an undo would restore files whose keys stay pending. Nothing was changed; the next run reprocesses them"
         )
     chosen = tuple(str(i) for i in record.get("checkpoints", []))
     return ReprocessPlan(
         action=UNDO,
-        store_uri=view.store.uri,
+        store_uri=view.parts.uri,
         epoch=latest.number,
         new_epoch=latest.number + 1,
         selection=None,
@@ -198,7 +198,7 @@ def purge_plan(view: StoreView, target: int, *, requested_by: str | None) -> Rep
         raise UnknownReprocessError(_no_reprocess(view, target))
     latest = view.state.latest
     fence = latest is not None and latest.number == target and target not in view.retractions.undone
-    listed = {i.key: i.size for i in view.store.blobs.list(quarantine_prefix(target))}
+    listed = {i.key: i.size for i in view.parts.blobs.list(quarantine_prefix(target))}
     by_key = {str(f["quarantine"]): f for f in record.get("files", []) if f.get("quarantine")}
     files = tuple(
         PlannedFile(
@@ -213,7 +213,7 @@ def purge_plan(view: StoreView, target: int, *, requested_by: str | None) -> Rep
     previous = previous_state(view)
     return ReprocessPlan(
         action=PURGE,
-        store_uri=view.store.uri,
+        store_uri=view.parts.uri,
         epoch=previous.epoch,
         new_epoch=previous.epoch + 1 if fence and previous.epoch is not None and files else None,
         selection=None,
@@ -246,13 +246,13 @@ def _present(view: StoreView, files: dict[str, PlannedFile]) -> set[str]:
 
     def listed(directory: str) -> set[str]:
         try:
-            blobs = view.store.context.output_store(directory)
+            blobs = view.parts.context.output_store(directory)
             return {blobs.child_uri(i.key) for i in blobs.list("") if "/" not in i.key}
         except CheckpointError:
             return set()
 
     found: set[str] = set()
-    for names in view.store.context.map(listed, sorted(by_dir)):
+    for names in view.parts.context.map(listed, sorted(by_dir)):
         found |= names
     return {p for p in files if p in found}
 
@@ -264,6 +264,6 @@ def _roots_touched(files: Iterable[PlannedFile]) -> tuple[str, ...]:
 def _no_reprocess(view: StoreView, number: int) -> str:
     known = ", ".join(str(n) for n in sorted(view.retractions.records)) or "none"
     return (
-        f"no reprocess or rewind of {view.store.uri} finished with epoch {number} (its reprocesses: {known}; "
+        f"no reprocess or rewind of {view.parts.uri} finished with epoch {number} (its reprocesses: {known}; "
         "`airflow-ckpt reprocesses` lists them). Nothing was changed"
     )

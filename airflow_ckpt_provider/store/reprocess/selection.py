@@ -94,7 +94,7 @@ def _by_keys(view: StoreView, requested: Sequence[Any], *, files: bool) -> Picke
             if view.commits
             else ""
         )
-        raise error(f"{view.store.uri} holds no done keys, so no {what} can be selected.{hint}. Nothing was changed")
+        raise error(f"{view.parts.uri} holds no done keys, so no {what} can be selected.{hint}. Nothing was changed")
     table = view.attributed_keys()
     key_field = table.schema.field(KEY)
     wanted = pa.table({KEY: _as_key_type(list(requested), key_field.type, error, what)})
@@ -105,7 +105,7 @@ def _by_keys(view: StoreView, requested: Sequence[Any], *, files: bool) -> Picke
     if unknown.num_rows:
         examples = [row.get(KEY, row) for row in unknown.slice(0, 5).to_pylist()]
         raise error(
-            f"{unknown.num_rows} of {flat_wanted.num_rows} {what} are not done in {view.store.uri} "
+            f"{unknown.num_rows} of {flat_wanted.num_rows} {what} are not done in {view.parts.uri} "
             f"(e.g. {examples!r}): they are pending already (the next run processes them) or misspelt; "
             "`airflow-ckpt keys` lists the done ones. Nothing was changed"
         )
@@ -128,7 +128,7 @@ def _by_epochs(view: StoreView, epochs: Sequence[int]) -> Picked:
     for epoch in epochs:
         if not 1 <= epoch <= view.latest_number:
             raise UnknownEpochError(
-                f"{view.store.uri} has no epoch {epoch}: its epochs are 1 to {view.latest_number} "
+                f"{view.parts.uri} has no epoch {epoch}: its epochs are 1 to {view.latest_number} "
                 "(`airflow-ckpt epochs` lists them). Nothing was changed"
             )
     wanted = set(epochs)
@@ -200,7 +200,7 @@ def _lineage_commits(view: StoreView, commits: Sequence[int]) -> list[int]:
     written before lineage existed whose checkpoints no longer count (nothing to find there)."""
     from airflow_ckpt_provider.store.reprocess.lineage import lineage_commits
 
-    have = lineage_commits(view.store.blobs)
+    have = lineage_commits(view.parts.blobs)
     needed: list[int] = []
     for commit in commits:
         if commit in have:
@@ -212,7 +212,7 @@ def _lineage_commits(view: StoreView, commits: Sequence[int]) -> list[int]:
 
 def _legacy_commit_counts(view: StoreView, commit: int) -> bool:
     """Whether a commit without lineage still names output that counts (not valid, not retracted)."""
-    record = view.store.context.read_json(f"commits/{commit:08d}.json")
+    record = view.parts.context.read_json(f"commits/{commit:08d}.json")
     ids = {str(i) for i in record.get("checkpoint_ids", [])}
     return bool(ids - set(view.valid) - view.retracted)
 
@@ -228,7 +228,7 @@ def _check_attribution(view: StoreView, *, through: int) -> None:
         unattributed = int(snapshot["snapshot"])
     if unattributed is not None and int(unattributed) > through:
         raise SelectionUnavailableError(
-            f"the keys of {view.store.uri} were compacted by an earlier version of airflow-ckpt-provider up to "
+            f"the keys of {view.parts.uri} were compacted by an earlier version of airflow-ckpt-provider up to "
             f"epoch {unattributed}, without a record of which checkpoint each came from: rewind to commit "
             f"{unattributed} or later, or clear. Nothing was changed"
         )
@@ -237,7 +237,7 @@ def _check_attribution(view: StoreView, *, through: int) -> None:
 def _no_commit(view: StoreView, commit: int) -> str:
     listed = ", ".join(str(c) for c in sorted(view.done_commits)) or "none"
     return (
-        f"{view.store.uri} has no finished commit {commit} (its commits: {listed}; `airflow-ckpt epochs` shows "
+        f"{view.parts.uri} has no finished commit {commit} (its commits: {listed}; `airflow-ckpt epochs` shows "
         "them). Nothing was changed"
     )
 

@@ -38,7 +38,7 @@ from airflow_ckpt_provider.store.reprocess.steps import Steps
 from airflow_ckpt_provider.store.reprocess.view import StoreView, Unit
 
 if TYPE_CHECKING:
-    from airflow_ckpt_provider.store.store import CheckpointStore
+    from airflow_ckpt_provider.store.parts import StoreParts
 
 Expected = ReprocessPlan | str | None
 
@@ -46,30 +46,30 @@ Expected = ReprocessPlan | str | None
 class Reprocessor:
     """Reprocess, rewind, undo and purge on one store (see ``CheckpointStore`` for the contract)."""
 
-    def __init__(self, store: CheckpointStore) -> None:
-        self.store = store
+    def __init__(self, parts: StoreParts) -> None:
+        self.parts = parts
 
     # ------------------------------------------------------------------ previews
 
     def preview(self, selection: Selection, *, delete: bool = False) -> ReprocessPlan:
-        view = StoreView.read(self.store)
+        view = StoreView.read(self.parts)
         unfinished = self._same_unfinished(view, REPROCESS, selection, None, delete)
         if unfinished is not None:
             return unfinished
         return self._plan(view, REPROCESS, resolve(view, selection), selection, None, delete, None)
 
     def preview_rewind(self, to_commit: int, *, delete: bool = False) -> ReprocessPlan:
-        view = StoreView.read(self.store)
+        view = StoreView.read(self.parts)
         unfinished = self._same_unfinished(view, REWIND, None, to_commit, delete)
         if unfinished is not None:
             return unfinished
         return self._plan(view, REWIND, resolve_rewind(view, to_commit), None, to_commit, delete, None)
 
     def preview_undo(self, epoch: int | None = None) -> ReprocessPlan:
-        return undo_plan(StoreView.read(self.store), epoch, requested_by=None)
+        return undo_plan(StoreView.read(self.parts), epoch, requested_by=None)
 
     def preview_purge(self, epoch: int) -> ReprocessPlan:
-        return purge_plan(StoreView.read(self.store), epoch, requested_by=None)
+        return purge_plan(StoreView.read(self.parts), epoch, requested_by=None)
 
     # ------------------------------------------------------------------ actions
 
@@ -101,7 +101,7 @@ class Reprocessor:
         )
 
     def undo(self, epoch: int | None, *, expected: Expected, requested_by: str | None) -> ReprocessResult:
-        view = StoreView.read(self.store)
+        view = StoreView.read(self.parts)
         unfinished = self._unfinished(view)
         if unfinished is not None:
             if unfinished.action == UNDO and epoch in (None, unfinished.target):
@@ -117,7 +117,7 @@ class Reprocessor:
         return steps.undo(plan)
 
     def purge(self, epoch: int | None, *, requested_by: str | None) -> ReprocessResult:
-        view = StoreView.read(self.store)
+        view = StoreView.read(self.parts)
         unfinished = self._unfinished(view)
         if unfinished is not None:
             if unfinished.action == PURGE and epoch in (None, unfinished.target):
@@ -132,7 +132,7 @@ class Reprocessor:
                 steps.open_epoch(plan)
                 failpoint("store.purge.after_epoch")
             results.append(steps.purge(plan))
-            view = StoreView.read(self.store)
+            view = StoreView.read(self.parts)
         if len(results) == 1:
             return results[0]
         plan = purge_plan(view, targets[-1], requested_by=requested_by) if targets else self._empty_purge(view)
@@ -146,14 +146,14 @@ class Reprocessor:
     def preview_resume(self) -> ReprocessPlan | None:
         """The unfinished maintenance plan as the store records it, with ``refused_paths``: its files
         outside the output roots (a resume refuses while any). None when nothing is unfinished."""
-        view = StoreView.read(self.store)
+        view = StoreView.read(self.parts)
         unfinished = self._unfinished(view)
         if unfinished is None:
             return None
         return self._with_refusals(view, unfinished)
 
     def resume(self, *, expected: Expected = None) -> ReprocessResult | None:
-        view = StoreView.read(self.store)
+        view = StoreView.read(self.parts)
         unfinished = self._unfinished(view)
         if unfinished is None:
             return None
@@ -161,7 +161,7 @@ class Reprocessor:
         self._check_expected(plan, expected)
         if plan.refused_paths and plan.action != PURGE:
             raise UnsafePathError(
-                f"the unfinished {plan.action} of {self.store.uri} (epoch {plan.new_epoch}) names "
+                f"the unfinished {plan.action} of {self.parts.uri} (epoch {plan.new_epoch}) names "
                 f"{len(plan.refused_paths)} file(s) outside the output roots (e.g. {list(plan.refused_paths[:3])}): "
                 "it was not made by this store's DAG and is not resumed. Nothing was changed; abandon it "
                 "(`airflow-ckpt abandon`, or Abandon in the Checkpoints tab) and run `airflow-ckpt check`"
@@ -171,13 +171,13 @@ class Reprocessor:
     def abandon(self, *, expected: Expected, requested_by: str | None) -> ReprocessPlan:
         """End the unfinished maintenance epoch as failed without running its plan (a forged or
         unwanted intent). ``expected``: the fingerprint of :meth:`preview_resume` the person saw."""
-        view = StoreView.read(self.store)
+        view = StoreView.read(self.parts)
         unfinished = self._unfinished(view)
         if unfinished is None or unfinished.new_epoch is None:
-            raise StoreChangedError(f"{self.store.uri} has no unfinished reprocess, rewind, undo or purge any more")
+            raise StoreChangedError(f"{self.parts.uri} has no unfinished reprocess, rewind, undo or purge any more")
         plan = self._with_refusals(view, unfinished)
         self._check_expected(plan, expected)
-        self.store.epoch_log.write_end(
+        self.parts.epochs.write_end(
             unfinished.new_epoch,
             EpochStatus.FAILED,
             {"reason": "abandoned: its plan was not run", "abandoned_by": requested_by, "files": len(plan.files)},
@@ -192,7 +192,7 @@ class Reprocessor:
         return dataclasses.replace(plan, refused_paths=refused)
 
     def records(self) -> list[ReprocessRecord]:
-        view = StoreView.read(self.store)
+        view = StoreView.read(self.parts)
         records = view.retractions.as_records()
         unfinished = self._unfinished(view)
         if unfinished is not None and unfinished.action in (REPROCESS, REWIND) and unfinished.new_epoch is not None:
@@ -213,7 +213,7 @@ class Reprocessor:
         takeover: bool,
         requested_by: str | None,
     ) -> ReprocessResult:
-        view = StoreView.read(self.store)
+        view = StoreView.read(self.parts)
         unfinished = self._same_unfinished(view, action, selection, to_commit, delete)
         if unfinished is not None:
             return self._finish(view, unfinished)
@@ -224,14 +224,14 @@ class Reprocessor:
             return ReprocessResult(action=action, epoch=None, plan=plan)
         if plan.refused_paths:
             raise UnsafePathError(
-                f"the records of {self.store.uri} name {len(plan.refused_paths)} file(s) outside its root and the "
+                f"the records of {self.parts.uri} name {len(plan.refused_paths)} file(s) outside its root and the "
                 f"output roots (e.g. {list(plan.refused_paths[:3])}); they are never touched, so this {action} "
                 "cannot make the output exactly-once. Nothing was changed; run `airflow-ckpt check`, and declare "
                 "the job's real output roots if those files are yours"
             )
         self._check_fence(view, takeover)
         failpoint("store.reprocess.before_epoch")
-        steps = Steps(self.store, self._guard(view, units).allows)
+        steps = Steps(self.parts, self._guard(view, units).allows)
         steps.open_epoch(plan, supersede=view.state.latest if takeover else None)
         failpoint("store.reprocess.after_epoch")
         return steps.retract(plan)
@@ -262,7 +262,7 @@ class Reprocessor:
 
     def _steps(self, view: StoreView) -> Steps:
         """Steps for undo, purge and resume: the guard of every commit (their plans name no commits)."""
-        return Steps(self.store, output_guard(view).allows)
+        return Steps(self.parts, output_guard(view).allows)
 
     def _unfinished(self, view: StoreView) -> ReprocessPlan | None:
         latest = view.state.latest
@@ -306,7 +306,7 @@ class Reprocessor:
             plan.action, f"a {plan.action}"
         )
         return ReprocessInProgressError(
-            f"{what} of {self.store.uri} (epoch {plan.new_epoch}) is unfinished: resume it first "
+            f"{what} of {self.parts.uri} (epoch {plan.new_epoch}) is unfinished: resume it first "
             "(`airflow-ckpt resume`, or the same call again). Nothing was changed"
         )
 
@@ -316,7 +316,7 @@ class Reprocessor:
         wanted = expected.fingerprint if isinstance(expected, ReprocessPlan) else str(expected)
         if wanted != plan.fingerprint:
             raise StoreChangedError(
-                f"{self.store.uri} changed since the preview was made (it is at epoch {plan.epoch} now): what "
+                f"{self.parts.uri} changed since the preview was made (it is at epoch {plan.epoch} now): what "
                 "would be done differs from what was confirmed. Nothing was changed; look at the new preview"
             )
 
@@ -326,13 +326,13 @@ class Reprocessor:
             return
         if latest.status is EpochStatus.OPEN and not takeover:
             raise EpochConflictError(
-                f"epoch {latest.number} of {self.store.uri} is still open (owner {latest.owner!r}, opened "
+                f"epoch {latest.number} of {self.parts.uri} is still open (owner {latest.owner!r}, opened "
                 f"{latest.created_at}): a submit may be running. Wait until it ends (or mark it failed), then "
                 "reprocess; if it is dead, pass takeover=True (CLI --takeover). Nothing was changed"
             )
         if latest.number in view.commits and latest.number not in view.done_commits:
             raise EpochConflictError(
-                f"the commit of epoch {latest.number} of {self.store.uri} is unfinished: run the commit again "
+                f"the commit of epoch {latest.number} of {self.parts.uri} is unfinished: run the commit again "
                 "(it resumes), then reprocess. Nothing was changed"
             )
 
@@ -342,7 +342,7 @@ class Reprocessor:
         previous = previous_state(view)
         return ReprocessPlan(
             action=PURGE,
-            store_uri=self.store.uri,
+            store_uri=self.parts.uri,
             epoch=previous.epoch,
             new_epoch=None,
             selection=None,

@@ -8,7 +8,6 @@ checked against the deletion guard again here, and quarantine keys are recompute
 
 from __future__ import annotations
 
-import datetime as dt
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -18,14 +17,14 @@ import pyarrow.parquet as pq
 
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError, BlobStore
+from airflow_ckpt_provider.store.epochs import EpochBase
 from airflow_ckpt_provider.store.errors import (
     CorruptCheckpointError,
-    EpochConflictError,
     EpochFencedError,
-    PreconditionFailedError,
     UnsafePathError,
 )
 from airflow_ckpt_provider.store.model import Epoch, EpochStatus
+from airflow_ckpt_provider.store.records import now
 from airflow_ckpt_provider.store.reprocess.lineage import KEY_COLUMN, drop_checkpoints, write_snapshot_data
 from airflow_ckpt_provider.store.reprocess.model import DELETE, PURGE, UNDO, dumps
 from airflow_ckpt_provider.store.reprocess.plan import PlannedFile, ReprocessPlan, ReprocessResult
@@ -33,21 +32,17 @@ from airflow_ckpt_provider.store.reprocess.planner import quarantine_key
 from airflow_ckpt_provider.store.reprocess.records import PLAN_FIELD, marker_key, quarantine_prefix, record_key
 
 if TYPE_CHECKING:
-    from airflow_ckpt_provider.store.store import CheckpointStore
+    from airflow_ckpt_provider.store.parts import StoreParts
 
 MOVED, DELETED, MISSING = "moved", "deleted", "missing"
 
 
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 class Steps:
-    """Runs a plan against ``store``. ``allowed``: the deletion guard (True if a path may be touched)."""
+    """Runs a plan against the store of ``parts``. ``allowed``: the deletion guard (True if a path may be touched)."""
 
-    def __init__(self, store: CheckpointStore, allowed: Callable[[str], bool]) -> None:
-        self.store = store
-        self.blobs = store.blobs
+    def __init__(self, parts: StoreParts, allowed: Callable[[str], bool]) -> None:
+        self.parts = parts
+        self.blobs = parts.blobs
         self.allowed = allowed
 
     # ------------------------------------------------------------------ the fence
@@ -55,32 +50,25 @@ class Steps:
     def open_epoch(self, plan: ReprocessPlan, *, supersede: Epoch | None = None) -> None:
         """Create the maintenance epoch (create-if-absent): the atomic intent and the fence."""
         assert plan.new_epoch is not None
-        epoch = Epoch(
-            number=plan.new_epoch,
+        plan_record = plan.to_json()
+        plan_record.pop("description", None)
+        epochs = self.parts.epochs
+        epochs.open_fencing(
+            plan.new_epoch,
             owner=f"{plan.action}:{plan.requested_by or 'api'}",
-            created_at=_now(),
-            base=plan.new_base,
-            base_snapshot=plan.snapshot_from,
-            expected_partitions=None,
+            base=EpochBase(tuple(plan.new_base), plan.snapshot_from),
             metadata={"action": plan.action, PLAN_FIELD: True},
-        )
-        record = epoch.to_json() | {PLAN_FIELD: plan.to_json()}
-        record[PLAN_FIELD].pop("description", None)
-        try:
-            self.blobs.put(f"epochs/{plan.new_epoch:08d}.json", dumps(record), if_absent=True)
-        except PreconditionFailedError:
-            raise EpochConflictError(
-                f"another submit or reprocess opened epoch {plan.new_epoch} of {self.store.uri} at the same time; "
+            extra={PLAN_FIELD: plan_record},
+            conflict=(
+                f"another submit or reprocess opened epoch {plan.new_epoch} of {self.parts.uri} at the same time; "
                 "nothing was changed. Look at the store again (`airflow-ckpt progress`) and retry"
-            ) from None
-        if supersede is not None and supersede.status is EpochStatus.OPEN:
-            self.store.epoch_log.write_end(
-                supersede.number, EpochStatus.FAILED, {"reason": f"superseded by {plan.action} epoch {plan.new_epoch}"}
-            )
+            ),
+        )
+        epochs.end_superseded(supersede, f"superseded by {plan.action} epoch {plan.new_epoch}")
 
     def _end(self, plan: ReprocessPlan, status: EpochStatus, summary: dict[str, Any]) -> None:
         assert plan.new_epoch is not None
-        self.store.epoch_log.write_end(plan.new_epoch, status, summary)
+        self.parts.epochs.write_end(plan.new_epoch, status, summary)
 
     # ------------------------------------------------------------------ reprocess / rewind
 
@@ -100,7 +88,7 @@ class Steps:
             "to_commit": plan.to_commit,
             "requested_by": plan.requested_by,
             "created_at": plan.created_at,
-            "finished_at": _now(),
+            "finished_at": now(),
             "previous": plan.previous.to_json(),
             "checkpoints": list(plan.checkpoints),
             "committed_checkpoints": plan.committed_checkpoints,
@@ -130,7 +118,7 @@ class Steps:
         if self.blobs.exists(prefix + "manifest.json"):
             return
         source = f"snapshots/{plan.snapshot_from:08d}/"
-        old = self.store.context.read_json(source + "manifest.json")
+        old = self.parts.context.read_json(source + "manifest.json")
         try:
             table = pq.read_table(pa.BufferReader(self.blobs.get(source + "keys.parquet")[0]))
         except BlobNotFoundError:
@@ -146,7 +134,7 @@ class Steps:
             "snapshot": number,
             "checkpoint_ids": sorted(set(old.get("checkpoint_ids", [])) - set(plan.snapshot_drop)),
             "num_keys": kept.num_rows,
-            "created_at": _now(),
+            "created_at": now(),
             "derived_from": plan.snapshot_from,
         }
         self.blobs.put(prefix + "manifest.json", dumps(manifest))
@@ -156,7 +144,7 @@ class Steps:
         refused = [f.path for f in files if not self.allowed(f.path)]
         if refused:
             raise UnsafePathError(
-                f"the plan of epoch {number} of {self.store.uri} names files outside the store root and the "
+                f"the plan of epoch {number} of {self.parts.uri} names files outside the store root and the "
                 f"output roots (e.g. {refused[:3]}): nothing more is touched. Run `airflow-ckpt check`"
             )
         return [(f, quarantine_key(number, f.path)) for f in files]
@@ -168,18 +156,18 @@ class Steps:
             by_dir[f.path.rsplit("/", 1)[0]].add(f.path)
 
         def listed(directory: str) -> dict[str, int]:
-            blobs = self.store.context.output_store(directory)
+            blobs = self.parts.context.output_store(directory)
             wanted = by_dir[directory]
             return {blobs.child_uri(i.key): i.size for i in blobs.list("") if blobs.child_uri(i.key) in wanted}
 
         found: dict[str, int] = {}
-        for sizes in self.store.context.map(listed, sorted(by_dir)):
+        for sizes in self.parts.context.map(listed, sorted(by_dir)):
             found.update(sizes)
         return found
 
     def _output(self, path: str) -> tuple[BlobStore, str]:
         directory, _, name = path.rpartition("/")
-        return self.store.context.output_store(directory), name
+        return self.parts.context.output_store(directory), name
 
     def _move(self, plan: ReprocessPlan) -> dict[str, str]:
         number = plan.new_epoch
@@ -195,7 +183,7 @@ class Steps:
                 self.blobs.copy_from(blobs, name, key)
                 failpoint("store.reprocess.after_copy")
 
-        self.store.context.map(copy, files)
+        self.parts.context.map(copy, files)
         self.blobs.discard_interrupted_writes([key for _, key in files])  # a killed earlier run's copies
         copied = {i.key: i.size for i in self.blobs.list(quarantine_prefix(number))}
         short = [f.path for f, key in files if f.path in present and copied.get(key) != present[f.path]]
@@ -204,9 +192,9 @@ class Steps:
                 f"the quarantine copies of {short[:3]} do not match the originals; nothing was deleted. "
                 f"Run the reprocess again (it resumes)"
             )
-        if not self.store.is_current_epoch(number):
+        if not self.parts.epochs.is_current(number):
             raise EpochFencedError(
-                f"epoch {number} of {self.store.uri} was superseded while its files were being moved; the "
+                f"epoch {number} of {self.parts.uri} was superseded while its files were being moved; the "
                 "originals still in the output are kept. Run `airflow-ckpt check`"
             )
         self._delete_originals([f.path for f, _ in files if f.path in present], "store.reprocess.after_move")
@@ -221,7 +209,7 @@ class Steps:
         return {f.path: DELETED if f.path in present else MISSING for f, _ in files}
 
     def _delete_originals(self, paths: Sequence[str], point: str) -> None:
-        self.store.deleter.delete_output_files(paths, after_batch=lambda: failpoint(point))
+        self.parts.deleter.delete_output_files(paths, after_batch=lambda: failpoint(point))
 
     # ------------------------------------------------------------------ undo
 
@@ -247,12 +235,12 @@ class Steps:
             failpoint("store.undo.after_restore")
             return planned.path
 
-        for (planned, _), done in zip(files, self.store.context.map(restore, files), strict=True):
+        for (planned, _), done in zip(files, self.parts.context.map(restore, files), strict=True):
             (restored if done else missing).append(planned.path)
         self._discard_interrupted_restores([f.path for f, _ in files])
         # The reprocess's snapshot is obsolete now (the undo epoch names the previous one).
-        self.store.deleter.delete_snapshot(target)
-        self.blobs.put(marker_key(target, "undone"), dumps({"epoch": target, "by": plan.new_epoch, "at": _now()}))
+        self.parts.deleter.delete_snapshot(target)
+        self.blobs.put(marker_key(target, "undone"), dumps({"epoch": target, "by": plan.new_epoch, "at": now()}))
         failpoint("store.undo.before_end")
         result = ReprocessResult(
             action=UNDO,
@@ -277,7 +265,7 @@ class Steps:
             directory, _, name = path.rpartition("/")
             by_dir[directory].append(name)
         for directory, names in sorted(by_dir.items()):
-            self.store.context.output_store(directory).discard_interrupted_writes(names)
+            self.parts.context.output_store(directory).discard_interrupted_writes(names)
 
     # ------------------------------------------------------------------ purge
 
@@ -286,8 +274,8 @@ class Steps:
         assert target is not None
         prefix = quarantine_prefix(target)
         keys = [i.key for i in self.blobs.list(prefix)]
-        self.store.deleter.delete_records(keys, after_batch=lambda: failpoint("store.purge.during_delete"))
-        self.blobs.put(marker_key(target, "purged"), dumps({"epoch": target, "at": _now(), "files": len(keys)}))
+        self.parts.deleter.delete_records(keys, after_batch=lambda: failpoint("store.purge.during_delete"))
+        self.blobs.put(marker_key(target, "purged"), dumps({"epoch": target, "at": now(), "files": len(keys)}))
         failpoint("store.purge.before_end")
         result = ReprocessResult(
             action=PURGE,

@@ -31,8 +31,8 @@ from airflow_ckpt_provider.store.reprocess.records import PLAN_FIELD, Retraction
 from airflow_ckpt_provider.store.rerun import REPLACED_FIELD, committed_output
 
 if TYPE_CHECKING:
+    from airflow_ckpt_provider.store.parts import StoreParts
     from airflow_ckpt_provider.store.state import StoreState
-    from airflow_ckpt_provider.store.store import CheckpointStore
 
 _COMMIT_RE = re.compile(r"^commits/(\d{8})\.json$")
 _DONE_RE = re.compile(r"^commits/(\d{8})\.done\.json$")
@@ -57,7 +57,7 @@ class StoreView:
     """The store as a reprocess sees it when it plans (a consistent enough read: a maintenance
     action is fenced by its epoch, and the plan's fingerprint catches a store that moved)."""
 
-    store: CheckpointStore
+    parts: StoreParts
     state: StoreState
     commits: tuple[int, ...]  # numbers of commit records, sorted
     done_commits: frozenset[int]
@@ -65,11 +65,11 @@ class StoreView:
     _lineage: dict[int, dict[str, LineageEntry] | None] = field(default_factory=dict)
 
     @classmethod
-    def read(cls, store: CheckpointStore) -> StoreView:
-        state = store.state_reader.read(keep_inline=True)
+    def read(cls, parts: StoreParts) -> StoreView:
+        state = parts.reader.read(keep_inline=True)
         commits: list[int] = []
         done: set[int] = set()
-        for info in store.blobs.list("commits/"):
+        for info in parts.blobs.list("commits/"):
             if not info.size:  # an upload cut short: never written (StateReader._commit_record_keys)
                 continue
             if match := _COMMIT_RE.match(info.key):
@@ -77,7 +77,7 @@ class StoreView:
             elif match := _DONE_RE.match(info.key):
                 done.add(int(match.group(1)))
         return cls(
-            store, state, tuple(sorted(commits)), frozenset(done), Retractions.read(store.blobs, store.context.map)
+            parts, state, tuple(sorted(commits)), frozenset(done), Retractions.read(parts.blobs, parts.context.map)
         )
 
     # ------------------------------------------------------------------ basics
@@ -94,7 +94,7 @@ class StoreView:
     def snapshot_index(self) -> dict[str, tuple[int, int]]:
         """Checkpoint id -> (epoch, keys) of every checkpoint whose keys the retain snapshot holds."""
         number = self.snapshot_number
-        return {} if number is None else read_snapshot_index(self.store.blobs, number)
+        return {} if number is None else read_snapshot_index(self.parts.blobs, number)
 
     @property
     def snapshot_number(self) -> int | None:
@@ -107,7 +107,7 @@ class StoreView:
     @cached_property
     def replaced_paths(self) -> set[str]:
         """Output paths (canonical) a later commit of the same job retracted and no commit named again."""
-        records = self.store.state_reader.commit_records()
+        records = self.parts.reader.commit_records()
         replaced = {canonical_uri(str(p)) for r in records for p in r.get(REPLACED_FIELD) or []}
         return replaced - committed_output(records, canonical_uri) if replaced else set()
 
@@ -116,7 +116,7 @@ class StoreView:
         latest = self.state.latest
         if latest is None or not latest.metadata.get(PLAN_FIELD):
             return None
-        record = self.store.context.read_json(f"epochs/{latest.number:08d}.json")
+        record = self.parts.context.read_json(f"epochs/{latest.number:08d}.json")
         plan = record.get(PLAN_FIELD)
         return plan if isinstance(plan, dict) else None
 
@@ -129,11 +129,11 @@ class StoreView:
 
     def lineage(self, commit: int) -> dict[str, LineageEntry]:
         if commit not in self._lineage:
-            self._lineage[commit] = read_lineage(self.store.blobs, commit)
+            self._lineage[commit] = read_lineage(self.parts.blobs, commit)
         found = self._lineage[commit]
         if found is None:
             raise SelectionUnavailableError(
-                f"commit {commit} of {self.store.uri} was made by an earlier version of airflow-ckpt-provider, "
+                f"commit {commit} of {self.parts.uri} was made by an earlier version of airflow-ckpt-provider, "
                 "which did not record which files each checkpoint wrote: select commits made since the upgrade, "
                 f"or rewind to commit {commit} or later. Nothing was changed"
             )
@@ -144,7 +144,7 @@ class StoreView:
         wanted = sorted(set(commits))
         missing = [c for c in wanted if c not in self._lineage]
         for commit, found in zip(
-            missing, self.store.context.map(lambda c: read_lineage(self.store.blobs, c), missing), strict=True
+            missing, self.parts.context.map(lambda c: read_lineage(self.parts.blobs, c), missing), strict=True
         ):
             self._lineage[commit] = found
         merged: dict[str, LineageEntry] = {}
@@ -197,7 +197,7 @@ class StoreView:
         """Units for the ids a selection picked. ``epochs``: sealing epochs known for ids not valid."""
         ids = sorted(set(checkpoint_ids))
         valid = [self.valid[i] for i in ids if i in self.valid]
-        files_by_id = self.store.state_reader.files_by_checkpoint(valid)
+        files_by_id = self.parts.reader.files_by_checkpoint(valid)
         units = [self.unit_of_valid(c, tuple(files_by_id[c.checkpoint_id])) for c in valid]
         others = [i for i in ids if i not in self.valid]
         commits = {self.committed_in(epochs[i]) for i in others if i in epochs}
@@ -207,7 +207,7 @@ class StoreView:
             unit = None if entry is None else self.unit_of_entry(entry)
             if unit is None:
                 raise SelectionUnavailableError(
-                    f"checkpoint {checkpoint_id} of {self.store.uri} was compacted without a record of its "
+                    f"checkpoint {checkpoint_id} of {self.parts.uri} was compacted without a record of its "
                     "files (an earlier version, or a damaged lineage): it cannot be reprocessed alone. "
                     "Nothing was changed; `airflow-ckpt check` tells more"
                 )
@@ -224,4 +224,4 @@ class StoreView:
 
     def attributed_keys(self) -> pa.Table:
         """Every done key with the checkpoint and epoch it belongs to (snapshot + valid checkpoints)."""
-        return attributed_keys(self.store.context, self.store.state_reader, self.state, self.state.valid)
+        return attributed_keys(self.parts.context, self.parts.reader, self.state, self.state.valid)

@@ -1,0 +1,35 @@
+"""The store's parts, built once by :class:`~airflow_ckpt_provider.store.store.CheckpointStore`.
+
+What a service above the concerns (reprocess, rewind, undo, purge) works with, instead of
+reaching through the facade: the facade imports those services, never the other way round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from airflow_ckpt_provider.store.blobs.base import BlobStore
+from airflow_ckpt_provider.store.compaction import Compactor
+from airflow_ckpt_provider.store.context import StoreContext
+from airflow_ckpt_provider.store.deletion import StoreDeleter
+from airflow_ckpt_provider.store.epochs import EpochLog
+from airflow_ckpt_provider.store.state import StateReader
+
+
+@dataclass(frozen=True)
+class StoreParts:
+    """One store's shared context and the concerns built on it."""
+
+    context: StoreContext
+    epochs: EpochLog
+    reader: StateReader
+    deleter: StoreDeleter
+    compactor: Compactor
+
+    @property
+    def uri(self) -> str:
+        return self.context.uri
+
+    @property
+    def blobs(self) -> BlobStore:
+        return self.context.blobs
