@@ -213,7 +213,7 @@ def _kept_by_the_guard(undeclared: Sequence[str], refused: Sequence[str], io: Io
     if undeclared:
         io.out.write(
             "output files kept: no output root is declared (pass --output-root DIR, or --dag-id/--task-id/--run-id "
-            "of a task whose DAG declares output_roots; or the store was written by an earlier version):\n"
+            "of a task whose DAG declares output_roots; or no epoch of the store declares one):\n"
         )
         for path in undeclared:
             io.out.write(f"  {path}\n")

@@ -34,7 +34,7 @@ class DeletionPreview:
     #: The latest epoch is open: the action ends it, fencing a submit that may still write to it.
     ends_open_epoch: bool = False
     #: The only places output files may be deleted (declared when epochs opened); empty and not
-    #: declared for stores of earlier versions, whose output files are then kept.
+    #: declared when no epoch of the store declared one, whose output files are then kept.
     output_roots: tuple[str, ...] = ()
     output_roots_declared: bool = True
     #: Who declares no output root (the store was opened with none): every output file is kept.
@@ -97,7 +97,7 @@ class DeletionPreview:
             )
         if not self.output_roots_declared:
             return (
-                " This store declares no output root (written by an earlier version): no output file is "
+                " This store declares no output root (no epoch declares one): no output file is "
                 "deleted, only the store's own records."
             )
         return " No output file is deleted (no output root is declared)."
