@@ -3,43 +3,29 @@
 The metadata DB is read in short sessions on worker threads (:func:`with_db`), never held while
 a store is read; store calls run on the view's own bounded threads under a deadline
 (:func:`store_calls`, plugins/store_calls.py); the task instance's store is the one its operator
-names (:func:`locate`, hooks/locator.py). :class:`StoreRequest` is the skeleton every request on
-one task instance's store shares: the task page, the clear/discard dialog and actions, reprocess.
+names (:func:`locate`, hooks/locator.py). Shared by the clear/discard and reprocess endpoints.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import cache
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
-from fastapi import HTTPException, Query, status
-from fastapi.responses import JSONResponse
+from fastapi import HTTPException, status
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
-from airflow_ckpt_provider.hooks.locator import ACTIVE_STATES, TaskStoreRef, locate_task_store
+from airflow_ckpt_provider.hooks.locator import TaskStoreRef, locate_task_store
 from airflow_ckpt_provider.hooks.task_fields import TaskInstanceNotFound
-from airflow_ckpt_provider.plugins.access import can_access_dag, require_dag_access
+from airflow_ckpt_provider.plugins.access import require_dag_access
 from airflow_ckpt_provider.plugins.audit import write_audit_entry
-from airflow_ckpt_provider.plugins.ownership import OwnerMismatch, check_owners, owner_dag_id
 from airflow_ckpt_provider.plugins.problems import StoreProblem, display_uri, problem_from
-from airflow_ckpt_provider.plugins.store_access import open_for_view
-from airflow_ckpt_provider.plugins.store_calls import Deadline, StoreCalls
-from airflow_ckpt_provider.store import CheckpointStore
+from airflow_ckpt_provider.plugins.store_calls import StoreCalls
 
 T = TypeVar("T")
-#: Airflow's ids are at most 250 characters (its ``StringID`` columns).
-MAX_ID_LENGTH = 250
-#: An Airflow id in a query string (a longer one is refused with 422, never looked up).
-IdQuery = Annotated[str, Query(min_length=1, max_length=MAX_ID_LENGTH)]
-#: A map index in a query string (see :func:`parse_map_index`).
-MapIndexQuery = Annotated[str | None, Query(max_length=MAX_ID_LENGTH)]
-#: What a request answers: (HTTP status, JSON body).
-Answer = tuple[int, dict[str, Any]]
 
 
 @cache
@@ -122,12 +108,6 @@ async def located(
         return problem_from(exc, "")
 
 
-def respond(answer: Answer) -> JSONResponse:
-    """An (HTTP status, body) answer as the API's JSON response."""
-    code, body = answer
-    return JSONResponse(body, status_code=code)
-
-
 def ref_json(ref: TaskStoreRef) -> dict[str, Any]:
     return {
         "dag_id": ref.dag_id,
@@ -179,111 +159,3 @@ def audit_ref(
         failed=failed,
         also_dag_ids=also_dag_ids,
     )
-
-
-@dataclass(frozen=True)
-class Owned(Generic[T]):
-    """What a store call found: ``value`` (None when refused), or the ``mismatch`` that refused it;
-    ``foreign``: the other DAGs whose tasks opened the store's epochs (plugins/ownership.py)."""
-
-    value: T | None = None
-    mismatch: OwnerMismatch | None = None
-    foreign: tuple[str, ...] = ()
-
-
-@dataclass
-class StoreRequest:
-    """One request on a task instance's store, once located: the response's ``context``, how long
-    its store call may take, and the secrets that call read (scrubbed from every problem shown)."""
-
-    user: Any
-    ref: TaskStoreRef
-    context: dict[str, Any]
-    edit: bool
-    deadline_seconds: float
-    config: CheckpointConfig
-    secrets: list[str] = field(default_factory=list)
-
-    @classmethod
-    async def start(
-        cls,
-        user: Any,
-        dag_id: str,
-        task_id: str,
-        run_id: str,
-        map_index: int,
-        *,
-        edit: bool,
-        acts: bool,
-        extra: dict[str, Any] | None = None,
-        context: Callable[[TaskStoreRef], dict[str, Any]] = ref_json,
-    ) -> StoreRequest | Answer:
-        """The request on the task instance's store (403, 404), or the answer of a store location that is
-        not known yet. ``acts``: a preview or an action, under ``[ckpt] ui_action_deadline_seconds``
-        (every record is read), else a page under ``ui_store_deadline_seconds``."""
-        extra = extra or {}
-        config = CheckpointConfig.load()
-        found = await located(user, dag_id, task_id, run_id, edit=edit, map_index=map_index)
-        if isinstance(found, StoreProblem):
-            return found.status_code, context_json(dag_id, task_id, run_id, map_index) | extra | found.to_json()
-        seconds = config.ui_action_deadline_seconds if acts else config.ui_store_deadline_seconds
-        return cls(user, found, context(found) | extra, edit, seconds, config)
-
-    @property
-    def task_active(self) -> bool:
-        """The task instance may be writing to its store right now: clear and reprocess wait."""
-        return self.ref.state in ACTIVE_STATES
-
-    async def run(
-        self, work: Callable[[CheckpointStore], T], *, pool: StoreCalls, retries: int = 0, owners: bool = True
-    ) -> Owned[T]:
-        """``work(store)`` on ``pool`` under the request's deadline, which starts now: the store opened with the
-        operator's connection,
-        refused (``Owned.mismatch``) when other DAGs own it and the user lacks the same rights on them
-        (``owners=False``: ``work`` checks that itself)."""
-
-        deadline = Deadline.after(self.deadline_seconds)
-
-        def call() -> Owned[T]:
-            store, found = open_for_view(self.ref, deadline, self.config, retries=retries)
-            self.secrets.extend(found)
-            try:
-                if not owners:
-                    return Owned(work(store))
-                return self._owned(store, work)
-            finally:
-                store.close()
-
-        return await pool.run(call, deadline)
-
-    def _owned(self, store: CheckpointStore, work: Callable[[CheckpointStore], T]) -> Owned[T]:
-        epochs = store.list_epochs()
-        foreign = tuple(sorted({d for d in map(owner_dag_id, epochs) if d and d != self.ref.dag_id}))
-        mismatch = check_owners(
-            epochs, self.ref.dag_id, lambda d: can_access_dag(self.user, d, edit=self.edit), edit=self.edit
-        )
-        return Owned(mismatch=mismatch, foreign=foreign) if mismatch is not None else Owned(work(store), None, foreign)
-
-    def problem(self, exc: BaseException) -> StoreProblem:
-        """What failed, told without credentials (plugins/problems.py)."""
-        return problem_from(exc, self.ref.uri, self.secrets)
-
-    async def audit(self, action: str, entry: dict[str, Any], failed: bool, also: tuple[str, ...] = ()) -> int:
-        """One audit entry for ``action`` on the store (and in each DAG of ``also``), off the loop."""
-        return await run_in_threadpool(audit_ref, self.user, action, self.ref, entry, failed, also)
-
-    async def refuse(
-        self,
-        action: str,
-        code: int,
-        kind: str,
-        message: str,
-        *,
-        also: tuple[str, ...] = (),
-        asked: dict[str, Any] | None = None,
-        **extra: Any,
-    ) -> Answer:
-        """A refused ``action``, audited (``asked``: what the request asked for): (HTTP status, body)."""
-        entry = (asked or {}) | {"refused": message, "http_status": code, "error": kind, **extra}
-        audit_id = await self.audit(action, entry, True, also)
-        return code, self.context | {"error": kind, "detail": message, "audit_log_id": audit_id, **extra}
