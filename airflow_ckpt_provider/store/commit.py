@@ -28,7 +28,7 @@ from airflow_ckpt_provider.store.input_audit import audit_findings
 from airflow_ckpt_provider.store.keys import duplicate_keys
 from airflow_ckpt_provider.store.layout import commit_done_key, commit_key
 from airflow_ckpt_provider.store.model import CommitResult, EpochStatus, FileMetadata, UnknownFiles
-from airflow_ckpt_provider.store.parts import StoreParts
+from airflow_ckpt_provider.store.parts import PartsUser
 from airflow_ckpt_provider.store.records import commit_result_from_json, dumps, now
 from airflow_ckpt_provider.store.reprocess.lineage import write_lineage
 from airflow_ckpt_provider.store.reprocess.maintenance import refuse_unfinished_maintenance
@@ -57,16 +57,8 @@ class _OrphanPlan:
         return self.sweep.unknown
 
 
-class Committer:
+class Committer(PartsUser):
     """Commits the latest epoch and deletes its orphans."""
-
-    def __init__(self, parts: StoreParts) -> None:
-        self._context = parts.context
-        self._blobs = parts.blobs
-        self._reader = parts.reader
-        self._epochs = parts.epochs
-        self._deleter = parts.deleter
-        self._compactor = parts.compactor
 
     def commit(
         self, output_roots: Sequence[str] | None, *, degraded: bool, unknown_files: UnknownFiles = UnknownFiles.FAIL

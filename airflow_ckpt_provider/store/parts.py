@@ -33,3 +33,15 @@ class StoreParts:
     @property
     def blobs(self) -> BlobStore:
         return self.context.blobs
+
+
+class PartsUser:
+    """A concern that works on a store's parts (commit, retention): each part as an attribute."""
+
+    def __init__(self, parts: StoreParts) -> None:
+        self._context = parts.context
+        self._blobs = parts.blobs
+        self._reader = parts.reader
+        self._epochs = parts.epochs
+        self._deleter = parts.deleter
+        self._compactor = parts.compactor

@@ -24,7 +24,7 @@ from airflow_ckpt_provider.store.model import (
     EpochStatus,
     RetentionPolicy,
 )
-from airflow_ckpt_provider.store.parts import StoreParts
+from airflow_ckpt_provider.store.parts import PartsUser
 from airflow_ckpt_provider.store.records import NamePattern, dumps, now, record_time
 from airflow_ckpt_provider.store.reprocess.lineage import attributed_keys, unattributed_through, write_snapshot_data
 from airflow_ckpt_provider.store.reprocess.maintenance import refuse_unfinished_maintenance
@@ -34,16 +34,8 @@ from airflow_ckpt_provider.store.sweep import plan_orphan_sweep
 log = logging.getLogger(__name__)
 
 
-class Retention:
+class Retention(PartsUser):
     """Applies retention policies after a commit, cleans up old metadata, discards and clears."""
-
-    def __init__(self, parts: StoreParts) -> None:
-        self._context = parts.context
-        self._blobs = parts.blobs
-        self._reader = parts.reader
-        self._epochs = parts.epochs
-        self._deleter = parts.deleter
-        self._compactor = parts.compactor
 
     # ------------------------------------------------------------------ after a commit
 
