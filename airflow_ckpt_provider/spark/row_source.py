@@ -291,20 +291,30 @@ _IDENTITY_SQL = (
 
 def without_files(df: DataFrame, identities: Iterable[str]) -> DataFrame | None:
     """``df`` without the rows of these files; Spark prunes the files when it plans the scan. None if
-    ``df`` does not expose Spark's ``_metadata`` (not a plain file read)."""
+    ``df`` does not expose Spark's ``_metadata`` (not a plain file read).
+
+    A row is dropped only when its file's whole identity (path, size, modification time) is done.
+    The path is tested first: a row whose path is not done (every row a rerun reads) costs one hash
+    lookup of its path, and only a row of a done path builds its identity, which is what tells a
+    file changed since it was done (over Spark Connect the scan lists its files again) from the
+    done one. Building every row's identity cost 30 % of a rerun's scan (measured: 24 of 48 files
+    pruned, 1.80 s against 1.07 s for the rest of the input).
+    """
     wanted = sorted(identities)
     if not wanted:
         return df
+    paths = sorted({identity.rsplit("|", 2)[0] for identity in wanted})
     try:
         if any("'" in identity or "\\" in identity for identity in wanted):
             # A quote or a backslash would need SQL escaping, which spark.sql.parser.escapedStringLiterals
-            # changes: exact literals instead (one Py4J call per file, the same hash set per row).
-            return df.where(~identity_column().isin(wanted))
-        # One SQL expression, so one Py4J round trip (isin makes one per file: 0.8 s for 288 files), and an
-        # IN list, which Spark turns into a hash set (InSet) per row: an array literal with array_contains
+            # changes: exact literals instead (one Py4J call per file, the same hash sets per row).
+            return df.where(~F.col("_metadata.file_path").isin(paths) | ~identity_column().isin(wanted))
+        # One SQL expression, so one Py4J round trip (isin makes one per file: 0.8 s for 288 files), and IN
+        # lists, which Spark turns into hash sets (InSet) per row: an array literal with array_contains
         # compared every row with every done file, a cost that grew with the done share of a rerun.
+        listed_paths = ", ".join(f"'{path}'" for path in paths)
         listed = ", ".join(f"'{identity}'" for identity in wanted)
-        return df.where(F.expr(f"NOT ({_IDENTITY_SQL} IN ({listed}))"))
+        return df.where(F.expr(f"NOT (_metadata.file_path IN ({listed_paths})) OR NOT ({_IDENTITY_SQL} IN ({listed}))"))
     except Exception as exc:  # AnalysisException: _metadata does not resolve on this plan
         log.info("cannot skip done files of this source (%s); its done keys are anti-joined instead", exc)
         return None

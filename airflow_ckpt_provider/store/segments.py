@@ -211,19 +211,20 @@ def manifests_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(list(rows), schema=MANIFEST_SCHEMA)
 
 
-def parquet_bytes(table: pa.Table, *, use_dictionary: bool = True) -> bytes:
+def parquet_bytes(table: pa.Table, *, use_dictionary: bool | list[str] = True) -> bytes:
     sink = io.BytesIO()
     pq.write_table(table, sink, compression="zstd", use_dictionary=use_dictionary)
     return sink.getvalue()
 
 
 def keys_parquet_bytes(table: pa.Table) -> bytes:
-    """A keys table as zstd Parquet, without Parquet dictionaries. Its ``checkpoint_id`` column is an Arrow
+    """A keys table as zstd Parquet, a Parquet dictionary for ``epoch`` only (a few values: 25 % less time
+    and size than plain at 5.76 M keys). Its ``checkpoint_id`` column is an Arrow
     dictionary of every checkpoint of the segment, which Parquet would write again in every row group (at
     100,000 checkpoints: 16 of the object's 28 MB, fetched whole by every key reader); written plain, zstd
     folds each checkpoint's run of equal ids. Readers still get the dictionary column back (the Arrow
     schema is stored in the file), so segments written either way read and merge alike."""
-    return parquet_bytes(table, use_dictionary=False)
+    return parquet_bytes(table, use_dictionary=["epoch"] if "epoch" in table.column_names else False)
 
 
 def keys_table(tables: Sequence[pa.Table], key_type: pa.DataType | None) -> pa.Table:
@@ -242,12 +243,17 @@ def keys_table(tables: Sequence[pa.Table], key_type: pa.DataType | None) -> pa.T
 
 
 def attributed_keys(keys: pa.Table, checkpoint_id: str, epoch: int) -> pa.Table:
-    """A checkpoint's keys with who sealed them (readers select ``key`` only)."""
+    """A checkpoint's keys with who sealed them (readers select ``key`` only). Built as arrays, not
+    Python lists: at 120,000 keys a checkpoint, a list of ids cost 20 ms per checkpoint of the
+    driver's fold at the end of a write (0.9 s for 5.76 M keys)."""
+    count = keys.num_rows
     return pa.table(
         {
             KEY_COLUMN: keys.column(KEY_COLUMN),
-            "checkpoint_id": pa.array([checkpoint_id] * keys.num_rows, pa.string()).dictionary_encode(),
-            "epoch": pa.array([epoch] * keys.num_rows, pa.int64()),
+            "checkpoint_id": pa.DictionaryArray.from_arrays(
+                pa.repeat(pa.scalar(0, pa.int32()), count), pa.array([checkpoint_id], pa.string())
+            ),
+            "epoch": pa.repeat(pa.scalar(epoch, pa.int64()), count),
         }
     )
 

