@@ -427,8 +427,8 @@ class CheckpointStore:
         return self.compactor.compact(min_loose=min_loose, delete_retired=delete_retired)
 
     def background_compaction(self, *, interval: float = 10.0, min_loose: int = 500) -> BackgroundCompaction:
-        """A context manager that compacts every ``interval`` seconds (when at least ``min_loose`` manifests are
-        loose) while its block runs, and once when it ends. For a job's driver; never raises."""
+        """A context manager that compacts every ``interval`` seconds while its block runs, and once when it
+        ends, each time only when at least ``min_loose`` manifests are loose. For a job's driver; never raises."""
         return BackgroundCompaction(self.compact, interval=interval, min_loose=min_loose)
 
     # ------------------------------------------------------------------ commit (store/commit.py)
