@@ -134,9 +134,6 @@ CONFIG_OPTIONS: tuple[ConfigOption, ...] = (
     ),
 )
 
-#: Each option's default, as Airflow's config holds it (a string).
-CONFIG_DEFAULTS: dict[str, str] = {option.name: option.default for option in CONFIG_OPTIONS}
-
 #: The README's table of options lies between these lines.
 README_BEGIN = "<!-- ckpt-config: rendered from provider_info.CONFIG_OPTIONS -->"
 README_END = "<!-- /ckpt-config -->"

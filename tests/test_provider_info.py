@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import configparser
 import json
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from airflow_ckpt_provider.provider_info import CONFIG_OPTIONS
 from tests.support.airflow_harness import AirflowHarness
 
 pytestmark = pytest.mark.airflow
@@ -41,14 +43,13 @@ def test_airflow_providers_list_shows_the_provider(airflow_harness: AirflowHarne
 
 
 def test_ckpt_config_section_has_the_provider_defaults(airflow_harness: AirflowHarness) -> None:
-    options = ("base_uri", "retention_policy", "breaker_max_failures", "store_timeout_seconds")
-    values = {o: airflow_harness.airflow("config", "get-value", "ckpt", o).stdout.strip() for o in options}
-    assert values == {
-        "base_uri": "",
-        "retention_policy": "delete_after_success",
-        "breaker_max_failures": "3",
-        "store_timeout_seconds": "10",
-    }
+    """Airflow's ``[ckpt]`` defaults are the ones ``provider_info.CONFIG_OPTIONS`` declares (as are the
+    README's table and ``hooks/config.py``'s: tests/test_readme.py)."""
+    proc = airflow_harness.airflow("config", "list", "--section", "ckpt", "--show-values", "--color", "off")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shown = configparser.ConfigParser(interpolation=None)
+    shown.read_string(proc.stdout[proc.stdout.index("[ckpt]") :])
+    assert dict(shown["ckpt"]) == {option.name: option.default for option in CONFIG_OPTIONS}
 
 
 def test_example_dags_parse_without_import_errors(airflow_harness: AirflowHarness, tmp_path: Path) -> None:

@@ -9,17 +9,12 @@ that driver: opening a new one would turn the live job into its own zombie.
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
-
-from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from airflow_ckpt_provider.contract import (
     EPOCH_STATE_KEY,
-    RESULT_LINE_PREFIX,
     XCOM_AWS_CONN_ID,
     XCOM_DEGRADED,
     XCOM_STORE_URI,
@@ -27,66 +22,20 @@ from airflow_ckpt_provider.contract import (
     flatten_result,
     parse_result_line,
     read_job_result,
-    with_submit_defaults,
 )
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.operators import metrics
 from airflow_ckpt_provider.operators.epoch_opening import STORE_TEMPLATE_FIELDS, EpochOpener
+from airflow_ckpt_provider.operators.spark_provider import SubmitHookOperator
 from airflow_ckpt_provider.store import CheckpointStore, EpochFencedError, EpochStatus
 from airflow_ckpt_provider.store.rerun import OnRerun, RerunAction
-from airflow_ckpt_provider.triggers.driver import DriverRef
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class _CheckpointedSubmitHook(SparkSubmitHook):
-    """Calls back into the operator right before every real ``spark-submit`` run.
-
-    Every deploy mode (client, standalone cluster, YARN, Kubernetes) submits through
-    ``SparkSubmitHook.submit``; a durable re-attach never does. So this is the one
-    place where "a new submit really happens" is known for sure.
-    """
-
-    _before_submit: Callable[[], Handoff] | None = None
-    #: The driver's ``CKPT_RESULT`` line, when its stdout reaches spark-submit (client mode).
-    result_line: str | None = None
-
-    def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
-        def tap() -> Iterator[Any]:
-            for line in itr:
-                text = str(line).strip()
-                if RESULT_LINE_PREFIX in text:
-                    self.result_line = text
-                yield line
-
-        super()._process_spark_submit_log(tap())
-
-    def submit(self, application: str = "", **kwargs: Any) -> str | None:
-        if self._before_submit is None:  # pragma: no cover - the operator always sets it
-            raise RuntimeError("a checkpointed submit needs its operator's before_submit callback")
-        handoff = self._before_submit()
-        self._conf = {**with_submit_defaults(self._conf), **handoff.spark_conf()}
-        secret_env = handoff.secret_env()
-        if secret_env:
-            if self._is_yarn or self._is_kubernetes:
-                # The provider turns env_vars into --conf spark.yarn.appMasterEnv.* /
-                # spark.kubernetes.driverEnv.* flags: visible in `ps`. Refuse to ship keys that way.
-                self.log.warning(
-                    "Not passing store credentials to a %s driver (they would be on the spark-submit "
-                    "command line): give the cluster its own S3 credentials (instance role, IRSA, ...)",
-                    "YARN" if self._is_yarn else "Kubernetes",
-                )
-            elif self._env_vars:
-                # With env_vars the provider builds the child environment from _env_vars itself.
-                self._env_vars = {**self._env_vars, **secret_env}
-            else:
-                kwargs["env"] = {**os.environ, **(kwargs.get("env") or {}), **secret_env}
-        return super().submit(application, **kwargs)
-
-
-class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
+class CheckpointedSparkSubmitOperator(SubmitHookOperator):
     """Submit a Spark job that checkpoints its progress, so that a retry skips finished keys.
 
     Takes every ``SparkSubmitOperator`` parameter (cluster modes, durable re-attach,
@@ -129,7 +78,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
     """
 
     template_fields: Sequence[str] = (
-        *SparkSubmitOperator.template_fields,
+        *SubmitHookOperator.template_fields,
         *STORE_TEMPLATE_FIELDS,
     )
     ui_color = "#f7c873"
@@ -170,18 +119,9 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
     def checkpoint_hook(self, context: Context) -> CheckpointHook:
         return self._opener().hook(context)
 
-    def _get_hook(self) -> SparkSubmitHook:
-        base = super()._get_hook()
-        # Rebuild as our subclass with the same arguments: the base class builds its hook in
-        # one place, and copying __dict__ keeps every resolved field (connection, deploy mode).
-        hook = _CheckpointedSubmitHook.__new__(_CheckpointedSubmitHook)
-        hook.__dict__.update(base.__dict__)
-        hook._before_submit = self._open_epoch_for_submit
-        return hook
-
     # ------------------------------------------------------------------ the submit
 
-    def _open_epoch_for_submit(self) -> Handoff:
+    def before_submit(self) -> Handoff:
         context = self._context
         if context is None:  # pragma: no cover - execute() always sets it
             raise RuntimeError("submit outside execute()")
@@ -221,8 +161,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         """After a failed attempt: could the cluster driver it submitted still be running?"""
         if self._external_id is None or not self.durable:
             return False  # client mode: the driver was spark-submit's child and died with the attempt
-        status = str(getattr(self._hook, "_driver_status", None) or "").upper()
-        return status not in ("FINISHED", "FAILED", "KILLED", "ERROR", "SUCCEEDED")
+        return self.last_driver_status() not in ("FINISHED", "FAILED", "KILLED", "ERROR", "SUCCEEDED")
 
     def execute(self, context: Context) -> Any:  # the job summary (a dict), pushed as return_value
         self._context = context
@@ -275,13 +214,7 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
                 "epoch": handoff.epoch,
                 "driver_id": self._external_id,
                 # How a sensor asks the cluster whether this driver is still there (triggers/driver.py).
-                "driver": DriverRef(
-                    conn_id=self._conn_id,
-                    external_id=str(self._external_id),
-                    deploy_mode=self._deploy_mode,
-                    yarn_track_via_rm_api=bool(self._yarn_track_via_rm_api),
-                    track_driver_via_k8s_api=bool(self._track_driver_via_k8s_api),
-                ).to_json(),
+                "driver": self.driver_ref(self._external_id).to_json(),
                 "detached": True,
                 XCOM_DEGRADED: epochs.degraded(store, handoff.epoch),
             }
@@ -299,7 +232,6 @@ class CheckpointedSparkSubmitOperator(SparkSubmitOperator):
         return summary
 
     def _result_from_log(self) -> dict[str, Any] | None:
-        hook = self._hook
-        line = getattr(hook, "result_line", None)
+        line = self.driver_result_line()
         result = parse_result_line(line) if line else None
         return None if result is None else flatten_result(result)

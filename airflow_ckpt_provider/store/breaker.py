@@ -1,4 +1,4 @@
-"""Circuit breaker that keeps the store off a job's critical path (docs/store-api.md, "Invariants" 6).
+"""Circuit breaker that keeps the store off a job's critical path (docs/design.md, invariant 6).
 
 After ``max_failures`` consecutive store failures the breaker trips: writer calls
 become no-ops, one warning is logged, and the owner marks the run degraded so the

@@ -170,7 +170,9 @@ class CheckpointStore:
         (at least 12 characters; a random token) so that no other writer's file
         matches. ``write_id`` is a fresh :func:`new_checkpoint_id` that is never
         sealed; the commit deletes its record with the other unsealed directories.
-        Not breaker-guarded: without the record the write must not start.
+        The breaker is the caller's: this call raises on a store failure instead of returning False
+        (the native writer counts it on the breaker and runs the write degraded, its files unrecorded:
+        docs/design.md, invariants 6 and 8).
         Raises :class:`InvalidCheckpointIdError`, :class:`StoreUnavailableError`.
         """
         self._writers.record_name_intent(write_id, root, marker, epoch=epoch)
