@@ -70,7 +70,7 @@ from airflow_ckpt_provider.plugins.ownership import OwnerMismatch
 from airflow_ckpt_provider.plugins.problems import display_uri, problem_from, scrub
 from airflow_ckpt_provider.plugins.refusals import http_error, invalid_request
 from airflow_ckpt_provider.plugins.reprocess import router as reprocess_router
-from airflow_ckpt_provider.plugins.store_access import open_for_view
+from airflow_ckpt_provider.plugins.store_access import open_for_view, warm_up
 from airflow_ckpt_provider.plugins.store_calls import Deadline
 from airflow_ckpt_provider.plugins.task_view import build_task_store_view, summary_of
 from airflow_ckpt_provider.store import CheckpointStore, ClearResult
@@ -310,4 +310,5 @@ def create_app() -> FastAPI:
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.middleware("http")(_frame_headers)
+    warm_up()
     return app

@@ -7,7 +7,8 @@ names (:func:`locate`, hooks/locator.py). :class:`StoreRequest` is what every re
 instance's store shares: the task page, the clear/discard dialog and actions, reprocess and its history.
 
 A request's deadline covers its store call only, and starts when that call is handed to its pool:
-the access checks, the DB reads and the audit entry run before or after it.
+the access checks, the DB reads and the audit entry run before or after it, and what a process's first
+store call would load is loaded with the app (plugins/store_access.py, ``warm_up``).
 """
 
 from __future__ import annotations
