@@ -17,78 +17,64 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
-
 from airflow_ckpt_provider.display.deletion_preview import DeletionPreview, preview
-from airflow_ckpt_provider.hooks.config import CheckpointConfig
-from airflow_ckpt_provider.hooks.locator import ACTIVE_STATES
-from airflow_ckpt_provider.plugins.access import can_access_dag
-from airflow_ckpt_provider.plugins.flow import action_calls, audit_ref, context_json, located, ref_json
-from airflow_ckpt_provider.plugins.ownership import OwnerMismatch, check_owners
-from airflow_ckpt_provider.plugins.problems import StoreProblem, problem_from, scrub
-from airflow_ckpt_provider.plugins.store_access import open_for_view
-from airflow_ckpt_provider.plugins.store_calls import Deadline
+from airflow_ckpt_provider.plugins.flow import Answer, StoreRequest, TaskInstanceBody
+from airflow_ckpt_provider.plugins.problems import scrub
 from airflow_ckpt_provider.plugins.task_view import preview_json
+from airflow_ckpt_provider.store import CheckpointStore
 
+#: The actions on a whole store, and what each deletes (``POST /api/task/{action}``, plugins/app.py).
+ACTIONS = {
+    "clear": "Delete every checkpoint of the store: the next run reprocesses everything",
+    "discard": "Delete sealed but uncommitted checkpoints and their output files",
+}
 #: Refused records the dialog lists (the count covers all; ``airflow-ckpt check`` lists every one).
 MAX_REFUSED_SHOWN = 200
 
 
+class ActionBody(TaskInstanceBody):
+    """The body of a clear or discard, and of its preview."""
+
+    #: The epoch the confirmation was computed at: refuse if the store moved on since.
+    expected_epoch: int | None = None
+
+
 @dataclass(frozen=True)
 class _Read:
-    what: DeletionPreview | None = None
-    store_uri: str = ""
-    refused: tuple[str, ...] = ()
-    mismatch: OwnerMismatch | None = None
+    what: DeletionPreview
+    store_uri: str
+    refused: tuple[str, ...]
 
 
-async def confirmation_payload(
-    user: Any, action: str, dag_id: str, task_id: str, run_id: str, map_index: int = -1
-) -> tuple[int, dict[str, Any]]:
+async def confirmation_payload(user: Any, action: str, body: ActionBody) -> Answer:
     """What ``action`` (clear or discard) would do to the task instance's store: (HTTP status, body)."""
-    config = CheckpointConfig.load()
-    found = await located(user, dag_id, task_id, run_id, edit=True, map_index=map_index)
-    if isinstance(found, StoreProblem):
-        context = context_json(dag_id, task_id, run_id, map_index) | {"action": action}
-        return found.status_code, context | found.to_json()
-    ref = found
-    context = ref_json(ref) | {"action": action}
-    if ref.state in ACTIVE_STATES:
+    request = await StoreRequest.start(user, *body.ids(), edit=True, extra={"action": action})
+    if not isinstance(request, StoreRequest):
+        return request
+    if request.task_active:
         detail = (
-            f"The task instance is {ref.state}: it may be writing checkpoints right now, so {action} is refused. "
-            "Wait until it finishes (or mark it failed), then try again."
+            f"The task instance is {request.ref.state}: it may be writing checkpoints right now, so {action} is "
+            "refused. Wait until it finishes (or mark it failed), then try again."
         )
-        return 409, context | {"error": "task_active", "detail": detail}
-    # Every intent record is read (one per checkpoint): the actions' deadline, not the page's.
-    deadline = Deadline.after(config.ui_action_deadline_seconds)
-    secrets: list[str] = []
+        return 409, request.context | {"error": "task_active", "detail": detail}
 
-    def read() -> _Read:
-        store, found = open_for_view(ref, deadline, config)
-        secrets.extend(found)
-        try:
-            mismatch = check_owners(
-                store.list_epochs(), ref.dag_id, lambda d: can_access_dag(user, d, edit=True), edit=True
-            )
-            if mismatch is not None:
-                return _Read(mismatch=mismatch)
-            return _Read(preview(store, action), store.uri, tuple(store.refused_records()))
-        finally:
-            store.close()
+    def read(store: CheckpointStore) -> _Read:
+        return _Read(preview(store, action), store.uri, tuple(store.refused_records()))
 
-    try:
-        outcome = await action_calls().run(read, deadline)
+    try:  # every intent record is read (one per checkpoint): the actions' deadline, not the page's
+        owned = await request.run(read)
     except Exception as exc:
-        problem = problem_from(exc, ref.uri, secrets)
-        return problem.status_code, context | problem.to_json()
-    if outcome.mismatch is not None:
-        mismatch = outcome.mismatch
+        problem = request.problem(exc)
+        return problem.status_code, request.context | problem.to_json()
+    if owned.mismatch is not None:
+        mismatch = owned.mismatch
         entry = {"http_status": 409, "confirmation_of": action, **mismatch.to_json()}
-        await run_in_threadpool(audit_ref, user, "view", ref, entry, True, mismatch.foreign_dag_ids)
-        return 409, context | mismatch.to_json()
-    assert outcome.what is not None
-    refused = [scrub(line, secrets) for line in outcome.refused[:MAX_REFUSED_SHOWN]]
-    return 200, context | {
+        await request.audit("view", entry, True, mismatch.foreign_dag_ids)
+        return 409, request.context | mismatch.to_json()
+    outcome = owned.value
+    assert outcome is not None
+    refused = [scrub(line, request.secrets) for line in outcome.refused[:MAX_REFUSED_SHOWN]]
+    return 200, request.context | {
         "preview": preview_json(outcome.what, outcome.store_uri),
         "refused_records": refused,
         "refused_record_count": len(outcome.refused),

@@ -15,33 +15,26 @@ store calls on bounded threads under a deadline (docs/security.md).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Any, Literal, TypeVar
 
 from airflow.api_fastapi.core_api.security import GetUserDep
-from fastapi import APIRouter, Depends, HTTPException, Query, status
+from fastapi import APIRouter, Depends, HTTPException, status
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, field_validator
 from starlette.concurrency import run_in_threadpool
 
-from airflow_ckpt_provider.hooks.config import CheckpointConfig
-from airflow_ckpt_provider.hooks.locator import ACTIVE_STATES, TaskStoreRef
+from airflow_ckpt_provider.hooks.locator import TaskStoreRef
 from airflow_ckpt_provider.plugins.access import can_access_dag, require_same_origin_json
 from airflow_ckpt_provider.plugins.flow import (
-    action_calls,
-    audit_ref,
-    context_json,
-    located,
-    parse_map_index,
-    store_calls,
+    Answer,
+    StoreRequest,
+    TaskInstanceBody,
+    TaskInstanceQuery,
+    ref_json,
+    respond,
 )
-from airflow_ckpt_provider.plugins.ownership import OwnerMismatch, check_owners, owner_dag_id
-from airflow_ckpt_provider.plugins.problems import StoreProblem, display_uri, problem_from
-from airflow_ckpt_provider.plugins.store_access import open_for_view
-from airflow_ckpt_provider.plugins.store_calls import Deadline
 from airflow_ckpt_provider.store import CheckpointStore, ReprocessPlan, ReprocessResult, Selection
 from airflow_ckpt_provider.store.errors import StoreChangedError
 from airflow_ckpt_provider.store.reprocess.model import check_key
@@ -88,12 +81,7 @@ class SelectionBody(BaseModel):
         )
 
 
-class ReprocessBody(BaseModel):
-    dag_id: str = Field(min_length=1, max_length=250)
-    task_id: str = Field(min_length=1, max_length=250)
-    run_id: str = Field(min_length=1, max_length=250)
-    #: The mapped task instance (-1: not mapped, or the task's lowest map index).
-    map_index: int = Field(default=-1, ge=-1)
+class ReprocessBody(TaskInstanceBody):
     action: Action = "reprocess"
     selection: SelectionBody = Field(default_factory=SelectionBody)
     #: rewind: the commit to return to; undo / purge: the reprocess they act on (default: newest / all).
@@ -144,88 +132,40 @@ def _act(store: CheckpointStore, body: ReprocessBody, who: str) -> ReprocessResu
     return store.purge_quarantine(body.epoch, requested_by=who)
 
 
+#: What a reprocess answer says of its task instance (a part of :func:`ref_json`).
+_CONTEXT_FIELDS = ("dag_id", "task_id", "run_id", "map_index", "task_state", "store_uri")
+
+
 def _context(ref: TaskStoreRef) -> dict[str, Any]:
-    return {
-        "dag_id": ref.dag_id,
-        "task_id": ref.task_id,
-        "run_id": ref.run_id,
-        "map_index": ref.map_index,
-        "task_state": ref.state,
-        "store_uri": display_uri(ref.uri),
-    }
+    shown = ref_json(ref)
+    return {name: shown[name] for name in _CONTEXT_FIELDS}
 
 
-@dataclass(frozen=True)
-class _Outcome:
-    mismatch: OwnerMismatch | None = None
-    plan: ReprocessPlan | None = None
-    result: ReprocessResult | None = None
-    records: list[dict[str, Any]] | None = None
-    owner_dag_ids: tuple[str, ...] = ()
-
-
-def _in_store(
-    user: Any,
-    ref: TaskStoreRef,
-    deadline: Deadline,
-    secrets: list[str],
-    work: Callable[[CheckpointStore], _Outcome],
-    *,
-    edit: bool,
-) -> Callable[[], _Outcome]:
-    """A store call: open the task's store under ``deadline``, refuse a store other DAGs own
-    (plugins/ownership.py), then ``work``."""
-    config = CheckpointConfig.load()
-
-    def call() -> _Outcome:
-        store, found = open_for_view(ref, deadline, config, retries=2 if edit else 0)
-        secrets.extend(found)
-        try:
-            epochs = store.list_epochs()
-            owners = tuple(sorted({d for d in map(owner_dag_id, epochs) if d and d != ref.dag_id}))
-            mismatch = check_owners(epochs, ref.dag_id, lambda d: can_access_dag(user, d, edit=edit), edit=edit)
-            if mismatch is not None:
-                return _Outcome(mismatch=mismatch, owner_dag_ids=owners)
-            return dataclasses.replace(work(store), owner_dag_ids=owners)
-        finally:
-            store.close()
-
-    return call
-
-
-async def preview_payload(user: Any, body: ReprocessBody) -> tuple[int, dict[str, Any]]:
-    found = await located(user, body.dag_id, body.task_id, body.run_id, edit=True, map_index=body.map_index)
-    if isinstance(found, StoreProblem):
-        context = context_json(body.dag_id, body.task_id, body.run_id, body.map_index)
-        return found.status_code, context | found.to_json()
-    ref = found
-    secrets: list[str] = []
-    deadline = Deadline.after(CheckpointConfig.load().ui_action_deadline_seconds)  # a dry run reads much
+async def preview_payload(user: Any, body: ReprocessBody) -> Answer:
+    # A dry run reads much: the actions' deadline and slots.
+    request = await StoreRequest.start(user, *body.ids(), edit=True, context=_context)
+    if not isinstance(request, StoreRequest):
+        return request
     try:
-        outcome = await action_calls().run(
-            _in_store(user, ref, deadline, secrets, lambda store: _Outcome(plan=_preview(store, body)), edit=True),
-            deadline,
-        )
+        owned = await request.run(lambda store: _preview(store, body), retries=2)
     except HTTPException:
         raise
     except Exception as exc:
-        problem = problem_from(exc, ref.uri, secrets)
-        return problem.status_code, _context(ref) | problem.to_json()
-    if outcome.mismatch is not None:
-        return 409, _context(ref) | outcome.mismatch.to_json()
-    if outcome.plan is None:
-        return 200, _context(ref) | {"preview": None}
-    return 200, _context(ref) | {"preview": outcome.plan.to_json(max_files=PREVIEW_FILES)}
+        problem = request.problem(exc)
+        return problem.status_code, request.context | problem.to_json()
+    if owned.mismatch is not None:
+        return 409, request.context | owned.mismatch.to_json()
+    plan = owned.value
+    return 200, request.context | {"preview": None if plan is None else plan.to_json(max_files=PREVIEW_FILES)}
 
 
-async def action_payload(user: Any, body: ReprocessBody) -> tuple[int, dict[str, Any]]:
+async def action_payload(user: Any, body: ReprocessBody) -> Answer:
     """Run the confirmed action, audited. Returns (HTTP status, body)."""
-    found = await located(user, body.dag_id, body.task_id, body.run_id, edit=True, map_index=body.map_index)
-    if isinstance(found, StoreProblem):
-        context = context_json(body.dag_id, body.task_id, body.run_id, body.map_index) | {"action": body.action}
-        return found.status_code, context | found.to_json()
-    ref = found
-    context = _context(ref) | {"action": body.action}
+    extra = {"action": body.action}
+    request = await StoreRequest.start(user, *body.ids(), edit=True, extra=extra, context=_context)
+    if not isinstance(request, StoreRequest):
+        return request
+    ref = request.ref
     asked = {
         "selection": body.selection.selection().describe() if body.action == "reprocess" else None,
         "to_commit": body.to_commit,
@@ -233,104 +173,64 @@ async def action_payload(user: Any, body: ReprocessBody) -> tuple[int, dict[str,
         "delete": body.delete,
         "fingerprint": body.expected,
     }
-
-    async def refuse(code: int, kind: str, message: str, also: tuple[str, ...] = ()) -> tuple[int, dict[str, Any]]:
-        entry = asked | {"refused": message, "http_status": code, "error": kind}
-        audit_id = await run_in_threadpool(audit_ref, user, body.action, ref, entry, True, also)
-        return code, context | {"error": kind, "detail": message, "audit_log_id": audit_id}
-
-    if ref.state in ACTIVE_STATES:
+    if request.task_active:
         message = (
             f"The task instance is {ref.state}: it may be writing checkpoints right now. Wait until it finishes "
             "(or mark it failed), then try again. Nothing was changed."
         )
-        return await refuse(409, "task_active", message)
+        return await request.refuse(body.action, 409, "task_active", message, asked=asked)
 
-    secrets: list[str] = []
-    deadline = Deadline.after(CheckpointConfig.load().ui_action_deadline_seconds)
     who = f"ui:{user.get_name()}"
     try:
-        outcome = await action_calls().run(
-            _in_store(user, ref, deadline, secrets, lambda store: _Outcome(result=_act(store, body, who)), edit=True),
-            deadline,
-        )
+        owned = await request.run(lambda store: _act(store, body, who), retries=2)
     except HTTPException:
         raise
     except StoreChangedError as exc:
-        return await refuse(409, "store_changed", f"{exc} Reload the preview and review it again.")
+        message = f"{exc} Reload the preview and review it again."
+        return await request.refuse(body.action, 409, "store_changed", message, asked=asked)
     except Exception as exc:
-        problem = problem_from(exc, ref.uri, secrets)
-        return await refuse(problem.status_code, problem.kind, problem.message)
-    if outcome.mismatch is not None:
-        return await refuse(409, "store_owner_mismatch", outcome.mismatch.message(), outcome.owner_dag_ids)
-    summary = None if outcome.result is None else outcome.result.summary()
-    audit_id = await run_in_threadpool(
-        audit_ref, user, body.action, ref, asked | {"result": summary}, False, outcome.owner_dag_ids
-    )
-    log.info(
-        "checkpoints %s by %s on %s/%s/%s: %s",
-        body.action,
-        user.get_name(),
-        ref.dag_id,
-        ref.task_id,
-        ref.run_id,
-        summary,
-    )
-    return 200, context | {"result": summary, "audit_log_id": audit_id}
+        problem = request.problem(exc)
+        return await request.refuse(body.action, problem.status_code, problem.kind, problem.message, asked=asked)
+    if owned.mismatch is not None:
+        message = owned.mismatch.message()
+        return await request.refuse(body.action, 409, "store_owner_mismatch", message, also=owned.foreign, asked=asked)
+    summary = None if owned.value is None else owned.value.summary()
+    audit_id = await request.audit(body.action, asked | {"result": summary}, False, owned.foreign)
+    ids = (ref.dag_id, ref.task_id, ref.run_id)
+    log.info("checkpoints %s by %s on %s/%s/%s: %s", body.action, user.get_name(), *ids, summary)
+    return 200, request.context | {"result": summary, "audit_log_id": audit_id}
 
 
 router = APIRouter()
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-@router.post(
-    "/api/task/reprocess/preview",
-    summary="What a reprocess, rewind, undo or purge would do (changes nothing)",
-    dependencies=[Depends(require_same_origin_json)],
-)
+def _post(path: str, summary: str) -> Callable[[F], F]:
+    """``POST path``: a same-origin JSON request (plugins/access.py)."""
+    return router.post(path, summary=summary, dependencies=[Depends(require_same_origin_json)])
+
+
+@_post("/api/task/reprocess/preview", "What a reprocess, rewind, undo or purge would do (changes nothing)")
 async def post_preview(body: ReprocessBody, user: GetUserDep) -> JSONResponse:
-    code, payload = await preview_payload(user, body)
-    return JSONResponse(payload, status_code=code)
+    return respond(await preview_payload(user, body))
 
 
-@router.post(
-    "/api/task/reprocess",
-    summary="Run a previewed reprocess, rewind, undo or purge (or resume an interrupted one)",
-    dependencies=[Depends(require_same_origin_json)],
-)
+@_post("/api/task/reprocess", "Run a previewed reprocess, rewind, undo or purge (or resume an interrupted one)")
 async def post_action(body: ReprocessBody, user: GetUserDep) -> JSONResponse:
-    code, payload = await action_payload(user, body)
-    return JSONResponse(payload, status_code=code)
-
-
-IdQuery = Annotated[str, Query(min_length=1, max_length=250)]
+    return respond(await action_payload(user, body))
 
 
 @router.get("/api/task/reprocesses", summary="The reprocess history of a task instance's store")
-async def get_history(
-    user: GetUserDep,
-    dag_id: IdQuery,
-    run_id: IdQuery,
-    task_id: IdQuery,
-    map_index: Annotated[str | None, Query(max_length=250)] = None,
-) -> JSONResponse:
-    index = parse_map_index(map_index)
-    found = await located(user, dag_id, task_id, run_id, edit=False, map_index=index)
-    if isinstance(found, StoreProblem):
-        context = context_json(dag_id, task_id, run_id, index)
-        return JSONResponse(context | found.to_json(), status_code=found.status_code)
-    ref = found
-    secrets: list[str] = []
-    deadline = Deadline.after(CheckpointConfig.load().ui_store_deadline_seconds)
-
-    def history(store: CheckpointStore) -> _Outcome:
-        return _Outcome(records=[r.to_json() for r in store.list_reprocesses()])
-
+async def get_history(user: GetUserDep, ti: TaskInstanceQuery) -> JSONResponse:
+    request = await StoreRequest.start(user, *ti, edit=False, context=_context)
+    if not isinstance(request, StoreRequest):
+        return respond(request)
     try:
-        outcome = await store_calls().run(_in_store(user, ref, deadline, secrets, history, edit=False), deadline)
+        owned = await request.run(lambda store: [r.to_json() for r in store.list_reprocesses()])
     except Exception as exc:
-        problem = problem_from(exc, ref.uri, secrets)
-        return JSONResponse(_context(ref) | problem.to_json(), status_code=problem.status_code)
-    if outcome.mismatch is not None:
-        return JSONResponse(_context(ref) | outcome.mismatch.to_json(), status_code=409)
-    can_edit = await run_in_threadpool(can_access_dag, user, dag_id, edit=True)
-    return JSONResponse(_context(ref) | {"reprocesses": outcome.records, "can_edit": can_edit})
+        problem = request.problem(exc)
+        return JSONResponse(request.context | problem.to_json(), status_code=problem.status_code)
+    if owned.mismatch is not None:
+        return JSONResponse(request.context | owned.mismatch.to_json(), status_code=409)
+    can_edit = await run_in_threadpool(can_access_dag, user, ti.dag_id, edit=True)
+    return JSONResponse(request.context | {"reprocesses": owned.value, "can_edit": can_edit})

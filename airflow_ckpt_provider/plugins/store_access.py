@@ -41,3 +41,23 @@ def open_for_view(
     anchor = task_instance_anchor(ref.dag_id, ref.task_id, ref.output_roots, config.trusted_output_roots)
     store = open_store(ref.uri, wrap_blobs=bounded, **anchor.store_options(), **options)
     return store, secret_values(options)
+
+
+def warm_up() -> None:
+    """Load now, with the app, what the process's first store call would otherwise load under its
+    page's deadline: pyarrow's dataset layer, which ``pyarrow.parquet.read_table`` imports on first use
+    (pandas and numpy with it: about 320 modules, 3 s of CPU, so a cold API server's first page missed
+    its 5 s deadline on a loaded machine), and where the Amazon provider is installed the S3 backend and
+    the provider's AWS hook (boto3, botocore: about 270 modules, 2 s)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table({"key": ["warm-up"]}), sink)
+    pq.read_table(pa.BufferReader(sink.getvalue()))
+    try:
+        import airflow.providers.amazon.aws.hooks.base_aws  # noqa: F401
+
+        import airflow_ckpt_provider.store.blobs.s3  # noqa: F401
+    except ImportError:  # no Amazon provider, no boto3: no s3:// store can be opened anyway
+        pass

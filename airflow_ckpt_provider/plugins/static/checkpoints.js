@@ -5,6 +5,32 @@
 // never reads. "Delete" stays disabled until that answer is shown.
 (function () {
   "use strict";
+  // What the task view's scripts share (reprocess.js too): a same-origin JSON POST to
+  // ../api/task/<path>, answered as {status, body}; the message of a refused answer; a result line.
+  var view = window.ckptView = {
+    post: function (path, payload) {
+      return fetch("../api/task/" + path, {
+        method: "POST",
+        credentials: "same-origin",
+        headers: { "Content-Type": "application/json", "X-Requested-With": "airflow-ckpt" },
+        body: JSON.stringify(payload)
+      }).then(function (response) {
+        return response.json().catch(function () { return {}; }).then(function (body) {
+          return { status: response.status, body: body };
+        });
+      });
+    },
+    detailOf: function (body) {
+      var detail = body.detail;
+      return typeof detail === "string" ? detail : JSON.stringify(detail);
+    },
+    show: function (box, kind, message) {
+      box.hidden = false;
+      box.className = "alert " + kind;
+      box.textContent = message;
+    }
+  };
+
   // "Open" on the DAG view: show the task instance's tab in the Airflow UI itself. The UI's
   // iframe sandbox forbids navigating the top window from here, so the link is clicked
   // from the (same-origin) parent document; without that, the plain href opens the task
@@ -27,34 +53,13 @@
   var dataNode = document.getElementById("ckpt-data");
   if (!dataNode) { return; }
   var data = JSON.parse(dataNode.textContent);
-  var dialog = document.getElementById("confirm");
-  var text = document.getElementById("confirm-text");
-  var title = document.getElementById("confirm-title");
-  var okButton = document.getElementById("confirm-button");
-  var resultBox = document.getElementById("action-result");
-  var refusedBox = document.getElementById("confirm-refused");
-  var refusedTitle = document.getElementById("confirm-refused-title");
-  var refusedList = document.getElementById("confirm-refused-list");
+  function byId(id) { return document.getElementById(id); }
+  var dialog = byId("confirm"), title = byId("confirm-title"), text = byId("confirm-text");
+  var okButton = byId("confirm-button"), resultBox = byId("action-result");
+  var refusedBox = byId("confirm-refused"), refusedTitle = byId("confirm-refused-title");
+  var refusedList = byId("confirm-refused-list");
   var pending = null;  // {action, epoch}: what the person is asked to confirm
   var asked = 0;  // the newest preview request: an older answer arriving late is ignored
-
-  function post(path, payload) {
-    return fetch(path, {
-      method: "POST",
-      credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "X-Requested-With": "airflow-ckpt" },
-      body: JSON.stringify(payload)
-    }).then(function (response) {
-      return response.json().catch(function () { return {}; }).then(function (body) {
-        return { status: response.status, body: body };
-      });
-    });
-  }
-
-  function detailOf(body) {
-    var detail = body.detail;
-    return typeof detail === "string" ? detail : JSON.stringify(detail);
-  }
 
   function showRefused(lines, count) {
     refusedList.textContent = "";
@@ -69,11 +74,7 @@
     });
   }
 
-  function show(kind, message) {
-    resultBox.hidden = false;
-    resultBox.className = "alert " + kind;
-    resultBox.textContent = message;
-  }
+  function show(kind, message) { view.show(resultBox, kind, message); }
 
   function setBusy(busy) {
     document.querySelectorAll("button[data-action]").forEach(function (b) {
@@ -86,7 +87,7 @@
     setBusy(true);
     show("warn", action === "clear" ? "Clearing…" : "Discarding…");
     // The epoch the dialog's preview was read at: the server refuses if the store moved on since.
-    post("../api/task/" + action, {
+    view.post(action, {
       dag_id: data.dag_id, task_id: data.task_id, run_id: data.run_id, map_index: data.map_index,
       expected_epoch: epoch
     }).then(function (answer) {
@@ -106,7 +107,7 @@
           (kept ? "" : " Reloading…"));
         if (!kept) { window.setTimeout(function () { window.location.reload(); }, 1500); }
       } else {
-        show("error", "Not done (HTTP " + answer.status + "): " + detailOf(answer.body));
+        show("error", "Not done (HTTP " + answer.status + "): " + view.detailOf(answer.body));
         setBusy(false);
       }
     }).catch(function (err) {
@@ -126,13 +127,13 @@
       okButton.textContent = action === "clear" ? "Clear checkpoints" : "Discard uncommitted";
       okButton.disabled = true;
       dialog.showModal();
-      post("../api/task/" + action + "/preview", {
+      view.post(action + "/preview", {
         dag_id: data.dag_id, task_id: data.task_id, run_id: data.run_id, map_index: data.map_index
       }).then(function (answer) {
         if (request !== asked) { return; }
         if (answer.status !== 200) {
           text.textContent = "Cannot tell what would be deleted (HTTP " + answer.status + "): " +
-            detailOf(answer.body) + " Nothing was deleted.";
+            view.detailOf(answer.body) + " Nothing was deleted.";
           return;
         }
         var preview = answer.body.preview;

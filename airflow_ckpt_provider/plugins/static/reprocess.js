@@ -2,9 +2,10 @@
 // The action sends the preview's fingerprint back; the store refuses if anything changed since.
 (function () {
   "use strict";
+  var view = window.ckptView;  // from checkpoints.js, loaded first
   var dataNode = document.getElementById("ckpt-data");
   var panel = document.getElementById("reprocess");
-  if (!dataNode || !panel) { return; }
+  if (!view || !dataNode || !panel) { return; }
   var data = JSON.parse(dataNode.textContent);
   var dialog = document.getElementById("reprocess-dialog");
   var form = document.getElementById("reprocess-form");
@@ -21,29 +22,7 @@
 
   function testid(name) { return dialog.querySelector("[data-testid=" + name + "]"); }
 
-  function show(kind, message) {
-    resultBox.hidden = false;
-    resultBox.className = "alert " + kind;
-    resultBox.textContent = message;
-  }
-
-  function post(path, body) {
-    return fetch("../api/task/" + path, {
-      method: "POST",
-      credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "X-Requested-With": "airflow-ckpt" },
-      body: JSON.stringify(body)
-    }).then(function (response) {
-      return response.json().catch(function () { return {}; }).then(function (json) {
-        return { status: response.status, body: json };
-      });
-    });
-  }
-
-  function detail(answer) {
-    var text = answer.body.detail;
-    return typeof text === "string" ? text : JSON.stringify(text);
-  }
+  function show(kind, message) { view.show(resultBox, kind, message); }
 
   function request() {
     var body = { dag_id: data.dag_id, task_id: data.task_id, run_id: data.run_id, map_index: data.map_index,
@@ -92,12 +71,12 @@
   function preview() {
     confirmButton.disabled = true;
     var body = request();
-    post("reprocess/preview", body).then(function (answer) {
+    view.post("reprocess/preview", body).then(function (answer) {
       previewBox.hidden = false;
       var list = testid("preview-file-list");
       list.textContent = "";
       if (answer.status !== 200 || !answer.body.preview) {
-        testid("preview-text").textContent = "Not possible (HTTP " + answer.status + "): " + detail(answer);
+        testid("preview-text").textContent = "Not possible (HTTP " + answer.status + "): " + view.detailOf(answer.body);
         ["preview-checkpoints", "preview-keys", "preview-files", "preview-bytes"].forEach(function (name) {
           testid(name).textContent = "-";
         });
@@ -136,7 +115,7 @@
     var body = confirmed.body;
     body.expected = confirmed.fingerprint;
     show("warn", "Working…");
-    post("reprocess", body).then(function (answer) {
+    view.post("reprocess", body).then(function (answer) {
       if (answer.status === 200) {
         var r = answer.body.result || {};
         show("ok", "Done (" + body.action + "): " + (r.checkpoints || 0) + " checkpoint(s), " + (r.keys || 0) +
@@ -145,7 +124,7 @@
           answer.body.audit_log_id + ".");
         loadHistory();
       } else {
-        show("error", "Not done (HTTP " + answer.status + "): " + detail(answer));
+        show("error", "Not done (HTTP " + answer.status + "): " + view.detailOf(answer.body));
       }
     }).catch(function (err) {
       show("error", "The request failed: " + err + ". Reload to see the store.");
