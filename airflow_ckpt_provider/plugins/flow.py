@@ -19,11 +19,11 @@ from starlette.concurrency import run_in_threadpool
 
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
 from airflow_ckpt_provider.hooks.locator import TaskStoreRef, locate_task_store
-from airflow_ckpt_provider.hooks.task_fields import TaskInstanceNotFound
 from airflow_ckpt_provider.plugins.access import require_dag_access
 from airflow_ckpt_provider.plugins.audit import write_audit_entry
 from airflow_ckpt_provider.plugins.problems import StoreProblem, display_uri, problem_from
 from airflow_ckpt_provider.plugins.store_calls import StoreCalls
+from airflow_ckpt_provider.store.errors import NotFoundError
 
 T = TypeVar("T")
 
@@ -89,7 +89,9 @@ def locate(
     require_dag_access(user, dag_id, edit=edit)
     try:
         return locate_task_store(session, dag_id, task_id, run_id, map_index)
-    except TaskInstanceNotFound as exc:
+    except NotFoundError as exc:
+        if exc.reason != "task_instance":
+            raise
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
 
 

@@ -43,7 +43,7 @@ from airflow_ckpt_provider.plugins.problems import StoreProblem, display_uri, pr
 from airflow_ckpt_provider.plugins.store_access import open_for_view
 from airflow_ckpt_provider.plugins.store_calls import Deadline
 from airflow_ckpt_provider.store import CheckpointStore, ReprocessPlan, ReprocessResult, Selection
-from airflow_ckpt_provider.store.errors import StoreChangedError
+from airflow_ckpt_provider.store.errors import EpochConflictError
 from airflow_ckpt_provider.store.reprocess.model import check_key
 
 log = logging.getLogger(__name__)
@@ -140,7 +140,9 @@ def _act(store: CheckpointStore, body: ReprocessBody, who: str) -> ReprocessResu
         return store.undo_reprocess(body.epoch, expected=body.expected, requested_by=who)
     plan = _preview(store, body)
     if plan is None or plan.fingerprint != body.expected:
-        raise StoreChangedError("the quarantine changed since the preview: nothing was deleted; look again")
+        raise EpochConflictError(
+            "the quarantine changed since the preview: nothing was deleted; look again", reason="store_changed"
+        )
     return store.purge_quarantine(body.epoch, requested_by=who)
 
 
@@ -256,7 +258,10 @@ async def action_payload(user: Any, body: ReprocessBody) -> tuple[int, dict[str,
         )
     except HTTPException:
         raise
-    except StoreChangedError as exc:
+    except EpochConflictError as exc:
+        if exc.reason != "store_changed":
+            problem = problem_from(exc, ref.uri, secrets)
+            return await refuse(problem.status_code, problem.kind, problem.message)
         return await refuse(409, "store_changed", f"{exc} Reload the preview and review it again.")
     except Exception as exc:
         problem = problem_from(exc, ref.uri, secrets)
