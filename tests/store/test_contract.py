@@ -540,7 +540,7 @@ def test_create_if_absent_takes_the_place_of_an_empty_object_and_of_two_writers_
     """Every record the store creates has content, so an empty object at its key is an upload cut short on a
     server whose PUT is not atomic: a create-if-absent replaces it (If-Match on its etag). Content stays
     protected: a non-empty object still makes the create fail."""
-    from airflow_ckpt_provider.store import PreconditionFailedError
+    from airflow_ckpt_provider.store.errors import PreconditionFailedError
 
     blobs = backend.store_blobs()
     blobs.put("records/a.json", b"")
