@@ -43,7 +43,7 @@ from airflow_ckpt_provider.plugins.problems import StoreProblem, display_uri, pr
 from airflow_ckpt_provider.plugins.store_access import open_for_view
 from airflow_ckpt_provider.plugins.store_calls import Deadline
 from airflow_ckpt_provider.store import CheckpointStore, ReprocessPlan, ReprocessResult, Selection
-from airflow_ckpt_provider.store.errors import EpochConflictError
+from airflow_ckpt_provider.store.errors import EpochConflictError, InvalidArgumentError
 from airflow_ckpt_provider.store.reprocess.model import check_key
 
 log = logging.getLogger(__name__)
@@ -68,14 +68,20 @@ class SelectionBody(BaseModel):
     @field_validator("keys")
     @classmethod
     def _keys(cls, keys: list[Any]) -> list[Any]:
-        for key in keys:
-            check_key(key)
+        try:
+            for key in keys:
+                check_key(key)
+        except InvalidArgumentError as exc:  # pydantic answers a validator's ValueError with the 422
+            raise ValueError(str(exc)) from None
         return keys
 
     @field_validator("sealed_after", "sealed_before")
     @classmethod
     def _time(cls, value: str | None) -> str | None:
-        return Selection(sealed_after=value or None).sealed_after and value
+        try:
+            return Selection(sealed_after=value or None).sealed_after and value
+        except InvalidArgumentError as exc:
+            raise ValueError(str(exc)) from None
 
     def selection(self) -> Selection:
         return Selection(
