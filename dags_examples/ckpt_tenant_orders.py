@@ -18,7 +18,7 @@ failed try did not checkpoint.
 
 To choose the store of each instance yourself, template ``checkpoint_uri`` with the map
 index, e.g. ``checkpoint_uri="s3://my-bucket/ckpt/{{ dag.dag_id }}/{{ ds }}/{{ ti.map_index }}"``.
-Two instances given one store fail fast (``MappedInstanceConflictError``) instead of
+Two instances given one store fail fast (``EpochConflictError`` (``mapped_instance``)) instead of
 skipping each other's keys.
 
 Environment:

@@ -132,6 +132,35 @@ def test_user_facing_errors_are_typed() -> None:
     assert offenders == []
 
 
+def test_errors_are_few_with_a_documented_reason_each() -> None:
+    """The package's errors are a few classes, each saying what the caller should do, with no builtin
+    bases; every raise names a ``reason`` that docs/errors.md lists in its class's row."""
+    from airflow_ckpt_provider.store import errors
+
+    public = {n for n, c in vars(errors).items() if isinstance(c, type) and issubclass(c, errors.CheckpointError)}
+    assert 8 <= len(public) <= 12, sorted(public)
+    assert all(c.__bases__ in ((Exception,), (errors.CheckpointError,)) for c in map(vars(errors).get, public))
+    rows = {
+        m.group(1): set(re.findall(r"`(\w+)`", m.group(2)))
+        for m in re.finditer(r"^\| `(\w+)` \|[^|]*\|(.*)\|$", (ROOT / "docs" / "errors.md").read_text(), re.M)
+    }
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+                continue
+            if node.func.id == "CheckpointError":
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} raises the base class")
+            if node.func.id not in rows:
+                continue
+            reason = next((k.value for k in node.keywords if k.arg == "reason"), None)
+            if reason is None:
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.func.id} without a reason")
+            elif isinstance(reason, ast.Constant) and reason.value not in rows[node.func.id]:
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.func.id} reason {reason.value!r}")
+    assert offenders == [], "raise with a reason docs/errors.md lists for the class"
+
+
 # Documents a reader of the repository does not have: the design notes and seeds it started from,
 # numbered scenarios of the issue tracker. Cite docs/ (e.g. "docs/design.md, invariant 3") instead.
 OUTSIDE_CITATION = re.compile(

@@ -16,7 +16,7 @@ from airflow_ckpt_provider.cli import render
 from airflow_ckpt_provider.cli.exit_codes import EXIT_FINDINGS, EXIT_OK
 from airflow_ckpt_provider.display.deletion_preview import DeletionPreview, preview
 from airflow_ckpt_provider.store import CheckpointStore
-from airflow_ckpt_provider.store.errors import CheckpointError, UnknownCheckpointError
+from airflow_ckpt_provider.store.errors import InvalidArgumentError, NotFoundError, RefusedError, UnsupportedError
 from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY
 
 
@@ -25,10 +25,6 @@ class Io:
     out: TextIO
     err: TextIO
     stdin: TextIO
-
-
-class ConfirmationRequiredError(CheckpointError):
-    """A destructive command ran without a terminal to confirm on and without ``--yes``."""
 
 
 def _json(io: Io, data: Any) -> None:
@@ -67,8 +63,9 @@ def list_checkpoints(store: CheckpointStore, args: argparse.Namespace, io: Io) -
 def show_checkpoint(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
     checkpoint = store.get_checkpoint(args.checkpoint_id)
     if checkpoint is None:
-        raise UnknownCheckpointError(
-            f"no sealed checkpoint {args.checkpoint_id!r} in {store.uri}; `airflow-ckpt list` shows the ids it holds"
+        raise NotFoundError(
+            f"no sealed checkpoint {args.checkpoint_id!r} in {store.uri}; `airflow-ckpt list` shows the ids it holds",
+            reason="checkpoint",
         )
     valid = any(c.checkpoint_id == checkpoint.checkpoint_id for c in store.valid_checkpoints())
     if args.json:
@@ -166,7 +163,7 @@ def epochs(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
 
 def keys(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
     if args.limit < 0:
-        raise CheckpointError(f"--limit must be 0 (all) or positive, not {args.limit}")
+        raise InvalidArgumentError(f"--limit must be 0 (all) or positive, not {args.limit}", reason="cli_argument")
     limit = args.limit or None
     # Read part by part and stop at the limit: a store can hold far more keys than fit a screen.
     shown: list[Any] = []
@@ -234,8 +231,9 @@ def _confirm(what: DeletionPreview, args: argparse.Namespace, io: Io, refused: S
     if args.yes or what.nothing_to_do:
         return True
     if not io.stdin.isatty():
-        raise ConfirmationRequiredError(
-            f"refusing to {what.action} without confirmation: no terminal to ask on; pass --yes to confirm"
+        raise RefusedError(
+            f"refusing to {what.action} without confirmation: no terminal to ask on; pass --yes to confirm",
+            reason="confirmation_required",
         )
     io.err.write(f"Type 'yes' to {what.action}: ")
     io.err.flush()
@@ -287,7 +285,9 @@ def check(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
     """Exit 1 when the report holds problems (notes alone are expected leftovers)."""
     run_check = getattr(store, "check", None)
     if run_check is None:
-        raise CheckpointError("this version of the store has no consistency check; upgrade airflow-ckpt-provider")
+        raise UnsupportedError(
+            "this version of the store has no consistency check; upgrade airflow-ckpt-provider", reason="no_check"
+        )
     report = run_check()
     if args.json:
         _json(io, report.to_json())

@@ -20,9 +20,9 @@ from typing import Any, TextIO
 from airflow_ckpt_provider import __version__
 from airflow_ckpt_provider.cli import commands, reprocess
 from airflow_ckpt_provider.cli.exit_codes import EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNAVAILABLE
-from airflow_ckpt_provider.cli.store_selection import StoreTarget, TargetError, open_target
+from airflow_ckpt_provider.cli.store_selection import StoreTarget, open_target
 from airflow_ckpt_provider.display.redaction import without_uri_userinfo
-from airflow_ckpt_provider.store.errors import CheckpointError, StoreUnavailableError
+from airflow_ckpt_provider.store.errors import CheckpointError, InvalidArgumentError, StoreUnavailableError
 
 __all__ = ["EXIT_ERROR", "EXIT_FINDINGS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_UNAVAILABLE", "build_parser", "main"]
 
@@ -132,7 +132,7 @@ def _target(args: argparse.Namespace) -> StoreTarget:
         wanted = 1 if names_ti else 2
         if len(positionals) != wanted:
             usage = "ID (with --dag-id/--task-id/--run-id)" if names_ti else "URI ID"
-            raise TargetError(f"show takes {usage}; got {len(positionals)} argument(s)")
+            raise InvalidArgumentError(f"show takes {usage}; got {len(positionals)} argument(s)", reason="target")
         args.checkpoint_id = positionals[-1]
         uri = positionals[0] if wanted == 2 else None
     return StoreTarget(
@@ -151,9 +151,7 @@ def _target(args: argparse.Namespace) -> StoreTarget:
 
 def _error(err: TextIO, exc: BaseException) -> None:
     # One line: the typed errors already say what happened and what to do.
-    # KeyError subclasses quote their message in str(); print the message itself.
-    text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-    message = without_uri_userinfo(" ".join(text.split())) or type(exc).__name__
+    message = without_uri_userinfo(" ".join(str(exc).split())) or type(exc).__name__
     err.write(f"airflow-ckpt: error: {message}\n")
 
 

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_ckpt_provider.cli import render
-from airflow_ckpt_provider.cli.commands import ConfirmationRequiredError, Io
+from airflow_ckpt_provider.cli.commands import Io
 from airflow_ckpt_provider.store import CheckpointStore, ReprocessPlan, ReprocessResult, Selection
-from airflow_ckpt_provider.store.errors import CheckpointError
+from airflow_ckpt_provider.store.errors import InvalidArgumentError, RefusedError
 
 #: How many files the human-readable preview lists before "… and N more" (``--show-files``).
 DEFAULT_SHOWN_FILES = 50
@@ -139,10 +139,11 @@ def resume(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
         _say(io, args, {"result": None}, "Nothing to resume: no reprocess, rewind, undo or purge is unfinished.")
         return 0
     if plan.refused_paths and plan.action != "purge":
-        raise CheckpointError(
+        raise RefusedError(
             f"the unfinished {plan.action} (epoch {plan.new_epoch}) names {len(plan.refused_paths)} file(s) outside "
             f"the output roots (e.g. {list(plan.refused_paths[:3])}): it is not resumed. Nothing was changed; "
-            "`airflow-ckpt abandon` ends it without running it"
+            "`airflow-ckpt abandon` ends it without running it",
+            reason="unsafe_path",
         )
     return _run(plan, args, io, lambda: _resumed(store.resume_reprocess(expected=plan), plan), confirm="resume")
 
@@ -215,12 +216,16 @@ def selection_from(args: argparse.Namespace) -> Selection:
             with open(args.keys_file, encoding="utf-8") as handle:
                 keys.extend(line.rstrip("\n") for line in handle if line.strip())
         except OSError as exc:
-            raise CheckpointError(f"cannot read --keys-file {args.keys_file}: {exc.strerror}") from exc
+            raise InvalidArgumentError(
+                f"cannot read --keys-file {args.keys_file}: {exc.strerror}", reason="cli_argument"
+            ) from exc
     if args.json_keys:
         try:
             keys = [_json_key(k) for k in keys]
         except json.JSONDecodeError as exc:
-            raise CheckpointError(f"--json-keys: {_shown(exc.doc)} is not JSON ({exc.msg})") from exc
+            raise InvalidArgumentError(
+                f"--json-keys: {_shown(exc.doc)} is not JSON ({exc.msg})", reason="cli_argument"
+            ) from exc
     try:
         return Selection(
             keys=keys,
@@ -231,7 +236,7 @@ def selection_from(args: argparse.Namespace) -> Selection:
             sealed_before=_time(args.sealed_before, "--sealed-before"),
         )
     except ValueError as exc:
-        raise CheckpointError(str(exc)) from exc
+        raise InvalidArgumentError(str(exc), reason="selection") from exc
 
 
 def _time(value: str | None, flag: str) -> dt.datetime | None:
@@ -240,9 +245,13 @@ def _time(value: str | None, flag: str) -> dt.datetime | None:
     try:
         moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise CheckpointError(f"{flag} {value!r} is not an ISO 8601 time (e.g. 2024-07-01T12:00:00Z)") from None
+        raise InvalidArgumentError(
+            f"{flag} {value!r} is not an ISO 8601 time (e.g. 2024-07-01T12:00:00Z)", reason="cli_argument"
+        ) from None
     if moment.tzinfo is None:
-        raise CheckpointError(f"{flag} {value!r} has no time zone: add one (e.g. Z for UTC)")
+        raise InvalidArgumentError(
+            f"{flag} {value!r} has no time zone: add one (e.g. Z for UTC)", reason="cli_argument"
+        )
     return moment
 
 
@@ -284,9 +293,10 @@ def _run(
         return 0
     if not args.yes:
         if not io.stdin.isatty():
-            raise ConfirmationRequiredError(
+            raise RefusedError(
                 f"refusing to {verb} without confirmation: no terminal to ask on; pass --yes to confirm "
-                "(or --dry-run to only look)"
+                "(or --dry-run to only look)",
+                reason="confirmation_required",
             )
         io.err.write(f"Type 'yes' to {verb}: ")
         io.err.flush()
@@ -334,7 +344,9 @@ def _json_key(text: str) -> object:
         raise
     except (ValueError, RecursionError) as exc:
         reason = "nested too deeply" if isinstance(exc, RecursionError) else " ".join(str(exc).split())[:120]
-        raise CheckpointError(f"--json-keys: {_shown(text)} is not a usable key ({reason})") from None
+        raise InvalidArgumentError(
+            f"--json-keys: {_shown(text)} is not a usable key ({reason})", reason="cli_argument"
+        ) from None
 
 
 def _shown(text: str) -> str:

@@ -15,11 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_ckpt_provider.store import CheckpointStore, open_store
-from airflow_ckpt_provider.store.errors import CheckpointError, StoreUnavailableError
-
-
-class TargetError(CheckpointError):
-    """The command line does not name exactly one store."""
+from airflow_ckpt_provider.store.errors import CheckpointError, InvalidArgumentError, StoreUnavailableError
 
 
 @dataclass(frozen=True)
@@ -52,18 +48,24 @@ class StoreTarget:
                 if not value
             ]
             if missing:
-                raise TargetError(
+                raise InvalidArgumentError(
                     f"missing {', '.join(missing)}: a task instance's store needs all of "
-                    "--dag-id, --task-id and --run-id"
+                    "--dag-id, --task-id and --run-id",
+                    reason="target",
                 )
             if self.uri is not None:
-                raise TargetError("give either a store URI or --dag-id/--task-id/--run-id, not both")
+                raise InvalidArgumentError(
+                    "give either a store URI or --dag-id/--task-id/--run-id, not both", reason="target"
+                )
         elif self.map_index != -1:
-            raise TargetError("--map-index names a mapped task instance: give it with --dag-id/--task-id/--run-id")
+            raise InvalidArgumentError(
+                "--map-index names a mapped task instance: give it with --dag-id/--task-id/--run-id", reason="target"
+            )
         elif not self.uri:
-            raise TargetError(
+            raise InvalidArgumentError(
                 "no store given: pass a store URI (file:///path, /path or s3://bucket/prefix) "
-                "or --dag-id, --task-id and --run-id"
+                "or --dag-id, --task-id and --run-id",
+                reason="target",
             )
 
     def store_options(self) -> dict[str, Any]:
@@ -109,7 +111,7 @@ def resolve_target(target: StoreTarget) -> ResolvedTarget:
     """The store ``target`` names. A task instance's store is the one its operator was configured
     with, read from Airflow's metadata DB (hooks/locator.py); without a readable DB, the
     ``[ckpt]`` default location (a note on stderr says so). Raises
-    :class:`~airflow_ckpt_provider.hooks.task_fields.StoreLocationUnknownError`."""
+    :class:`NotFoundError` (``store_location``)."""
     target.validate()
     given = target.output_roots or None
     if not target.names_task_instance:
@@ -170,22 +172,28 @@ def _task_anchor(
 
 
 def _check_map_index(session: Any, target: StoreTarget) -> None:
-    """A mapped task has one store per map index: refuse to guess which (TargetError)."""
-    from airflow_ckpt_provider.hooks.task_fields import TaskInstanceNotFound, task_instance_states
+    """A mapped task has one store per map index: refuse to guess which (InvalidArgumentError("target"))."""
+    from airflow_ckpt_provider.hooks.task_fields import task_instance_states
+    from airflow_ckpt_provider.store.errors import NotFoundError
 
     assert target.dag_id and target.task_id and target.run_id
     try:
         states = task_instance_states(session, target.dag_id, target.task_id, target.run_id)
-    except TaskInstanceNotFound:  # not in the DB (yet): the location is still the operator's default
+    except NotFoundError as exc:  # not in the DB (yet): the location is still the operator's default
+        if exc.reason != "task_instance":
+            raise
         return
     mapped = [m for m in states if m >= 0]
     if mapped and target.map_index not in states:
-        raise TargetError(
+        raise InvalidArgumentError(
             f"task {target.task_id!r} is mapped in run {target.run_id!r} (map indexes {mapped[0]}..{mapped[-1]}), "
-            "and each map index has its own store: pass --map-index I"
+            "and each map index has its own store: pass --map-index I",
+            reason="target",
         )
     if not mapped and target.map_index >= 0:
-        raise TargetError(f"task {target.task_id!r} is not mapped in run {target.run_id!r}: leave out --map-index")
+        raise InvalidArgumentError(
+            f"task {target.task_id!r} is not mapped in run {target.run_id!r}: leave out --map-index", reason="target"
+        )
 
 
 def resolve_uri(target: StoreTarget) -> str:
@@ -224,6 +232,7 @@ def open_target(target: StoreTarget) -> CheckpointStore:
         except Exception as exc:  # the credential chain failed in a way the hook does not know
             raise StoreUnavailableError(
                 f"no usable credentials from connection {hook.aws_conn_id!r} ({type(exc).__name__}: {exc}); "
-                "define it as AIRFLOW_CONN_<ID> with keys, or use AWS_* environment variables"
+                "define it as AIRFLOW_CONN_<ID> with keys, or use AWS_* environment variables",
+                reason="unreachable",
             ) from exc
     return open_store(resolved.uri, **resolved.anchor_options(), **(options | target.store_options()))

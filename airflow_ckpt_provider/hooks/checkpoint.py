@@ -11,17 +11,17 @@ from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
 
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
-from airflow_ckpt_provider.hooks.connections import ConnectionLookup, StoreConnectionError, task_connection
+from airflow_ckpt_provider.hooks.connections import ConnectionLookup, task_connection
 from airflow_ckpt_provider.hooks.output_anchor import OutputAnchor
 from airflow_ckpt_provider.store import (
     CheckpointStore,
     ClearResult,
-    InvalidStoreUriError,
     Progress,
     open_store,
     public_options,
     secret_options,
 )
+from airflow_ckpt_provider.store.errors import InvalidArgumentError, StoreUnavailableError
 
 # Every credential a hook of this process read. The UI scrubs them from what it shows
 # (plugins/problems.py): Airflow's masker, which gets them too, redacts only logs publicly.
@@ -55,7 +55,7 @@ class CheckpointHook(BaseHook):
     servers) and region come from the Amazon provider's ``aws`` connection
     ``aws_conn_id`` (default: the ``[ckpt] aws_conn_id`` option; empty means boto3's
     default chain: environment, instance profile, ...). A connection id that is set but
-    not defined, or cannot be read, raises :class:`StoreConnectionError`: never a fall-back
+    not defined, or cannot be read, raises :class:`StoreUnavailableError` (``connection``): never a fall-back
     to the default chain (that is this process's own identity). ``connection_lookup`` reads
     connections (default: Airflow's task SDK; the command line passes the metadata DB's).
     Store timeouts and the breaker threshold come from the ``[ckpt]`` section.
@@ -102,9 +102,10 @@ class CheckpointHook(BaseHook):
     @property
     def uri(self) -> str:
         if not self.checkpoint_uri or not self.checkpoint_uri.strip():
-            raise InvalidStoreUriError(
+            raise InvalidArgumentError(
                 "CheckpointHook needs a checkpoint_uri (file:///abs/dir, /abs/dir or s3://bucket/prefix); "
-                "operators derive one from [ckpt] base_uri when none is given"
+                "operators derive one from [ckpt] base_uri when none is given",
+                reason="store_uri",
             )
         return self.checkpoint_uri.strip()
 
@@ -151,9 +152,10 @@ class CheckpointHook(BaseHook):
         try:
             credentials = aws.get_credentials()
         except AttributeError as exc:  # botocore found no credentials at all (None has no frozen copy)
-            raise StoreConnectionError(
+            raise StoreUnavailableError(
                 f"connection {aws_conn_id!r} holds no keys and boto3's default credential chain found none: "
-                "put the access key and secret in the connection (login/password), or a role it can assume"
+                "put the access key and secret in the connection (login/password), or a role it can assume",
+                reason="connection",
             ) from exc
         if credentials.access_key:
             options["aws_access_key_id"] = credentials.access_key

@@ -1,6 +1,6 @@
 """Where a store's Airflow connection is read from, and what happens when it cannot be.
 
-A connection that is missing or unreadable is an error (:class:`StoreConnectionError`),
+A connection that is missing or unreadable is an error (:class:`StoreUnavailableError` (``connection``)),
 never a silent fall-back to boto3's default credential chain: in the API server or on a
 laptop that chain is somebody else's identity (the Amazon provider's own hook falls back
 to it with a warning). Only an *unset* connection id means "use the default chain".
@@ -22,12 +22,8 @@ from typing import Any
 
 from airflow_ckpt_provider.store.errors import StoreUnavailableError
 
-#: Reads a connection by id; raises :class:`StoreConnectionError`.
+#: Reads a connection by id; raises :class:`StoreUnavailableError` (``connection``).
 ConnectionLookup = Callable[[str], Any]
-
-
-class StoreConnectionError(StoreUnavailableError):
-    """The store's Airflow connection is not defined or cannot be read; nothing was opened."""
 
 
 def _env_name(conn_id: str) -> str:
@@ -41,10 +37,11 @@ def task_connection(conn_id: str) -> Any:
     try:
         return BaseHook.get_connection(conn_id)
     except Exception as exc:  # AirflowNotFoundException, or a secrets backend / DB failure
-        raise StoreConnectionError(
+        raise StoreUnavailableError(
             f"no usable credentials from connection {conn_id!r}: {_reason(exc)}. Define the connection "
             f"(Admin -> Connections, a secrets backend, or {_env_name(conn_id)}) or fix the operator's "
-            "aws_conn_id / [ckpt] aws_conn_id. Nothing was read or changed"
+            "aws_conn_id / [ckpt] aws_conn_id. Nothing was read or changed",
+            reason="connection",
         ) from exc
 
 
@@ -63,10 +60,11 @@ def metadata_db_connection(conn_id: str) -> Any:
             else f"it is not defined: not as {_env_name(conn_id)}, not in a secrets backend, not in Airflow's "
             f"metadata DB ({_db_url()})"
         )
-        raise StoreConnectionError(
+        raise StoreUnavailableError(
             f"no usable credentials from connection {conn_id!r}: {where}. Define it as {_env_name(conn_id)} "
             "(a JSON or URI connection), or run where Airflow's metadata DB holding it is configured "
-            "(AIRFLOW_HOME / AIRFLOW__DATABASE__SQL_ALCHEMY_CONN)"
+            "(AIRFLOW_HOME / AIRFLOW__DATABASE__SQL_ALCHEMY_CONN)",
+            reason="connection",
         ) from exc
 
 

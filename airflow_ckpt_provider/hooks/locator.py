@@ -39,15 +39,14 @@ from airflow_ckpt_provider.hooks.task_fields import (
     SOURCE_DEFAULT,
     SPARK_TASK_FIELD,
     URI_FIELD,
-    TaskInstanceNotFound,
     field_text,
     job_identity,
     lowest_map_index,
     operator_fields,
     task_instance_states,
 )
-from airflow_ckpt_provider.store import CheckpointError, InvalidStoreUriError
 from airflow_ckpt_provider.store.deletion_guard import canonical_uri
+from airflow_ckpt_provider.store.errors import InvalidArgumentError, NotFoundError
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -72,10 +71,6 @@ def task_instance_anchor(
 
 
 # ---------------------------------------------------------------- in a running task
-
-
-class AmbiguousStoreError(CheckpointError):
-    """The task would have to watch several stores (a mapped submit) where it can watch one."""
 
 
 @dataclass(frozen=True)
@@ -108,9 +103,10 @@ def submit_map_indexes(context: Context, spark_task_id: str) -> list[int]:
     try:
         task = dag.get_task(spark_task_id) if dag is not None else None
     except Exception as exc:  # TaskNotFound: a typo in spark_task_id
-        raise InvalidStoreUriError(
+        raise InvalidArgumentError(
             f"spark_task_id {spark_task_id!r} is not a task of DAG {context['ti'].dag_id!r}: name the "
-            "CheckpointedSparkSubmitOperator whose store this task works on (its full id, with the task group)"
+            "CheckpointedSparkSubmitOperator whose store this task works on (its full id, with the task group)",
+            reason="store_uri",
         ) from exc
     mapped = task is not None and (bool(task.is_mapped) or task.get_closest_mapped_task_group() is not None)
     if not mapped:
@@ -140,9 +136,10 @@ def task_stores(context: Context, checkpoint_uri: str | None, spark_task_id: str
     if checkpoint_uri and checkpoint_uri.strip():
         return [TaskStore(checkpoint_uri.strip(), -1, submit_task_result(context, spark_task_id))]
     if not spark_task_id:
-        raise InvalidStoreUriError(
+        raise InvalidArgumentError(
             "name the store: pass checkpoint_uri, or spark_task_id (the CheckpointedSparkSubmitOperator "
-            "whose store this task works on)"
+            "whose store this task works on)",
+            reason="store_uri",
         )
     ti = context["ti"]
     stores: list[TaskStore] = []
@@ -170,14 +167,15 @@ def submit_task_result(context: Context, spark_task_id: str | None) -> Mapping[s
 
 
 def resolve_store_uri(context: Context, checkpoint_uri: str | None, spark_task_id: str | None) -> str:
-    """The one store this task instance works on; :class:`AmbiguousStoreError` for an unmapped
+    """The one store this task instance works on; :class:`InvalidArgumentError` (``ambiguous_store``) for an unmapped
     task downstream of a mapped submit (map this task too, or name ``checkpoint_uri``)."""
     stores = task_stores(context, checkpoint_uri, spark_task_id)
     if len(stores) != 1:
-        raise AmbiguousStoreError(
+        raise InvalidArgumentError(
             f"{spark_task_id!r} is mapped ({len(stores)} instances, one store each) and this task is not: "
             "map it the same way (.partial(...).expand(...), or put it in the same mapped task group) so "
-            "each instance works on the store of its map index, or name one store with checkpoint_uri"
+            "each instance works on the store of its map index, or name one store with checkpoint_uri",
+            reason="ambiguous_store",
         )
     return stores[0].uri
 
@@ -203,7 +201,7 @@ def configured_store(
 ) -> ConfiguredStore:
     """The store the task instance's operator names (see the module docstring), read from the DB.
 
-    Reads only the metadata DB: no store is opened. Raises :class:`StoreLocationUnknownError`.
+    Reads only the metadata DB: no store is opened. Raises :class:`NotFoundError` (``store_location``).
     """
     fields = operator_fields(session, dag_id, task_id, run_id, map_index)
     uri = field_text(fields.values.get(URI_FIELD))
@@ -284,8 +282,8 @@ class TaskStoreRef:
 
 
 def locate_task_store(session: Session, dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> TaskStoreRef:
-    """The store of a task instance that exists in the DB. Raises :class:`TaskInstanceNotFound`,
-    :class:`StoreLocationUnknownError` (a templated location the task has not rendered yet).
+    """The store of a task instance that exists in the DB. Raises :class:`NotFoundError` (``task_instance``),
+    :class:`NotFoundError` (``store_location``) (a templated location the task has not rendered yet).
 
     Each mapped instance has its own store; ``map_index`` -1 on a mapped task (Airflow's page of
     all its instances) means its lowest map index, and the ref lists the others.
@@ -295,9 +293,10 @@ def locate_task_store(session: Session, dag_id: str, task_id: str, run_id: str, 
     if map_index < 0 and mapped:
         map_index = mapped[0]
     if map_index not in states:
-        raise TaskInstanceNotFound(
+        raise NotFoundError(
             f"no map index {map_index} of task {task_id!r} in run {run_id!r} of DAG {dag_id!r}"
-            + (f" (it has map indexes {mapped[0]}..{mapped[-1]})" if mapped else " (the task is not mapped)")
+            + (f" (it has map indexes {mapped[0]}..{mapped[-1]})" if mapped else " (the task is not mapped)"),
+            reason="task_instance",
         )
     found = configured_store(session, dag_id, task_id, run_id, map_index=map_index)
     state = states[map_index]

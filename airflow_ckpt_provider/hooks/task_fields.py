@@ -24,7 +24,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from airflow_ckpt_provider.hooks.default_location import JobIdentity
-from airflow_ckpt_provider.store.errors import CheckpointError
+from airflow_ckpt_provider.store.errors import NotFoundError
 
 #: The operator fields that name a store (template fields of the provider's operators).
 URI_FIELD = "checkpoint_uri"
@@ -38,14 +38,6 @@ SOURCE_DEFAULT = "default location"
 TEMPLATE_MARKERS = ("{{", "{%", "{#")
 #: Deserialized DAG versions kept per process (the view asks for the same few DAGs again and again).
 _DAG_CACHE_SIZE = 32
-
-
-class TaskInstanceNotFound(CheckpointError, LookupError):
-    """No task instance (dag_id, task_id, run_id) in the metadata DB."""
-
-
-class StoreLocationUnknownError(CheckpointError):
-    """The operator's store location is a template the task instance has not rendered yet."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +90,7 @@ DAG_VERSIONS = _DagVersions()
 
 def task_instance_states(session: Session, dag_id: str, task_id: str, run_id: str) -> dict[int, str | None]:
     """The state of each map index of the task instance (-1 alone: not mapped), by map index;
-    :class:`TaskInstanceNotFound` if there is none."""
+    :class:`NotFoundError` (``task_instance``) if there is none."""
     from airflow.models.taskinstance import TaskInstance as TI
 
     states = {
@@ -110,7 +102,7 @@ def task_instance_states(session: Session, dag_id: str, task_id: str, run_id: st
         )
     }
     if not states:
-        raise TaskInstanceNotFound(f"no task instance {task_id!r} in run {run_id!r} of DAG {dag_id!r}")
+        raise NotFoundError(f"no task instance {task_id!r} in run {run_id!r} of DAG {dag_id!r}", reason="task_instance")
     return states
 
 
@@ -142,16 +134,18 @@ def operator_fields(session: Session, dag_id: str, task_id: str, run_id: str, ma
     named = {name: operator_value(task, name, map_index) for name in (URI_FIELD, CONN_FIELD, SPARK_TASK_FIELD)}
     for name, value in named.items():
         if value is EXPANDED:
-            raise StoreLocationUnknownError(
+            raise NotFoundError(
                 f"the {name} of mapped task {task_id!r} in DAG {dag_id!r} comes from its expand() arguments and "
                 f"task instance {run_id!r} has not run yet: its store is known once it runs. "
-                "Name the store by its URI instead"
+                "Name the store by its URI instead",
+                reason="store_location",
             )
         if isinstance(value, str) and any(marker in value for marker in TEMPLATE_MARKERS):
-            raise StoreLocationUnknownError(
+            raise NotFoundError(
                 f"the {name} of task {task_id!r} in DAG {dag_id!r} is templated ({value!r}) and task instance "
                 f"{run_id!r} has not rendered it yet (it has not run): its store is known once it runs. "
-                "Name the store by its URI instead"
+                "Name the store by its URI instead",
+                reason="store_location",
             )
     return OperatorFields(named, SOURCE_NAMED, checkpoint_task)
 

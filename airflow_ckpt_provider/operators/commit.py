@@ -13,7 +13,8 @@ from airflow_ckpt_provider.hooks.locator import TaskStore
 from airflow_ckpt_provider.hooks.store_location import store_template_fields
 from airflow_ckpt_provider.operators import metrics
 from airflow_ckpt_provider.operators.base import CheckpointStoreBaseOperator, as_bool, kept_output
-from airflow_ckpt_provider.store import RetentionPolicy, UnknownFiles, UnknownOutputFilesError
+from airflow_ckpt_provider.store import RetentionPolicy, UnknownFiles
+from airflow_ckpt_provider.store.errors import RefusedError
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -57,7 +58,7 @@ class CheckpointCommitOperator(CheckpointStoreBaseOperator):
     committed; phase 2 deletes orphans: files this store's writers recorded that no
     valid checkpoint owns (failed, duplicate and zombie attempts) and unsealed
     checkpoint directories. Files under the output roots that no writer of the store
-    recorded are never deleted: they fail the commit with ``UnknownOutputFilesError``
+    recorded are never deleted: they fail the commit with ``RefusedError`` (``unknown_output_files``)
     before anything changes (a reader would see them beside the committed files),
     unless ``unknown_files="keep"``. Then
     ``delete_after_success`` deletes the checkpoint data, or ``retain`` compacts the
@@ -165,11 +166,11 @@ class CheckpointCommitOperator(CheckpointStoreBaseOperator):
                 degraded=degraded,
                 unknown_files=UnknownFiles(str(self.unknown_files).strip().lower()),
             )
-        except UnknownOutputFilesError as exc:
+        except RefusedError as exc:
             hint = manual_trigger_hint(context)
-            if not hint:
+            if exc.reason != "unknown_output_files" or not hint:
                 raise
-            raise UnknownOutputFilesError(f"{exc}{hint}", exc.paths) from exc
+            raise RefusedError(f"{exc}{hint}", reason=exc.reason, paths=exc.paths) from exc
         removed = store.cleanup(policy)
         elapsed = dt.timedelta(seconds=time.monotonic() - started)
 

@@ -42,7 +42,8 @@ from airflow_ckpt_provider.hooks.locator import store_uri
 from airflow_ckpt_provider.operators import metrics
 from airflow_ckpt_provider.operators.takeover import takeover_of_ended_owner
 from airflow_ckpt_provider.store import CheckpointStore, Epoch, EpochStatus
-from airflow_ckpt_provider.store.owner import OWNER_METADATA_KEY, EpochOwner, MappedInstanceConflictError
+from airflow_ckpt_provider.store.errors import EpochConflictError
+from airflow_ckpt_provider.store.owner import OWNER_METADATA_KEY, EpochOwner
 from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, OnRerun, RerunPlan
 
 if TYPE_CHECKING:
@@ -136,11 +137,12 @@ class EpochOpener:
         other = None if latest is None else EpochOwner.from_epoch(latest)
         if latest is not None and owner.sibling_of(other):
             assert other is not None
-            raise MappedInstanceConflictError(
+            raise EpochConflictError(
                 f"{store.uri} already holds the work of map index {other.map_index} of this task and run "
                 f"(epoch {latest.number}, {latest.status.value}); map index {owner.map_index} would count "
                 "those keys as done. Give each mapped instance its own store: leave checkpoint_uri unset (one "
-                "store per map index), or put {{ ti.map_index }} in it. Nothing was changed"
+                "store per map index), or put {{ ti.map_index }} in it. Nothing was changed",
+                reason="mapped_instance",
             )
 
     def open(self, context: Context, *, result_file: bool = True) -> Handoff:

@@ -17,17 +17,13 @@ from airflow_ckpt_provider.hooks.store_location import store_template_fields
 from airflow_ckpt_provider.operators import metrics
 from airflow_ckpt_provider.operators.base import CheckpointStoreBaseOperator, as_bool
 from airflow_ckpt_provider.store import CheckpointStore, ReprocessPlan, ReprocessResult, Selection
-from airflow_ckpt_provider.store.errors import ReprocessSelectionError, UnsafePathError
+from airflow_ckpt_provider.store.errors import InvalidArgumentError, RefusedError
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 #: Files the task log lists in the preview before "… and N more".
 LOGGED_FILES = 200
-
-
-class ReprocessTooLargeError(ReprocessSelectionError):
-    """The plan retracts more files than the task's ``max_files`` allows; nothing was changed."""
 
 
 def _as_list(value: Any, what: str) -> list[Any]:
@@ -40,7 +36,9 @@ def _as_list(value: Any, what: str) -> list[Any]:
             try:
                 parsed = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise ReprocessSelectionError(f"{what}: {text!r} is not a JSON list ({exc.msg})") from exc
+                raise InvalidArgumentError(
+                    f"{what}: {text!r} is not a JSON list ({exc.msg})", reason="selection"
+                ) from exc
             return list(parsed)
         return [part.strip() for part in text.split(",") if part.strip()]
     if isinstance(value, (list, tuple, set)):
@@ -71,7 +69,7 @@ class _StoreActionOperator(CheckpointStoreBaseOperator):
 
     def _store(self, context: Context) -> tuple[str, CheckpointStore]:
         # A mapped submit: a task mapped the same way works on the store of its own map index; an
-        # unmapped one is refused (AmbiguousStoreError) rather than retracting from every tenant.
+        # unmapped one is refused (InvalidArgumentError("ambiguous_store")) rather than retracting from every tenant.
         uri = self.store_uri(context)
         hook = self.store_hook(uri, context)
         self._anchor = hook.output_anchor
@@ -99,9 +97,10 @@ class _StoreActionOperator(CheckpointStoreBaseOperator):
         self.log.info("%s", plan.describe(max_files=LOGGED_FILES))
         limit = None if self.max_files is None or self.max_files == "" else int(self.max_files)
         if limit is not None and len(plan.files) > limit:
-            raise ReprocessTooLargeError(
+            raise RefusedError(
                 f"the {plan.action} would take {len(plan.files)} file(s) out of the output, more than max_files="
-                f"{self.max_files}: nothing was changed. Narrow the selection, or raise max_files"
+                f"{self.max_files}: nothing was changed. Narrow the selection, or raise max_files",
+                reason="too_large",
             )
         base: dict[str, Any] = {
             "checkpoint_uri": uri,
@@ -116,9 +115,10 @@ class _StoreActionOperator(CheckpointStoreBaseOperator):
             }
             if not as_bool(self.preview_only):
                 # Taking the checkpoints back without their output would leave it twice after the next run.
-                raise UnsafePathError(
+                raise RefusedError(
                     f"{self.task_id}: the {plan.action} would retract {len(plan.refused_paths)} output file(s), but "
-                    f"{anchor.warning('output_roots=[...] on this task or on its spark_task_id')}. Nothing was changed"
+                    f"{anchor.warning('output_roots=[...] on this task or on its spark_task_id')}. Nothing was changed",
+                    reason="unsafe_path",
                 )
         if as_bool(self.preview_only):
             self.log.info("preview_only=True: nothing was changed")
@@ -214,8 +214,8 @@ class ReprocessCheckpointsOperator(_StoreActionOperator):
                 sealed_after=self.sealed_after or None,
                 sealed_before=self.sealed_before or None,
             )
-        except ValueError as exc:
-            raise ReprocessSelectionError(f"{self.task_id}: {exc}") from exc
+        except (ValueError, InvalidArgumentError) as exc:
+            raise InvalidArgumentError(f"{self.task_id}: {exc}", reason="selection") from exc
 
     def _preview(self, store: CheckpointStore, delete: bool) -> ReprocessPlan:
         return store.preview_reprocess(self.selection(), delete=delete)
@@ -247,8 +247,8 @@ class RewindCheckpointsOperator(_StoreActionOperator):
         try:
             return int(self.to_commit)
         except (TypeError, ValueError):
-            raise ReprocessSelectionError(
-                f"{self.task_id}: to_commit={self.to_commit!r} is not a commit number"
+            raise InvalidArgumentError(
+                f"{self.task_id}: to_commit={self.to_commit!r} is not a commit number", reason="selection"
             ) from None
 
     def _preview(self, store: CheckpointStore, delete: bool) -> ReprocessPlan:

@@ -28,7 +28,7 @@ from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.operators import metrics
 from airflow_ckpt_provider.operators.epoch_opening import STORE_TEMPLATE_FIELDS, EpochOpener
 from airflow_ckpt_provider.operators.spark_provider import SubmitHookOperator
-from airflow_ckpt_provider.store import CheckpointStore, EpochFencedError, EpochStatus
+from airflow_ckpt_provider.store import CheckpointStore, EpochConflictError, EpochStatus
 from airflow_ckpt_provider.store.rerun import OnRerun, RerunAction
 
 if TYPE_CHECKING:
@@ -200,10 +200,11 @@ class CheckpointedSparkSubmitOperator(SubmitHookOperator):
             handoff = self._reattached_handoff(context, store)
             metrics.count(metrics.REATTACHES, 1, metrics.task_tags(context))
             if handoff is None:
-                raise EpochFencedError(
+                raise EpochConflictError(
                     f"the job finished but no epoch of {store.uri} belongs to {epochs.owner(context).describe()}: "
                     "it was taken over by another submit, so its output is not this task's to commit; "
-                    "run the task again"
+                    "run the task again",
+                    reason="epoch_fenced",
                 )
             self.log.info("Re-attached to the driver of epoch %d: no new epoch was opened", handoff.epoch)
         if self._detached:

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from airflow_ckpt_provider.hooks.locator import ACTIVE_STATES, TaskStoreRef, configured_store
-from airflow_ckpt_provider.hooks.task_fields import StoreLocationUnknownError
+from airflow_ckpt_provider.store.errors import NotFoundError
 
 
 @dataclass
@@ -59,7 +59,9 @@ def dag_store_rows(session: Session, dag_id: str, *, limit_runs: int = 10) -> tu
     for task_id, run_id, map_index in sorted(tis, key=lambda k: (order.get(k[1], 1 << 30), k[0], k[2])):
         try:
             found = configured_store(session, dag_id, task_id, run_id, map_index=map_index)
-        except StoreLocationUnknownError as exc:
+        except NotFoundError as exc:
+            if exc.reason != "store_location":
+                raise
             unknown.append(str(exc))
             continue
         if not found.checkpoint_task:

@@ -27,7 +27,6 @@ from starlette.concurrency import run_in_threadpool
 
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
 from airflow_ckpt_provider.hooks.locator import ACTIVE_STATES, TaskStoreRef, locate_task_store
-from airflow_ckpt_provider.hooks.task_fields import TaskInstanceNotFound
 from airflow_ckpt_provider.plugins.access import can_access_dag, require_dag_access
 from airflow_ckpt_provider.plugins.audit import write_audit_entry
 from airflow_ckpt_provider.plugins.ownership import OwnerMismatch, check_owners, owner_dag_id
@@ -35,6 +34,7 @@ from airflow_ckpt_provider.plugins.problems import StoreProblem, display_uri, pr
 from airflow_ckpt_provider.plugins.store_access import open_for_view
 from airflow_ckpt_provider.plugins.store_calls import Deadline, StoreCalls
 from airflow_ckpt_provider.store import CheckpointStore, Epoch
+from airflow_ckpt_provider.store.errors import NotFoundError
 
 T = TypeVar("T")
 #: Airflow's ids are at most 250 characters (its ``StringID`` columns).
@@ -140,7 +140,9 @@ def locate(
     require_dag_access(user, dag_id, edit=edit)
     try:
         return locate_task_store(session, dag_id, task_id, run_id, map_index)
-    except TaskInstanceNotFound as exc:
+    except NotFoundError as exc:
+        if exc.reason != "task_instance":
+            raise
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
 
 

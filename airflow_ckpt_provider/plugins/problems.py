@@ -17,15 +17,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 from airflow_ckpt_provider.display.redaction import without_uri_userinfo
 from airflow_ckpt_provider.hooks.checkpoint import seen_secrets
-from airflow_ckpt_provider.hooks.connections import StoreConnectionError
-from airflow_ckpt_provider.hooks.task_fields import StoreLocationUnknownError
 from airflow_ckpt_provider.store.errors import (
     CheckpointError,
     CorruptCheckpointError,
     EpochConflictError,
-    InvalidStoreUriError,
-    KeyTypeMismatchError,
-    PathOutsideRootError,
+    InvalidArgumentError,
+    NotFoundError,
+    RefusedError,
     StoreUnavailableError,
 )
 from airflow_ckpt_provider.store.opener import SECRET_OPTIONS
@@ -106,8 +104,11 @@ def problem_from(exc: BaseException, store_uri: str, secrets: Iterable[str] = ()
     """Map an exception raised while reading or changing a store to what the view says."""
     where = display_uri(store_uri)
     secrets = [*uri_secrets(store_uri), *secrets]
-    text = scrub(" ".join(str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc).split()), secrets)
-    if isinstance(exc, StoreConnectionError) or type(exc).__name__ == "AirflowNotFoundException":
+    text = scrub(" ".join(str(exc).split()), secrets)
+    reason = getattr(exc, "reason", "")
+    if (isinstance(exc, StoreUnavailableError) and reason == "connection") or (
+        type(exc).__name__ == "AirflowNotFoundException"
+    ):
         return StoreProblem(
             503,
             "store_unavailable",
@@ -121,18 +122,22 @@ def problem_from(exc: BaseException, store_uri: str, secrets: Iterable[str] = ()
             f"The checkpoint store {where} cannot be reached: {text}. Nothing was changed. "
             "Check the store's connection and credentials, then reload.",
         )
-    if isinstance(exc, CorruptCheckpointError | KeyTypeMismatchError):
+    if isinstance(exc, CorruptCheckpointError) or (
+        isinstance(exc, InvalidArgumentError) and reason == "key_type_mismatch"
+    ):
         return StoreProblem(
             422,
             "store_corrupt",
             f"The checkpoint store {where} holds data that cannot be read: {text}. Nothing was changed. "
             "Run `airflow-ckpt check` on it for a full report.",
         )
-    if isinstance(exc, StoreLocationUnknownError):
+    if isinstance(exc, NotFoundError) and reason == "store_location":
         return StoreProblem(422, "store_location_unknown", f"{text}")
-    if isinstance(exc, InvalidStoreUriError | PathOutsideRootError):
+    if (isinstance(exc, InvalidArgumentError) and reason in ("store_uri", "path_outside_root")) or (
+        isinstance(exc, RefusedError) and reason == "unsafe_path"
+    ):
         return StoreProblem(422, "store_misconfigured", f"The checkpoint store location is not valid: {text}")
-    if isinstance(exc, EpochConflictError):
+    if isinstance(exc, EpochConflictError) and reason in ("epoch_open", "reprocess_in_progress", "mapped_instance"):
         return StoreProblem(409, "store_busy", f"{text}")
     if isinstance(exc, CheckpointError):
         return StoreProblem(422, "store_error", f"{text}")

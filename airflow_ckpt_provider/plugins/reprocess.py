@@ -36,7 +36,7 @@ from airflow_ckpt_provider.plugins.flow import (
     respond,
 )
 from airflow_ckpt_provider.store import CheckpointStore, ReprocessPlan, ReprocessResult, Selection
-from airflow_ckpt_provider.store.errors import StoreChangedError
+from airflow_ckpt_provider.store.errors import EpochConflictError, InvalidArgumentError
 from airflow_ckpt_provider.store.reprocess.model import check_key
 
 log = logging.getLogger(__name__)
@@ -61,14 +61,20 @@ class SelectionBody(BaseModel):
     @field_validator("keys")
     @classmethod
     def _keys(cls, keys: list[Any]) -> list[Any]:
-        for key in keys:
-            check_key(key)
+        try:
+            for key in keys:
+                check_key(key)
+        except InvalidArgumentError as exc:  # pydantic answers a validator's ValueError with the 422
+            raise ValueError(str(exc)) from None
         return keys
 
     @field_validator("sealed_after", "sealed_before")
     @classmethod
     def _time(cls, value: str | None) -> str | None:
-        return Selection(sealed_after=value or None).sealed_after and value
+        try:
+            return Selection(sealed_after=value or None).sealed_after and value
+        except InvalidArgumentError as exc:
+            raise ValueError(str(exc)) from None
 
     def selection(self) -> Selection:
         return Selection(
@@ -128,7 +134,9 @@ def _act(store: CheckpointStore, body: ReprocessBody, who: str) -> ReprocessResu
         return store.undo_reprocess(body.epoch, expected=body.expected, requested_by=who)
     plan = _preview(store, body)
     if plan is None or plan.fingerprint != body.expected:
-        raise StoreChangedError("the quarantine changed since the preview: nothing was deleted; look again")
+        raise EpochConflictError(
+            "the quarantine changed since the preview: nothing was deleted; look again", reason="store_changed"
+        )
     return store.purge_quarantine(body.epoch, requested_by=who)
 
 
@@ -185,7 +193,10 @@ async def action_payload(user: Any, body: ReprocessBody) -> Answer:
         owned = await request.run(lambda store: _act(store, body, who), retries=2)
     except HTTPException:
         raise
-    except StoreChangedError as exc:
+    except EpochConflictError as exc:
+        if exc.reason != "store_changed":
+            problem = request.problem(exc)
+            return await request.refuse(body.action, problem.status_code, problem.kind, problem.message, asked=asked)
         message = f"{exc} Reload the preview and review it again."
         return await request.refuse(body.action, 409, "store_changed", message, asked=asked)
     except Exception as exc:

@@ -22,7 +22,7 @@ def open_for_view(
 ) -> tuple[CheckpointStore, list[str]]:
     """The store of ``ref``, its requests bounded by ``deadline``; and the secret values to scrub.
 
-    Raises the hook's :class:`StoreConnectionError` (connection not defined or unreadable).
+    Raises the hook's :class:`StoreUnavailableError` (``connection``) (connection not defined or unreadable).
     """
     hook = CheckpointHook(checkpoint_uri=ref.uri, aws_conn_id=ref.aws_conn_id, config=config)
     options = dict(hook.store_options)

@@ -26,14 +26,6 @@ from airflow_ckpt_provider.store.errors import StoreUnavailableError
 T = TypeVar("T")
 
 
-class StoreDeadlineError(StoreUnavailableError):
-    """The store did not answer within the page's deadline; nothing was changed."""
-
-
-class StoreBusyError(StoreUnavailableError):
-    """Every slot for store calls of this API server is taken (other pages wait on slow stores)."""
-
-
 @dataclass(frozen=True)
 class Deadline:
     """A point in time after which a store call must not start another request."""
@@ -50,9 +42,10 @@ class Deadline:
 
     def check(self, what: str) -> None:
         if time.monotonic() >= self.at:
-            raise StoreDeadlineError(
+            raise StoreUnavailableError(
                 f"the store did not answer within {self.seconds:g} s ({what} not started). Nothing was changed; "
-                "check the store's endpoint and connection, then reload"
+                "check the store's endpoint and connection, then reload",
+                reason="deadline",
             )
 
 
@@ -76,17 +69,18 @@ class StoreCalls:
             return self._slots.setdefault(loop, asyncio.Semaphore(self.max_concurrent))
 
     async def run(self, fn: Callable[[], T], deadline: Deadline) -> T:
-        """``fn()`` on a store thread; raises :class:`StoreBusyError` if no slot frees up before the
-        deadline and :class:`StoreDeadlineError` if ``fn`` has not returned by then (it then stops
+        """``fn()`` on a store thread; raises :class:`StoreUnavailableError` (``busy``) if no slot frees up before the
+        deadline and :class:`StoreUnavailableError` (``deadline``) if ``fn`` has not returned by then (it then stops
         at its next store request and frees its slot)."""
         loop = asyncio.get_running_loop()
         slots = self._semaphore(loop)
         try:
             await asyncio.wait_for(slots.acquire(), timeout=deadline.remaining())
         except TimeoutError:
-            raise StoreBusyError(
+            raise StoreUnavailableError(
                 f"{self.max_concurrent} {self.kind} are already running on this API server (waiting on slow "
-                "stores). Nothing was changed; try again in a few seconds"
+                "stores). Nothing was changed; try again in a few seconds",
+                reason="busy",
             ) from None
 
         def call() -> T:
@@ -100,9 +94,10 @@ class StoreCalls:
             return await asyncio.wait_for(asyncio.shield(future), timeout=deadline.remaining())
         except TimeoutError:
             future.add_done_callback(_consume)
-            raise StoreDeadlineError(
+            raise StoreUnavailableError(
                 f"the store did not answer within {deadline.seconds:g} s. Nothing was changed; check the "
-                "store's endpoint and connection, then reload"
+                "store's endpoint and connection, then reload",
+                reason="deadline",
             ) from None
 
 

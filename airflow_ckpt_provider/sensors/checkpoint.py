@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.sensors.base import CheckpointStoreBaseSensor
-from airflow_ckpt_provider.store import CheckpointError
+from airflow_ckpt_provider.store.errors import IncompleteRunError
 from airflow_ckpt_provider.triggers.checkpoint import (
     CheckpointTrigger,
     ProgressWatch,
@@ -113,7 +113,9 @@ class CheckpointSensor(CheckpointStoreBaseSensor):
             if is_done(progress, self.wait_for):
                 self._summary = progress_summary(progress)
                 return True
-            raise CheckpointError(self._watch.final_reason(progress_summary(progress), state, driver_id))
+            raise IncompleteRunError(
+                self._watch.final_reason(progress_summary(progress), state, driver_id), reason="job_failed"
+            )
         return False
 
     def execute(self, context: Context) -> Any:
@@ -140,7 +142,9 @@ class CheckpointSensor(CheckpointStoreBaseSensor):
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         if not event or event.get("status") != "done":
             message = (event or {}).get("message", "the trigger ended without an event")
-            raise CheckpointError(f"waiting for {self.checkpoint_uri or self.spark_task_id} failed: {message}")
+            raise IncompleteRunError(
+                f"waiting for {self.checkpoint_uri or self.spark_task_id} failed: {message}", reason="job_failed"
+            )
         summary: dict[str, Any] = event["progress"]
         self.log.info("Checkpoint condition %r met: %s", self.wait_for.value, describe(summary))
         return summary

@@ -48,7 +48,7 @@ from airflow_ckpt_provider.contract import (
     CONF_STORE_URI,
     ENV_SECRETS,
 )
-from airflow_ckpt_provider.spark.errors import InvalidSparkConfError, MissingStoreConfigError
+from airflow_ckpt_provider.store.errors import InvalidArgumentError
 from airflow_ckpt_provider.store.opener import SECRET_OPTIONS
 
 DEFAULT_BROADCAST_THRESHOLD = 1_000_000
@@ -69,9 +69,11 @@ def _json_object(text: str, where: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InvalidSparkConfError(f"{where} is not valid JSON ({exc.msg}); it must be a JSON object") from None
+        raise InvalidArgumentError(
+            f"{where} is not valid JSON ({exc.msg}); it must be a JSON object", reason="spark_conf"
+        ) from None
     if not isinstance(value, dict):
-        raise InvalidSparkConfError(f"{where} must be a JSON object, not {type(value).__name__}")
+        raise InvalidArgumentError(f"{where} must be a JSON object, not {type(value).__name__}", reason="spark_conf")
     return value
 
 
@@ -80,40 +82,48 @@ def settings_from_conf(get: Callable[[str], str | None], environ: Mapping[str, s
     environ = os.environ if environ is None else environ
     uri = (get(CONF_STORE_URI) or "").strip()
     if not uri:
-        raise MissingStoreConfigError(
+        raise InvalidArgumentError(
             f"the Spark conf {CONF_STORE_URI} is not set: this job was not submitted by "
             "CheckpointedSparkSubmitOperator. To run it without Airflow, build the job with "
             "CheckpointedJob(spark, store_uri='s3://bucket/prefix' or '/abs/dir') — it then opens its own epoch — "
-            f"or pass --conf {CONF_STORE_URI}=... --conf {CONF_EPOCH}=N after opening epoch N yourself"
+            f"or pass --conf {CONF_STORE_URI}=... --conf {CONF_EPOCH}=N after opening epoch N yourself",
+            reason="missing_store_conf",
         )
     raw_epoch = (get(CONF_EPOCH) or "").strip()
     try:
         epoch = int(raw_epoch)
     except ValueError:
-        raise InvalidSparkConfError(
-            f"{CONF_EPOCH}={raw_epoch!r} is not an integer epoch: the operator sets it to the epoch it opened"
+        raise InvalidArgumentError(
+            f"{CONF_EPOCH}={raw_epoch!r} is not an integer epoch: the operator sets it to the epoch it opened",
+            reason="spark_conf",
         ) from None
     if epoch < 1:
-        raise InvalidSparkConfError(f"{CONF_EPOCH}={epoch} is not a valid epoch (epochs start at 1)")
+        raise InvalidArgumentError(
+            f"{CONF_EPOCH}={epoch} is not a valid epoch (epochs start at 1)", reason="spark_conf"
+        )
     options = _json_object(get(CONF_STORE_OPTIONS) or "{}", CONF_STORE_OPTIONS)
     leaked = sorted(set(options) & set(SECRET_OPTIONS))
     if leaked:
-        raise InvalidSparkConfError(
+        raise InvalidArgumentError(
             f"{CONF_STORE_OPTIONS} holds secrets {leaked}: confs are visible on the command line and in the "
-            f"Spark UI. Pass credentials in the driver's environment variable {ENV_SECRETS} (a JSON object)"
+            f"Spark UI. Pass credentials in the driver's environment variable {ENV_SECRETS} (a JSON object)",
+            reason="spark_conf",
         )
     secrets = _json_object(environ.get(ENV_SECRETS) or "{}", f"the environment variable {ENV_SECRETS}")
     unknown = sorted(set(secrets) - set(SECRET_OPTIONS))
     if unknown:
-        raise InvalidSparkConfError(
+        raise InvalidArgumentError(
             f"{ENV_SECRETS} may only hold {list(SECRET_OPTIONS)}, not {unknown}; put other options in "
-            f"{CONF_STORE_OPTIONS}"
+            f"{CONF_STORE_OPTIONS}",
+            reason="spark_conf",
         )
     raw_threshold = (get(CONF_BROADCAST_THRESHOLD) or "").strip()
     try:
         threshold = int(raw_threshold) if raw_threshold else DEFAULT_BROADCAST_THRESHOLD
     except ValueError:
-        raise InvalidSparkConfError(f"{CONF_BROADCAST_THRESHOLD}={raw_threshold!r} is not an integer") from None
+        raise InvalidArgumentError(
+            f"{CONF_BROADCAST_THRESHOLD}={raw_threshold!r} is not an integer", reason="spark_conf"
+        ) from None
     result_path = (get(CONF_RESULT_PATH) or "").strip() or None
     return JobSettings(
         store_uri=uri,

@@ -19,13 +19,13 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_ckpt_provider.spark.errors import InvalidKeyColumnsError
+from airflow_ckpt_provider.store.errors import InvalidArgumentError
 
 #: Hidden column holding the row key as read (``skip_completed``).
 SOURCE_KEY_COLUMN = "__ckpt_source_key"
 #: Hidden column holding the index of the input file a row came from (``read_parquet``).
 SOURCE_FILE_COLUMN = "__ckpt_source_file"
-#: Marker in the message of the Spark error raised for a null key (translated to NullKeyError).
+#: Marker in the message of the Spark error raised for a null key (translated to InvalidArgumentError("null_key")).
 NULL_KEY_MARKER = "CKPT_NULL_KEY"
 
 
@@ -36,9 +36,13 @@ def key_columns(key: str | Sequence[str]) -> tuple[str, ...]:
     else:
         columns = tuple(key)
     if not columns or not all(isinstance(c, str) and c for c in columns):
-        raise InvalidKeyColumnsError(f"key must be a column name or a non-empty list of column names, not {key!r}")
+        raise InvalidArgumentError(
+            f"key must be a column name or a non-empty list of column names, not {key!r}", reason="key_columns"
+        )
     if len(set(columns)) != len(columns):
-        raise InvalidKeyColumnsError(f"key {list(columns)} names a column twice: list each key column once")
+        raise InvalidArgumentError(
+            f"key {list(columns)} names a column twice: list each key column once", reason="key_columns"
+        )
     return columns
 
 

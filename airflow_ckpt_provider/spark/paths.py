@@ -15,8 +15,7 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow.fs as pafs
 
-from airflow_ckpt_provider.spark.errors import InvalidPathError
-from airflow_ckpt_provider.store.errors import InvalidStoreUriError
+from airflow_ckpt_provider.store.errors import InvalidArgumentError
 
 _S3_SCHEMES = ("s3", "s3a", "s3n")
 
@@ -29,18 +28,20 @@ def file_key(path: str) -> str:
     one key (``s3://b/k``). Relative local paths resolve against the working directory.
     """
     if not isinstance(path, str) or not path.strip():
-        raise InvalidPathError(f"{path!r} is not a file path: give a local path, file:///abs/path or s3://bucket/key")
+        raise InvalidArgumentError(
+            f"{path!r} is not a file path: give a local path, file:///abs/path or s3://bucket/key", reason="path"
+        )
     path = path.strip()
     parsed = urlparse(path)
     scheme = parsed.scheme.lower()
     if scheme in _S3_SCHEMES:
         if not parsed.netloc:
-            raise InvalidPathError(f"{path!r} names no bucket: s3://bucket/key")
+            raise InvalidArgumentError(f"{path!r} names no bucket: s3://bucket/key", reason="path")
         key = posixpath.normpath("/" + parsed.path.lstrip("/"))
         return f"s3://{parsed.netloc}{key}"
     if scheme == "file":
         if parsed.netloc not in ("", "localhost"):
-            raise InvalidPathError(f"{path!r}: file URIs must be local (file:///absolute/path)")
+            raise InvalidArgumentError(f"{path!r}: file URIs must be local (file:///absolute/path)", reason="path")
         return "file://" + os.path.normpath(unquote(parsed.path) or "/")
     if scheme and len(scheme) > 1:  # another filesystem (hdfs://, gs://...): normalize the path only
         return f"{scheme}://{parsed.netloc}{posixpath.normpath('/' + parsed.path.lstrip('/'))}"
@@ -58,14 +59,16 @@ def arrow_path(uri: str) -> str:
         return key[len("s3://") :]
     if key.startswith("file://"):
         return key[len("file://") :]
-    raise InvalidStoreUriError(f"{uri!r}: only local paths and s3:// are supported for Parquet I/O")
+    raise InvalidArgumentError(f"{uri!r}: only local paths and s3:// are supported for Parquet I/O", reason="store_uri")
 
 
 def arrow_filesystem(uri: str, options: Mapping[str, Any]) -> pafs.FileSystem:
     """An Arrow filesystem for ``uri``, configured from store options (endpoint, region, credentials)."""
     if not is_s3(uri):
         if not file_key(uri).startswith("file://"):
-            raise InvalidStoreUriError(f"{uri!r}: only local paths and s3:// are supported for Parquet I/O")
+            raise InvalidArgumentError(
+                f"{uri!r}: only local paths and s3:// are supported for Parquet I/O", reason="store_uri"
+            )
         return pafs.LocalFileSystem()
     kwargs: dict[str, Any] = {}
     endpoint = options.get("endpoint_url")

@@ -18,7 +18,9 @@ log = logging.getLogger(__name__)
 class CircuitBreaker:
     def __init__(self, max_failures: int = 3) -> None:
         if max_failures < 1:
-            raise InvalidArgumentError(f"breaker_max_failures must be at least 1, got {max_failures}")
+            raise InvalidArgumentError(
+                f"breaker_max_failures must be at least 1, got {max_failures}", reason="out_of_range"
+            )
         self.max_failures = max_failures
         self.consecutive_failures = 0
         self.total_failures = 0

@@ -16,14 +16,7 @@ from typing import Any
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.store.context import StoreContext
 from airflow_ckpt_provider.store.deletion_guard import canonical_uri
-from airflow_ckpt_provider.store.errors import (
-    CommitRefusedError,
-    InputSkippedError,
-    NoEpochError,
-    OverlappingKeysError,
-    PreconditionFailedError,
-    UnknownOutputFilesError,
-)
+from airflow_ckpt_provider.store.errors import InvalidArgumentError, PreconditionFailedError, RefusedError
 from airflow_ckpt_provider.store.input_audit import audit_findings
 from airflow_ckpt_provider.store.keys import duplicate_keys
 from airflow_ckpt_provider.store.layout import commit_done_key, commit_key
@@ -68,8 +61,9 @@ class Committer(PartsUser):
         state = self._reader.read(keep_inline=True)
         epoch = state.latest
         if epoch is None:
-            raise NoEpochError(
-                f"{self._context.uri} has no epoch: nothing ran against it, so there is nothing to commit"
+            raise InvalidArgumentError(
+                f"{self._context.uri} has no epoch: nothing ran against it, so there is nothing to commit",
+                reason="no_epoch",
             )
         record_key = commit_key(epoch.number)
         done_key = commit_done_key(epoch.number)
@@ -85,15 +79,17 @@ class Committer(PartsUser):
         else:
             refuse_unfinished_maintenance(self._context.uri, epoch, "commit")
             if epoch.metadata.get(PLAN_FIELD) and epoch.status is EpochStatus.RETRACTED:
-                raise CommitRefusedError(
+                raise RefusedError(
                     f"epoch {epoch.number} of {self._context.uri} is a {epoch.metadata.get('action')}: its keys "
                     "are pending. Nothing to commit: run the job (it reprocesses the pending keys), then commit "
-                    "that run. Nothing was deleted"
+                    "that run. Nothing was deleted",
+                    reason="epoch_retracted",
                 )
             if epoch.status is EpochStatus.FAILED:
-                raise CommitRefusedError(
+                raise RefusedError(
                     f"epoch {epoch.number} of {self._context.uri} failed: run the job again to completion (it "
-                    "resumes), then commit. Nothing was deleted"
+                    "resumes), then commit. Nothing was deleted",
+                    reason="epoch_failed",
                 )
             refuse_skipped_input(self._context, self._reader, state)
             check_disjoint(self._reader, state)
@@ -210,14 +206,15 @@ class Committer(PartsUser):
         )
 
     def _refuse_unknown(self, plan: _OrphanPlan, policy: UnknownFiles) -> None:
-        """:class:`UnknownOutputFilesError` when the output holds files no writer of this store recorded,
+        """:class:`RefusedError` (``unknown_output_files``) when the output holds files no writer of this store
+        recorded,
         unless the caller keeps them knowingly. A degraded run's writers could not record every file, so
         its unknown files are kept and reported (the summary says the run was degraded)."""
         if not plan.unknown or policy is UnknownFiles.KEEP or plan.degraded:
             return
         shown = "\n  ".join(plan.unknown[:20])
         more = f"\n  ... and {len(plan.unknown) - 20} more" if len(plan.unknown) > 20 else ""
-        raise UnknownOutputFilesError(
+        raise RefusedError(
             f"{len(plan.unknown)} file(s) under the output roots of {self._context.uri} were written by no run of "
             f"this store:\n  {shown}{more}\nA reader of the output would read them beside the "
             f"{len(plan.committed_files)} file(s) this commit makes authoritative (duplicates, or another job's "
@@ -225,7 +222,8 @@ class Committer(PartsUser):
             "run with another store committed them, retract them there (`airflow-ckpt reprocess`); or keep them "
             'knowingly: CheckpointCommitOperator(unknown_files="keep"), store.commit(unknown_files="keep") or '
             "`airflow-ckpt commit --keep-unknown-files`",
-            plan.unknown,
+            reason="unknown_output_files",
+            paths=plan.unknown,
         )
 
     def _delete_orphans(
@@ -269,25 +267,27 @@ class Committer(PartsUser):
 
 
 def refuse_skipped_input(context: StoreContext, reader: StateReader, state: StoreState) -> None:
-    """:class:`InputSkippedError` if a run since the last commit found pending input keys its shortcut
+    """:class:`RefusedError` (``input_skipped``) if a run since the last commit found pending input keys its shortcut
     skipped and they are not processed yet (store/input_audit.py). Reads nothing more when no run
     recorded such a finding."""
     findings = audit_findings(context, reader, state)
     if not findings:
         return
     described = tuple(f.describe(context.uri) for f in findings)
-    raise InputSkippedError(
+    raise RefusedError(
         "; ".join(described) + ". Committing would lose those keys' input, so nothing was committed or deleted. "
         "Ways out: run the job again (a run after such a finding checks the input it would skip and reads it "
         "exactly), then commit that run; if the run did not read its input exactly (said above), discard the "
         "uncommitted work first (`airflow-ckpt discard`, or store.discard_uncommitted()) so that its keys are "
         "read again whole. A shortcut that vouched for pending keys is a bug: please report it",
-        described,
+        reason="input_skipped",
+        findings=described,
     )
 
 
 def check_disjoint(reader: StateReader, state: StoreState) -> None:
-    """:class:`CommitRefusedError` if two valid checkpoints (or one and the snapshot) hold the same key."""
+    """:class:`RefusedError` (``overlapping_keys``) if two valid checkpoints (or one and the snapshot) hold the same
+    key."""
     sources = key_sources(state)
     if len(sources) <= 1 and not any(s.format == "segment" for s in sources):
         return  # one checkpoint's keys (or the snapshot's): nothing to overlap with
@@ -295,9 +295,10 @@ def check_disjoint(reader: StateReader, state: StoreState) -> None:
     duplicates = duplicate_keys(keys)
     if not duplicates:
         return
-    raise CommitRefusedError(
+    raise RefusedError(
         f"the valid checkpoints of {reader.uri} overlap: {duplicates[0]} keys are held twice "
         f"(e.g. {duplicates[1]!r}); the output would hold their rows twice. This happens when the input's "
         "order is not deterministic or keys were split across tasks. Nothing was deleted; discard the "
-        "uncommitted work (`airflow-ckpt discard`) and rerun"
-    ) from OverlappingKeysError(repr(duplicates[1]))
+        "uncommitted work (`airflow-ckpt discard`) and rerun",
+        reason="overlapping_keys",
+    ) from RefusedError(repr(duplicates[1]), reason="overlapping_keys")

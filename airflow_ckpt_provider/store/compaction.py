@@ -271,7 +271,9 @@ class Compactor:
                 with ipc.open_stream(pa.BufferReader(data)) as reader:
                     tables.append(reader.read_all().select([KEY_COLUMN]))
             except (pa.ArrowInvalid, OSError, KeyError) as exc:
-                raise CorruptCheckpointError(f"keys of checkpoint {checkpoint.checkpoint_id}: {exc}") from exc
+                raise CorruptCheckpointError(
+                    f"keys of checkpoint {checkpoint.checkpoint_id}: {exc}", reason="corrupt"
+                ) from exc
         return pa.concat_tables(tables)
 
     def _write_segment(self, name: str, level: int, loose: Sequence[_Loose]) -> SegmentRef:
@@ -319,7 +321,8 @@ def _covered(segments: Sequence[LoadedSegment]) -> dict[str, bool]:
 
 def _one_key_type(loose: list[_Loose], segments: Sequence[LoadedSegment]) -> list[_Loose]:
     """``loose``, or nothing when its keys and the segments' are not all of one type: a key type that changed
-    between runs is an error readers report (:class:`KeyTypeMismatchError`), and compaction leaves such a
+    between runs is an error readers report (:class:`InvalidArgumentError` (``key_type_mismatch``)), and compaction
+    leaves such a
     store as it is, so that nothing moves because of it."""
     types = {t for s in segments for t in s.summary.column("key_type").unique().to_pylist() if t}
     types |= {str(r.keys.schema.field(KEY_COLUMN).type) for r in loose if r.keys is not None and r.keys.num_rows}

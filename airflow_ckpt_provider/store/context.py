@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from airflow_ckpt_provider.store.blobs.base import BlobStore
-from airflow_ckpt_provider.store.errors import CheckpointError, CorruptCheckpointError
+from airflow_ckpt_provider.store.errors import CorruptCheckpointError, UnsupportedError
 
 T = TypeVar("T")
 #: Batches per thread in :meth:`StoreContext.map` (more: better balance when items' costs differ).
@@ -79,10 +79,11 @@ class StoreContext:
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CorruptCheckpointError(
                 f"{self.blobs.child_uri(key)} is corrupt or truncated ({exc}). Nothing was changed; "
-                "run `airflow-ckpt check` on the store, then delete or restore that object"
+                "run `airflow-ckpt check` on the store, then delete or restore that object",
+                reason="corrupt",
             ) from exc
         if not isinstance(parsed, dict):
-            raise CorruptCheckpointError(f"{self.blobs.child_uri(key)} does not hold a JSON object")
+            raise CorruptCheckpointError(f"{self.blobs.child_uri(key)} does not hold a JSON object", reason="corrupt")
         return parsed
 
     def output_store(self, uri: str) -> BlobStore:
@@ -92,7 +93,9 @@ class StoreContext:
             blobs = self._output_blobs.get(root)
             if blobs is None:
                 if self._blob_opener is None:
-                    raise CheckpointError("this store cannot open output locations (no blob opener)")
+                    raise UnsupportedError(
+                        "this store cannot open output locations (no blob opener)", reason="no_blob_opener"
+                    )
                 blobs = self._blob_opener(root)
                 self._output_blobs[root] = blobs
             return blobs

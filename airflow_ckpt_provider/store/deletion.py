@@ -233,7 +233,7 @@ class StoreDeleter:
     ) -> list[str]:
         """Delete output files named exactly (what a reprocess retracts), per directory in batches;
         ``after_batch`` runs after each batch (failpoints). Every path must pass the deletion guard
-        (:class:`PathOutsideRootError`, nothing deleted, if one does not). Returns the paths
+        (:class:`InvalidArgumentError` (``path_outside_root``), nothing deleted, if one does not). Returns the paths
         deleted or already absent (canonical URIs)."""
         guard = guard or self.guard()
         canonical = [canonical_uri(p) for p in paths]

@@ -43,7 +43,7 @@ from urllib.parse import unquote
 
 from airflow_ckpt_provider.store.blobs.base import check_key
 from airflow_ckpt_provider.store.blobs.local import file_uri
-from airflow_ckpt_provider.store.errors import PathOutsideRootError
+from airflow_ckpt_provider.store.errors import InvalidArgumentError
 
 #: A name intent's marker is at least this long (a random token), on write and on read: a short
 #: marker would match other writers' files ("." matches nearly every file name).
@@ -207,7 +207,9 @@ class DeletionGuard:
         the module). ``trusted_by``: who declares ``trusted`` (or ``configured``), for messages."""
         store_root = parse_location(store_uri)
         if store_root is None:  # pragma: no cover - the store opened this URI, so it parses
-            raise PathOutsideRootError(f"{store_uri!r} is not a store root this guard understands")
+            raise InvalidArgumentError(
+                f"{store_uri!r} is not a store root this guard understands", reason="path_outside_root"
+            )
         recorded = _declarable_set(roots, store_root)
         given = _declarable_set(explicit, store_root)
         refused: list[str] = []
@@ -291,10 +293,11 @@ class DeletionGuard:
         return self.refusal(uri) is None
 
     def check(self, uri: str) -> None:
-        """Raise :class:`PathOutsideRootError` unless ``uri`` may be deleted (or moved away) as output."""
+        """Raise :class:`InvalidArgumentError` (``path_outside_root``) unless ``uri`` may be deleted (or moved away)
+        as output."""
         reason = self.refusal(uri)
         if reason is not None:
-            raise PathOutsideRootError(f"refusing to delete {reason}. Nothing was deleted")
+            raise InvalidArgumentError(f"refusing to delete {reason}. Nothing was deleted", reason="path_outside_root")
 
     def root_of(self, uri: str) -> str | None:
         """The declared root ``uri`` lies under (canonical), or None."""
@@ -323,7 +326,8 @@ class DeletionGuard:
 
     @staticmethod
     def check_store_key(key: str) -> str:
-        """A store record's key: relative, under the root (:class:`PathOutsideRootError` otherwise)."""
+        """A store record's key: relative, under the root (:class:`InvalidArgumentError` (``path_outside_root``)
+        otherwise)."""
         return check_key(key)
 
 

@@ -21,9 +21,9 @@ from airflow_ckpt_provider.store.deletion_guard import Location, binding_refusal
 from airflow_ckpt_provider.store.errors import (
     CorruptCheckpointError,
     EpochConflictError,
-    InvalidOutputRootError,
-    OutputRootNotDeclaredError,
+    InvalidArgumentError,
     PreconditionFailedError,
+    RefusedError,
 )
 from airflow_ckpt_provider.store.layout import (
     DEGRADED_RE,
@@ -164,7 +164,8 @@ class EpochLog:
                 f"{latest.created_at}): another submit may be running on this store. Wait for it. If it is "
                 "dead, take its epoch over and keep its finished work (CheckpointedSparkSubmitOperator("
                 "takeover_open_epoch=True)), or end it and drop its uncommitted work "
-                f"(`airflow-ckpt discard {self._context.uri}`)"
+                f"(`airflow-ckpt discard {self._context.uri}`)",
+                reason="epoch_open",
             )
         number = (latest.number if latest else 0) + 1
         epoch = self.open_fencing(
@@ -218,7 +219,7 @@ class EpochLog:
         try:
             self._blobs.put(epoch_key(number), dumps(epoch.to_json() | dict(extra or {})), if_absent=True)
         except PreconditionFailedError:
-            raise EpochConflictError(conflict) from None
+            raise EpochConflictError(conflict, reason="epoch_open") from None
         if failpoints:
             failpoint(f"{failpoints}.after_create")
         return epoch
@@ -232,7 +233,7 @@ class EpochLog:
 
     def declarable_root(self, root: str, vouched_by: Sequence[str] | None = None) -> str:
         """``root`` in canonical form, if it may be declared as an output root; else
-        :class:`InvalidOutputRootError`: not an absolute file/s3 location, the filesystem root,
+        :class:`InvalidArgumentError` (``output_root``): not an absolute file/s3 location, the filesystem root,
         overlapping the store root (deleting output there would reach the store's records), or not
         bound to the store (another scheme, another bucket) unless it lies under a root the store
         was opened with (``trusted_output_roots``: the DAG's) or under ``vouched_by`` (the roots the
@@ -240,40 +241,44 @@ class EpochLog:
         found = parse_location(str(root))
         store_root = parse_location(self._context.uri)
         if found is None or (found.scheme == "file" and found.path == "/"):
-            raise InvalidOutputRootError(
+            raise InvalidArgumentError(
                 f"{root!r} cannot be an output root: give an absolute file:///dir, /dir or s3://bucket/prefix "
-                "(no '..' segments, not the filesystem root)"
+                "(no '..' segments, not the filesystem root)",
+                reason="output_root",
             )
         if store_root is not None and found.overlaps(store_root):
-            raise InvalidOutputRootError(
+            raise InvalidArgumentError(
                 f"output root {found.uri} overlaps the store root {store_root.uri}: keep output and checkpoint "
-                "store in separate directories (prefixes), or deleting orphans could reach the store's records"
+                "store in separate directories (prefixes), or deleting orphans could reach the store's records",
+                reason="output_root",
             )
         unbound = None if store_root is None else binding_refusal(found, store_root)
         if unbound is not None and not _under_any(
             found,
             [*(self._context.trusted_roots or ()), *(self._context.configured_roots or ()), *(vouched_by or ())],
         ):
-            raise InvalidOutputRootError(
+            raise InvalidArgumentError(
                 f"{unbound}. Declare it in the DAG (the operators' output_roots), which opens the store with it, or "
-                "keep output in the store's bucket. Nothing was written"
+                "keep output in the store's bucket. Nothing was written",
+                reason="output_root",
             )
         return found.uri
 
     def declare_output_root(self, epoch: int, root: str) -> str:
         """Record, for ``epoch``, that its job writes output under ``root`` (the driver, before a
         write). Returns the canonical root. If the epoch's opener declared output roots, ``root``
-        must lie under one of them (:class:`OutputRootNotDeclaredError`). Idempotent."""
+        must lie under one of them (:class:`RefusedError` (``output_root_not_declared``)). Idempotent."""
         record = Epoch.from_json(self._context.read_json(epoch_key(epoch)))
         canonical = self.declarable_root(root, vouched_by=record.output_roots)
         if record.output_roots is not None:
             location = parse_location(canonical)
             allowed = [parse_location(r) for r in record.output_roots]
             if location is None or not any(a is not None and location.is_under(a) for a in allowed):
-                raise OutputRootNotDeclaredError(
+                raise RefusedError(
                     f"this job writes to {canonical}, but epoch {epoch} of {self._context.uri} was opened with "
                     f"output_roots={list(record.output_roots)}: add it to the operator's output_roots (or write "
-                    "under one of them). Nothing was written"
+                    "under one of them). Nothing was written",
+                    reason="output_root_not_declared",
                 )
         self._blobs.put(
             output_declaration_key(epoch, canonical),

@@ -1,103 +1,84 @@
-"""Typed errors of the checkpoint store.
+"""The errors of the package, one class per thing the caller should do (docs/errors.md).
 
-Every error says what happened and what to do next. Nothing is deleted when one
-is raised: callers can fix the cause and retry.
+Each carries ``reason``, a short stable string saying which case it is (``"epoch_fenced"``,
+``"key_not_unique"``, ...): test ``exc.reason`` where the finer distinction matters, catch the
+class where only what to do next does. Every message says what happened and what to do next.
+Nothing is deleted when one is raised: callers can fix the cause and retry.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class CheckpointError(Exception):
     """Base class of every error this package raises on purpose."""
 
+    def __init__(self, message: str = "", *, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
 
-class InvalidStoreUriError(CheckpointError, ValueError):
-    """The URI does not name a store (supported: ``file:///path``, a plain path, ``s3://bucket/prefix``)."""
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keep ``reason`` (and the refusal's paths/findings) across pickling, e.g. out of a worker process.
+        return (type(self), self.args, self.__dict__)
 
 
-class InvalidCheckpointIdError(CheckpointError, ValueError):
-    """A checkpoint id is not an id: empty, too long, or holding ``/``, ``..`` or other unsafe characters."""
+class InvalidArgumentError(CheckpointError):
+    """Fix the call or its input: an argument, option, URI, id, path, key or job definition the
+    package cannot use. Nothing was read or changed beyond what the message says."""
 
 
-class PathOutsideRootError(CheckpointError, ValueError):
-    """A path names a location outside the root it must stay under."""
+class NotFoundError(CheckpointError):
+    """What the call names does not exist: a checkpoint, keys, input files, an epoch, a commit, a
+    reprocess, a task instance or its store's location. Check the name (``airflow-ckpt list``/``log``)."""
 
 
 class StoreUnavailableError(CheckpointError):
-    """The store cannot be reached (network, missing bucket, credentials)."""
-
-
-class StoreAccessDeniedError(StoreUnavailableError):
-    """The store refused the credentials (wrong or missing keys, no permission)."""
-
-
-class StoreNotFoundError(StoreUnavailableError):
-    """The bucket (or the local root's parent directory) does not exist."""
+    """The store cannot be reached now (network, missing bucket, credentials, a busy or slow store,
+    an undefined connection): fix the access or retry later; nothing was changed."""
 
 
 class CorruptCheckpointError(CheckpointError):
-    """A manifest, key part or record of the store does not parse or is truncated."""
-
-
-class KeyTypeMismatchError(CheckpointError, TypeError):
-    """Keys of a different Arrow type than the keys already in the store."""
-
-
-class CheckpointAlreadySealedError(CheckpointError):
-    """Staging into, or sealing differently, a checkpoint whose manifest already exists."""
-
-
-class UnknownCheckpointError(CheckpointError, KeyError):
-    """A checkpoint id that the store does not hold (or does not hold sealed)."""
+    """A manifest, key part or record of the store does not parse or is truncated: run
+    ``airflow-ckpt check`` on the store, restore or remove what it names."""
 
 
 class EpochConflictError(CheckpointError):
-    """Another submit opened an epoch on this store at the same time, or holds it open."""
+    """Another run holds or took over the store (an open or newer epoch, an unfinished reprocess, a
+    checkpoint sealed by another attempt, a store changed since its preview): wait for it or finish
+    it; a fenced writer stops."""
 
 
-class EpochFencedError(CheckpointError):
-    """This writer's epoch is no longer the latest: a newer submit took over the store."""
+class RefusedError(CheckpointError):
+    """Refused for safety: going on could lose or duplicate data or touch files outside the store's
+    reach. Nothing was committed or deleted; the message names the way out (often an explicit
+    confirmation or another command).
 
-
-class NoEpochError(CheckpointError):
-    """The store has no epoch yet: call ``begin_epoch()`` (the operator does) first."""
-
-
-class OverlappingKeysError(CheckpointError):
-    """Two valid checkpoints hold the same key, so the output would hold it twice."""
-
-
-class CommitRefusedError(CheckpointError):
-    """The commit cannot proceed safely (for example a key overlap); nothing was deleted."""
-
-
-class UnknownOutputFilesError(CommitRefusedError):
-    """Files under the output roots that no writer of this store recorded: a plain reader of the
-    output would read them beside the committed files (duplicates the store cannot see).
-
-    ``paths`` lists them (canonical URIs). Nothing was committed or deleted. Ways out: move them
-    away and retry; retract them where they were committed (``airflow-ckpt reprocess`` on the store
-    that wrote them); or keep them knowingly (``unknown_files="keep"``).
+    ``paths`` lists unknown files under the output roots (canonical URIs, reason
+    ``unknown_output_files``); ``findings`` says what each input audit found (``input_skipped``).
     """
 
-    def __init__(self, message: str, paths: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
+    def __init__(
+        self, message: str = "", *, reason: str = "", paths: tuple[str, ...] = (), findings: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(message, reason=reason)
         self.paths = paths
-
-
-class InputSkippedError(CommitRefusedError):
-    """A run skipped input keys that were pending: committing it would lose them (store/input_audit.py).
-
-    A shortcut of a row-key run (skipping whole files or hash buckets by the checkpoints that vouch for
-    them) was found to cover keys no valid checkpoint holds. Nothing was committed or deleted. Ways out:
-    run the job again (it reads the input exactly after such a finding), then commit that run; if the run
-    that found them did not read its input exactly, discard the uncommitted work first
-    (``airflow-ckpt discard``). ``findings`` says what each audit found.
-    """
-
-    def __init__(self, message: str, findings: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
         self.findings = findings
+
+
+class UnsupportedError(CheckpointError):
+    """This environment or this store's history cannot do what was asked (a Spark writer or session
+    kind, a server's Python packages, an S3 server's API, records an earlier version did not keep):
+    use the alternative the message names."""
+
+
+class IncompleteRunError(CheckpointError):
+    """The Spark job ended without sealing every task (a write ran other tasks than planned, a task's
+    keys were lost, the Spark Connect server went away, the watched job failed). What finished is
+    sealed; run the job again: it resumes."""
+
+
+# ---------------------------------------------------------------- blob layer (internal)
 
 
 class PreconditionFailedError(CheckpointError):
@@ -106,82 +87,5 @@ class PreconditionFailedError(CheckpointError):
     Raised by the blob layer; the store turns it into a meaningful error.
     """
 
-
-class InvalidKeysError(CheckpointError, ValueError):
-    """Keys that cannot identify input: nulls, mixed types, unsupported nested types."""
-
-
-class InvalidArgumentError(CheckpointError, ValueError):
-    """A store option or argument out of its range: ``timeout_seconds``, ``max_attempts``,
-    ``page_size``, ``breaker_max_failures``, a name token. The message names the allowed range."""
-
-
-# ---------------------------------------------------------------- reprocess and rewind (docs/reprocess.md)
-
-
-class ReprocessInProgressError(EpochConflictError, CommitRefusedError):
-    """A reprocess, rewind, undo or purge of this store is unfinished: finish it first (it resumes).
-
-    Submits get it as an :class:`EpochConflictError`, commits as a :class:`CommitRefusedError`.
-    """
-
-
-class StoreChangedError(CheckpointError):
-    """The store changed between the preview a person confirmed and the action: nothing was changed."""
-
-
-class ReprocessSelectionError(CheckpointError, ValueError):
-    """Base of the errors about what a reprocess was asked to select (nothing is changed)."""
-
-
-class EmptySelectionError(ReprocessSelectionError):
-    """A reprocess selected nothing: give keys, files, epochs, commits or a time window."""
-
-
-class UnknownKeysError(ReprocessSelectionError, KeyError):
-    """Keys that no checkpoint of the store holds (pending already, misspelt, or of another type)."""
-
-
-class UnknownInputFileError(UnknownKeysError):
-    """Input files that no checkpoint of the store holds."""
-
-
-class UnknownEpochError(ReprocessSelectionError, KeyError):
-    """An epoch number this store never had."""
-
-
-class UnknownCommitError(ReprocessSelectionError, KeyError):
-    """A commit number this store has no (finished) commit for."""
-
-
-class SelectionUnavailableError(ReprocessSelectionError):
-    """The store no longer records what the selection needs (compacted by an earlier version)."""
-
-
-class UnknownReprocessError(ReprocessSelectionError, KeyError):
-    """No reprocess (or rewind) with that epoch number in this store."""
-
-
-class UndoUnavailableError(CheckpointError):
-    """The reprocess cannot be undone any more (a run began after it, purged, or files deleted)."""
-
-
-class QuarantineMissingError(CheckpointError):
-    """Quarantined files an undo needs are gone (deleted by hand or by a purge)."""
-
-
-class UnsafePathError(PathOutsideRootError):
-    """A store record names a file outside the store's root and the job's output roots: never touched."""
-
-
-class OutputRootNotDeclaredError(CheckpointError):
-    """A write's output root is not under the output roots the operator declared for the epoch.
-
-    Declared roots bound what the store may ever delete (docs/design.md, section 7): add the
-    root to the operator's ``output_roots``, or write under one of them. Nothing was written.
-    """
-
-
-class InvalidOutputRootError(CheckpointError, ValueError):
-    """An output root that cannot be declared: not an absolute ``file://``/``s3://`` location, the
-    filesystem root, or overlapping the store's own root."""
+    def __init__(self, message: str = "", *, reason: str = "precondition_failed") -> None:
+        super().__init__(message, reason=reason)

@@ -19,7 +19,7 @@ with the store: it is **unresolved** while one of its keys is pending (no valid 
 holds it), or while the run that found it did not fall back (``fell_back`` false) and its
 checkpoints are still valid (a key of a grouped source may have been sealed from the rows
 of the files that run read, without the rows of the files it skipped). The commit refuses
-an unresolved audit (:class:`InputSkippedError`); ``check()`` reports it as a problem.
+an unresolved audit (:class:`RefusedError` (``input_skipped``)); ``check()`` reports it as a problem.
 
 Reading a record never widens what an action does: it can only make a commit refuse.
 """

@@ -15,9 +15,9 @@ from airflow_ckpt_provider.store.deletion import StoreDeleter
 from airflow_ckpt_provider.store.deletion_guard import canonical_uri
 from airflow_ckpt_provider.store.errors import (
     CheckpointError,
-    CommitRefusedError,
     CorruptCheckpointError,
-    KeyTypeMismatchError,
+    InvalidArgumentError,
+    RefusedError,
 )
 from airflow_ckpt_provider.store.input_audit import audit_findings
 from airflow_ckpt_provider.store.layout import attempt_prefix, epoch_key
@@ -150,7 +150,9 @@ class Inspector:
                     "its input exactly)"
                     for finding in audit_findings(self._context, self._reader, state)
                 )
-            except (CommitRefusedError, KeyTypeMismatchError, CorruptCheckpointError) as exc:
+            except (RefusedError, InvalidArgumentError, CorruptCheckpointError) as exc:
+                if isinstance(exc, InvalidArgumentError) and exc.reason != "key_type_mismatch":
+                    raise
                 problems.append(f"keys: {exc}")
         if verify_output and not problems:
             try:

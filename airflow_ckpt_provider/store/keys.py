@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from airflow_ckpt_provider.store.errors import InvalidKeysError
+from airflow_ckpt_provider.store.errors import InvalidArgumentError
 
 KEY_COLUMN = "key"
 #: Checkpoints up to this many keys / files carry a copy in their manifest (one read instead of many).
@@ -20,7 +20,8 @@ INLINE_MAX_FILES = 256
 
 
 def as_key_array(keys: pa.Array | pa.ChunkedArray | Sequence[Any]) -> pa.Array:
-    """One flat Arrow array of keys; :class:`InvalidKeysError` for nulls, mixed types or nested lists."""
+    """One flat Arrow array of keys; :class:`InvalidArgumentError` (``invalid_keys``) for nulls, mixed types or
+    nested lists."""
     if isinstance(keys, pa.ChunkedArray):
         array = keys.combine_chunks()
     elif isinstance(keys, pa.Array):
@@ -29,14 +30,17 @@ def as_key_array(keys: pa.Array | pa.ChunkedArray | Sequence[Any]) -> pa.Array:
         try:
             array = pa.array(list(keys))
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise InvalidKeysError(f"keys must be of one type: {exc}") from exc
+            raise InvalidArgumentError(f"keys must be of one type: {exc}", reason="invalid_keys") from exc
     if array.null_count:
-        raise InvalidKeysError(
+        raise InvalidArgumentError(
             f"{array.null_count} keys are null: a key identifies input, so it can't be null. "
-            "Filter or fill nulls before checkpointing"
+            "Filter or fill nulls before checkpointing",
+            reason="invalid_keys",
         )
     if pa.types.is_nested(array.type) and not pa.types.is_struct(array.type):
-        raise InvalidKeysError(f"keys of type {array.type} are not supported: use scalars or a struct")
+        raise InvalidArgumentError(
+            f"keys of type {array.type} are not supported: use scalars or a struct", reason="invalid_keys"
+        )
     if pa.types.is_dictionary(array.type):
         array = array.dictionary_decode()
     return array

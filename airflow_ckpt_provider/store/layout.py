@@ -24,7 +24,7 @@ import re
 import uuid
 from collections.abc import Sequence
 
-from airflow_ckpt_provider.store.errors import InvalidCheckpointIdError
+from airflow_ckpt_provider.store.errors import InvalidArgumentError
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 EPOCH_RE = re.compile(r"^(\d{8})\.json$")
@@ -52,11 +52,12 @@ def new_checkpoint_id() -> str:
 
 
 def validate_checkpoint_id(checkpoint_id: str) -> str:
-    """Return ``checkpoint_id`` if it is a safe id, else raise :class:`InvalidCheckpointIdError`."""
+    """Return ``checkpoint_id`` if it is a safe id, else raise :class:`InvalidArgumentError` (``checkpoint_id``)."""
     if not isinstance(checkpoint_id, str) or not _ID_RE.match(checkpoint_id) or ".." in checkpoint_id:
-        raise InvalidCheckpointIdError(
+        raise InvalidArgumentError(
             f"{checkpoint_id!r} is not a checkpoint id: ids are 1-128 characters of letters, digits, "
-            "'_', '-', '.', with no '/' or '..'; use new_checkpoint_id() to make one"
+            "'_', '-', '.', with no '/' or '..'; use new_checkpoint_id() to make one",
+            reason="checkpoint_id",
         )
     return checkpoint_id
 

@@ -23,7 +23,7 @@ class CheckpointStatus(enum.StrEnum):
 class UnknownFiles(enum.StrEnum):
     """What a commit does with files under its output roots that no writer of its store recorded.
 
-    ``FAIL`` (default): refuse the commit with :class:`UnknownOutputFilesError` (nothing committed or
+    ``FAIL`` (default): refuse the commit with :class:`RefusedError` (``unknown_output_files``) (nothing committed or
     deleted): a reader of the output would see them beside the committed files. ``KEEP``: commit,
     keep them and report them in ``CommitResult.unknown_files`` (the caller vouches for them).
     """
@@ -117,7 +117,8 @@ class Checkpoint:
                 f"the manifest of checkpoint {data.get('checkpoint_id')!r} has format {format_version}, which this "
                 f"version does not read (it reads format {MANIFEST_FORMAT}): another airflow-ckpt-provider wrote it. "
                 "Nothing was changed; upgrade every process that reads this store (Airflow workers, the API server, "
-                "the Spark job's environment) to one version, then run `airflow-ckpt check`"
+                "the Spark job's environment) to one version, then run `airflow-ckpt check`",
+                reason="corrupt",
             )
         return cls(
             checkpoint_id=str(data["checkpoint_id"]),

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from airflow_ckpt_provider.store.blobs.base import BlobStore
-from airflow_ckpt_provider.store.errors import InvalidStoreUriError
+from airflow_ckpt_provider.store.errors import InvalidArgumentError
 from airflow_ckpt_provider.store.store import CheckpointStore
 from airflow_ckpt_provider.store.tail import DEFAULT_MAX_LOOSE
 
@@ -29,8 +29,8 @@ _S3_OPTIONS = (
 def open_blobs(uri: str, **options: Any) -> BlobStore:
     """The object layer rooted at ``uri`` (a store root or an output directory)."""
     if not isinstance(uri, str) or not uri.strip():
-        raise InvalidStoreUriError(
-            "a store URI is required: file:///absolute/path, /absolute/path or s3://bucket/prefix"
+        raise InvalidArgumentError(
+            "a store URI is required: file:///absolute/path, /absolute/path or s3://bucket/prefix", reason="store_uri"
         )
     uri = uri.strip()
     if uri.startswith("s3://") or uri.startswith("s3a://"):
@@ -38,8 +38,9 @@ def open_blobs(uri: str, **options: Any) -> BlobStore:
             uri = "s3://" + uri[len("s3a://") :]
         bucket = uri[len("s3://") :].split("/", 1)[0]
         if not bucket:
-            raise InvalidStoreUriError(
-                f"{uri!r} names no bucket: use s3://bucket/prefix (or file:///absolute/path for a local store)"
+            raise InvalidArgumentError(
+                f"{uri!r} names no bucket: use s3://bucket/prefix (or file:///absolute/path for a local store)",
+                reason="store_uri",
             )
         from airflow_ckpt_provider.store.blobs.s3 import S3BlobStore
 
@@ -52,10 +53,11 @@ def open_blobs(uri: str, **options: Any) -> BlobStore:
 
         return LocalBlobStore(uri)
     scheme = uri.split("://", 1)[0] if "://" in uri else None
-    raise InvalidStoreUriError(
+    raise InvalidArgumentError(
         f"{uri!r} is not a store URI"
         + (f" (scheme {scheme!r} is not supported)" if scheme else " (relative paths are ambiguous)")
-        + ": use file:///absolute/path, /absolute/path or s3://bucket/prefix"
+        + ": use file:///absolute/path, /absolute/path or s3://bucket/prefix",
+        reason="store_uri",
     )
 
 
@@ -86,13 +88,13 @@ def open_store(
     ``DAG task 'd.commit'``), named when a deletion is refused. ``configured_output_roots`` (the
     ``[ckpt] trusted_output_roots`` option), used only without ``trusted_output_roots``: the
     store's recorded roots count where they lie under one of them, nothing else (a store whose
-    records declare nothing gets nothing). Raises :class:`InvalidStoreUriError`,
+    records declare nothing gets nothing). Raises :class:`InvalidArgumentError` (``store_uri``),
     :class:`InvalidArgumentError` for an option out of its range; reachability errors surface on
     first use.
     """
     unknown = set(options) - set(STORE_OPTIONS) - set(_S3_OPTIONS) - {"boto3_session"}
     if unknown:
-        raise InvalidStoreUriError(f"unknown store options {sorted(unknown)}")
+        raise InvalidArgumentError(f"unknown store options {sorted(unknown)}", reason="store_uri")
 
     def opener(output_uri: str) -> BlobStore:
         opened = open_blobs(output_uri, **options)

@@ -17,20 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_ckpt_provider.store.errors import EpochConflictError
 from airflow_ckpt_provider.store.model import Epoch
 
 #: The epoch metadata entry holding :meth:`EpochOwner.to_json`.
 OWNER_METADATA_KEY = "owner"
-
-
-class MappedInstanceConflictError(EpochConflictError):
-    """Another mapped instance of the same task and run already uses this store.
-
-    Its keys would count as done for this instance (tenants whose keys overlap), so the
-    submit refuses whether that instance's epoch is open or ended: give each instance its
-    own store (the default location does; a ``checkpoint_uri`` can use ``{{ ti.map_index }}``).
-    """
 
 
 @dataclass(frozen=True)

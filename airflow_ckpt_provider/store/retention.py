@@ -15,7 +15,7 @@ import logging
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.store.deletion_guard import canonical_uri
 from airflow_ckpt_provider.store.epochs import EpochBase
-from airflow_ckpt_provider.store.errors import CheckpointError, CommitRefusedError, CorruptCheckpointError
+from airflow_ckpt_provider.store.errors import CheckpointError, CorruptCheckpointError, RefusedError
 from airflow_ckpt_provider.store.keys import KEY_COLUMN
 from airflow_ckpt_provider.store.layout import checkpoint_prefixes, commit_done_key, snapshot_prefix
 from airflow_ckpt_provider.store.model import (
@@ -45,8 +45,9 @@ class Retention(PartsUser):
         if epoch is None:
             return []
         if not self._blobs.exists(commit_done_key(epoch.number)):
-            raise CommitRefusedError(
-                f"epoch {epoch.number} of {self._context.uri} is not committed: commit first, then clean up"
+            raise RefusedError(
+                f"epoch {epoch.number} of {self._context.uri} is not committed: commit first, then clean up",
+                reason="not_committed",
             )
         failpoint("store.cleanup.start")
         if policy is RetentionPolicy.DELETE_AFTER_SUCCESS:
@@ -157,7 +158,8 @@ class Retention(PartsUser):
             raise CorruptCheckpointError(
                 f"segments {sorted(state.corrupt_segments)} of {self._context.uri} cannot be read, so which "
                 "checkpoints are committed is unknown; nothing was deleted. Restore them from a backup, or clear "
-                "the store (`airflow-ckpt clear`) to start over"
+                "the store (`airflow-ckpt clear`) to start over",
+                reason="corrupt",
             )
         committed = [c for c in state.valid if c.status is CheckpointStatus.COMMITTED] if keep_committed else []
         keep_ids = {c.checkpoint_id for c in committed}

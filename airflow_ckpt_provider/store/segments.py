@@ -268,11 +268,14 @@ def read_manifests(data: bytes, uri: str, columns: Sequence[str] | None = None) 
     except (pa.ArrowInvalid, OSError, KeyError) as exc:
         raise CorruptCheckpointError(
             f"segment {uri} is corrupt or truncated ({exc}); nothing was changed. Run `airflow-ckpt check`; "
-            "restore the object, or clear the store to start over"
+            "restore the object, or clear the store to start over",
+            reason="corrupt",
         ) from exc
     missing = [c for c in (columns or MANIFEST_SCHEMA.names) if c not in table.column_names]
     if missing:
-        raise CorruptCheckpointError(f"segment {uri} lacks the columns {missing}; nothing was changed")
+        raise CorruptCheckpointError(
+            f"segment {uri} lacks the columns {missing}; nothing was changed", reason="corrupt"
+        )
     return table
 
 
@@ -365,7 +368,8 @@ def read_table(data: bytes, uri: str) -> pa.Table:
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorruptCheckpointError(
             f"segment keys {uri} are corrupt or truncated ({exc}); nothing was changed. Run `airflow-ckpt check`; "
-            "restore the object, or clear the store to start over"
+            "restore the object, or clear the store to start over",
+            reason="corrupt",
         ) from exc
 
 
@@ -377,7 +381,8 @@ def read_keys(data: bytes, uri: str, exclude: Sequence[str] = ()) -> pa.Table:
     except (pa.ArrowInvalid, OSError, KeyError) as exc:
         raise CorruptCheckpointError(
             f"segment keys {uri} are corrupt or truncated ({exc}); nothing was changed. Run `airflow-ckpt check`; "
-            "restore the object, or clear the store to start over"
+            "restore the object, or clear the store to start over",
+            reason="corrupt",
         ) from exc
     if exclude:
         owners = table.column("checkpoint_id")
@@ -391,7 +396,7 @@ def read_owners(data: bytes, uri: str) -> dict[str, list[Any]]:
     try:
         table = pq.read_table(pa.BufferReader(data), columns=["checkpoint_id"])
     except (pa.ArrowInvalid, OSError, KeyError) as exc:
-        raise CorruptCheckpointError(f"segment keys {uri} are corrupt or truncated ({exc})") from exc
+        raise CorruptCheckpointError(f"segment keys {uri} are corrupt or truncated ({exc})", reason="corrupt") from exc
     owners = pa.table({"checkpoint_id": pc.cast(table.column("checkpoint_id"), pa.string())})
     counts = owners.group_by("checkpoint_id").aggregate([([], "count_all")])
     return {

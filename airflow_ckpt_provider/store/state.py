@@ -30,7 +30,7 @@ from airflow_ckpt_provider.store.catalog import LOOSE, Catalog, LoadedSegment
 from airflow_ckpt_provider.store.context import StoreContext
 from airflow_ckpt_provider.store.deletion_guard import canonical_uri
 from airflow_ckpt_provider.store.epochs import EpochBase, EpochFiles, EpochLog
-from airflow_ckpt_provider.store.errors import CorruptCheckpointError, KeyTypeMismatchError
+from airflow_ckpt_provider.store.errors import CorruptCheckpointError, InvalidArgumentError
 from airflow_ckpt_provider.store.keys import KEY_COLUMN
 from airflow_ckpt_provider.store.layout import COMMIT_RE, attempt_prefix, manifest_key, snapshot_prefix
 from airflow_ckpt_provider.store.listing import checkpoint_records
@@ -181,7 +181,8 @@ class StateReader:
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptCheckpointError(
                 f"{self._blobs.child_uri(key)} is not a valid manifest ({exc!r}); nothing was changed. "
-                "Run `airflow-ckpt check` and delete that checkpoint directory"
+                "Run `airflow-ckpt check` and delete that checkpoint directory",
+                reason="corrupt",
             ) from exc
 
     def snapshot(self, latest: Epoch | None) -> dict[str, Any] | None:
@@ -366,7 +367,8 @@ class StateReader:
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptCheckpointError(
                 f"{self._blobs.child_uri(STATE_KEY)} is not a valid state object ({exc!r}); nothing was changed. "
-                "Run `airflow-ckpt check`"
+                "Run `airflow-ckpt check`",
+                reason="corrupt",
             ) from exc
 
     def segments(self, *, tolerate_corrupt: bool = False) -> tuple[SegmentState, list[LoadedSegment], dict[str, str]]:
@@ -404,7 +406,7 @@ class StateReader:
         )
         if tolerate_corrupt:
             return self.segment_state(), [], {"?": message}
-        raise CorruptCheckpointError(message)
+        raise CorruptCheckpointError(message, reason="corrupt")
 
     def load_segment(self, name: str) -> LoadedSegment:
         with self._cache_lock:
@@ -453,7 +455,9 @@ class StateReader:
             if source.format == "manifest" and not source.data:
                 inline = Checkpoint.from_json(self._context.parse_json(source.key, data)).inline_keys
                 if inline is None:
-                    raise CorruptCheckpointError(f"{self._blobs.child_uri(source.key)} carries no inline keys")
+                    raise CorruptCheckpointError(
+                        f"{self._blobs.child_uri(source.key)} carries no inline keys", reason="corrupt"
+                    )
                 data = inline
             if source.format == "parquet":  # a snapshot: key, and which checkpoint each came from
                 table = pq.read_table(pa.BufferReader(data), columns=[KEY_COLUMN])
@@ -463,10 +467,13 @@ class StateReader:
         except (pa.ArrowInvalid, OSError) as exc:
             raise CorruptCheckpointError(
                 f"{self._blobs.child_uri(source.key)} is corrupt or truncated ({exc}); nothing was changed. "
-                "Run `airflow-ckpt check`; discard that checkpoint to reprocess its keys"
+                "Run `airflow-ckpt check`; discard that checkpoint to reprocess its keys",
+                reason="corrupt",
             ) from exc
         if KEY_COLUMN not in table.column_names:
-            raise CorruptCheckpointError(f"{self._blobs.child_uri(source.key)} has no '{KEY_COLUMN}' column")
+            raise CorruptCheckpointError(
+                f"{self._blobs.child_uri(source.key)} has no '{KEY_COLUMN}' column", reason="corrupt"
+            )
         return table.select([KEY_COLUMN])
 
     def done_keys(self) -> pa.Table:
@@ -504,7 +511,8 @@ class StateReader:
     def read_keys(
         self, sources: Sequence[KeySource], warmed: Mapping[str, tuple[bytes, pa.Table]] | None = None
     ) -> pa.Table:
-        """Every key of ``sources`` in one table; :class:`KeyTypeMismatchError` if their types differ.
+        """Every key of ``sources`` in one table; :class:`InvalidArgumentError` (``key_type_mismatch``) if their
+        types differ.
         ``warmed``: segment keys objects already fetched (object key -> bytes, ``key`` column)."""
         early = warmed or {}
 
@@ -518,9 +526,10 @@ class StateReader:
         tables = self._context.map(read, sources)
         types = {str(t.schema.field(KEY_COLUMN).type) for t in tables}
         if len(types) > 1:
-            raise KeyTypeMismatchError(
+            raise InvalidArgumentError(
                 f"the checkpoints of {self._context.uri} hold keys of different types {sorted(types)}: the key "
-                "column changed type between runs. Cast it back to the earlier type, or clear the store to start over"
+                "column changed type between runs. Cast it back to the earlier type, or clear the store to start over",
+                reason="key_type_mismatch",
             )
         if not tables:
             return pa.table({KEY_COLUMN: pa.array([], pa.string())})
@@ -531,7 +540,9 @@ class StateReader:
         if state.snapshot and state.snapshot.get("key_type"):
             types.add(state.snapshot["key_type"])
         if len(types) > 1:
-            raise KeyTypeMismatchError(f"the checkpoints of {self._context.uri} hold keys of types {sorted(types)}")
+            raise InvalidArgumentError(
+                f"the checkpoints of {self._context.uri} hold keys of types {sorted(types)}", reason="key_type_mismatch"
+            )
         return types.pop() if types else None
 
     def segment_keys(self, state: StoreState, only: Sequence[str]) -> tuple[list[pa.Table], set[str]]:
@@ -580,12 +591,15 @@ class StateReader:
                 except BlobNotFoundError:
                     raise CorruptCheckpointError(
                         f"{self._blobs.child_uri(key)} is named by its manifest but missing; nothing was "
-                        "changed. Run `airflow-ckpt check`"
+                        "changed. Run `airflow-ckpt check`",
+                        reason="corrupt",
                     ) from None
                 try:
                     files.extend(FileMetadata.from_json(item) for item in json.loads(data))
                 except (ValueError, KeyError, TypeError) as exc:
-                    raise CorruptCheckpointError(f"{self._blobs.child_uri(key)} is corrupt ({exc!r})") from exc
+                    raise CorruptCheckpointError(
+                        f"{self._blobs.child_uri(key)} is corrupt ({exc!r})", reason="corrupt"
+                    ) from exc
             return files
 
         ordered = list(checkpoints)

@@ -156,7 +156,7 @@ class CheckpointStore:
         never deleted automatically. Visible to ``commit`` and ``check`` at once.
         Not idempotent (each call appends a record; duplicates are harmless).
         Returns False when the breaker skipped it (the file is then unrecorded).
-        Raises :class:`InvalidCheckpointIdError`, :class:`CheckpointAlreadySealedError`.
+        Raises :class:`InvalidArgumentError` (``checkpoint_id``), :class:`EpochConflictError` (``already_sealed``).
         """
         return self._writers.record_intent(checkpoint_id, paths, epoch=epoch)
 
@@ -173,7 +173,7 @@ class CheckpointStore:
         The breaker is the caller's: this call raises on a store failure instead of returning False
         (the native writer counts it on the breaker and runs the write degraded, its files unrecorded:
         docs/design.md, invariants 6 and 8).
-        Raises :class:`InvalidCheckpointIdError`, :class:`StoreUnavailableError`.
+        Raises :class:`InvalidArgumentError` (``checkpoint_id``), :class:`StoreUnavailableError`.
         """
         self._writers.record_name_intent(write_id, root, marker, epoch=epoch)
 
@@ -182,9 +182,9 @@ class CheckpointStore:
 
         Invisible to every reader until :meth:`checkpoint` seals it. Not idempotent:
         each call appends a part (staging a key twice is harmless). Returns False when
-        the breaker skipped it. Raises :class:`InvalidKeysError` (nulls, nested
-        arrays), :class:`KeyTypeMismatchError` (a type other than this checkpoint's
-        earlier keys), :class:`CheckpointAlreadySealedError`.
+        the breaker skipped it. Raises :class:`InvalidArgumentError` (``invalid_keys``) (nulls, nested
+        arrays), :class:`InvalidArgumentError` (``key_type_mismatch``) (a type other than this checkpoint's
+        earlier keys), :class:`EpochConflictError` (``already_sealed``).
         """
         return self._writers.stage_keys(checkpoint_id, keys)
 
@@ -193,7 +193,7 @@ class CheckpointStore:
 
         Invisible until sealed. Not idempotent (a second call appends the same files
         again; don't). Returns False when the breaker skipped it. Raises
-        :class:`CheckpointAlreadySealedError`, :class:`InvalidCheckpointIdError`.
+        :class:`EpochConflictError` (``already_sealed``), :class:`InvalidArgumentError` (``checkpoint_id``).
         """
         return self._writers.stage_files(checkpoint_id, files)
 
@@ -211,9 +211,9 @@ class CheckpointStore:
         ``epoch`` is still the latest epoch and no other attempt of ``partition``
         sealed first). Idempotent: sealing again with the same parts returns the
         existing manifest. Returns None when the breaker skipped it (nothing
-        sealed; the run is degraded). Raises :class:`EpochFencedError` if a newer
+        sealed; the run is degraded). Raises :class:`EpochConflictError` (``epoch_fenced``) if a newer
         epoch began (this attempt is a zombie: give up),
-        :class:`CheckpointAlreadySealedError` if it was sealed with other parts.
+        :class:`EpochConflictError` (``already_sealed``) if it was sealed with other parts.
         """
         return self._writers.checkpoint(checkpoint_id, epoch=epoch, partition=partition, metadata=metadata)
 
@@ -278,7 +278,7 @@ class CheckpointStore:
         epoch record. Deletions (commit, discard, clear, retention) never reach output outside
         the declared roots (docs/design.md, section 7), and the job's driver may declare only
         roots under them. None: the driver declares each write's root itself
-        (:meth:`declare_output_root`). Raises :class:`InvalidOutputRootError` for a root that is
+        (:meth:`declare_output_root`). Raises :class:`InvalidArgumentError` (``output_root``) for a root that is
         not an absolute ``file://``/``s3://`` directory, that overlaps the store root, or that is
         not in the store's scheme and bucket unless the store was opened with it among its
         ``trusted_output_roots`` (docs/security.md, "The trust model").
@@ -329,9 +329,9 @@ class CheckpointStore:
         and clear delete that write's orphans; records naming anything outside every declared
         root are never acted on. Visible to every deletion at once; idempotent (one record per
         epoch and root). Returns the root in canonical form. Raises
-        :class:`OutputRootNotDeclaredError` if the epoch's opener declared ``output_roots`` and
+        :class:`RefusedError` (``output_root_not_declared``) if the epoch's opener declared ``output_roots`` and
         ``root`` is under none of them (nothing was recorded: do not write),
-        :class:`InvalidOutputRootError` (also for a root in another scheme or bucket than the
+        :class:`InvalidArgumentError` (``output_root``) (also for a root in another scheme or bucket than the
         store's that neither the opener's ``output_roots`` nor the store's trusted roots cover),
         :class:`StoreUnavailableError`.
         """
@@ -395,7 +395,7 @@ class CheckpointStore:
         """Every done key: a table with one column ``key``.
 
         Done means held by the snapshot or by a valid checkpoint (checkpointed or
-        committed). Reads are parallel. Raises :class:`KeyTypeMismatchError`,
+        committed). Reads are parallel. Raises :class:`InvalidArgumentError` (``key_type_mismatch``),
         :class:`CorruptCheckpointError`.
         """
         return self.state_reader.done_keys()
@@ -452,7 +452,7 @@ class CheckpointStore:
         their incomplete uploads; deletes unsealed and invalid checkpoint
         directories. A file under the output roots with no intent record of this store
         (another job's, or a run whose store was elsewhere) is never deleted: by default
-        it refuses the commit with :class:`UnknownOutputFilesError` before phase 1
+        it refuses the commit with :class:`RefusedError` (``unknown_output_files``) before phase 1
         (nothing committed, nothing deleted: a reader would see it beside the committed
         files); ``unknown_files="keep"`` commits and reports it in ``unknown_files``.
         In a degraded epoch (``degraded=True`` or a recorded trip), files of that
@@ -460,8 +460,8 @@ class CheckpointStore:
         are kept and reported (its writers could not record every file).
 
         Idempotent and resumable: rerun after a crash in either phase finishes the
-        job. Raises :class:`NoEpochError`, :class:`CommitRefusedError` (failed epoch,
-        overlapping keys, unknown files) — nothing deleted in that case.
+        job. Raises :class:`InvalidArgumentError` (``no_epoch``), :class:`RefusedError` (``epoch_failed``,
+        ``overlapping_keys``, ``unknown_output_files``, ...) — nothing deleted in that case.
         """
         return self._committer.commit(output_roots, degraded=degraded, unknown_files=UnknownFiles(unknown_files))
 
@@ -474,7 +474,7 @@ class CheckpointStore:
         (the next run of this store starts from nothing). ``retain``: committed keys
         are compacted into one snapshot (``snapshots/{n}``), then the compacted
         checkpoints are deleted, so later reads fetch one object. Never deletes
-        output files. Idempotent. Raises :class:`CommitRefusedError` if the latest
+        output files. Idempotent. Raises :class:`RefusedError` (``not_committed``) if the latest
         epoch is not committed (nothing deleted).
         """
         return self._retention.cleanup(RetentionPolicy(policy))
@@ -513,9 +513,11 @@ class CheckpointStore:
     def preview_reprocess(self, selection: Selection, *, delete: bool = False) -> ReprocessPlan:
         """What :meth:`reprocess` would do: the checkpoints, keys, exact files and bytes. Reads only.
 
-        Raises the selection's typed errors (:class:`EmptySelectionError`, :class:`UnknownKeysError`,
-        :class:`UnknownInputFileError`, :class:`UnknownEpochError`, :class:`UnknownCommitError`,
-        :class:`SelectionUnavailableError`).
+        Raises the selection's typed errors (:class:`InvalidArgumentError` (``empty_selection``),
+        :class:`NotFoundError` (``keys``),
+        :class:`NotFoundError` (``input_files``), :class:`NotFoundError` (``epoch``), :class:`NotFoundError`
+        (``commit``),
+        :class:`UnsupportedError` (``selection_unavailable``)).
         """
         return self._reprocess.preview(selection, delete=delete)
 
@@ -536,17 +538,18 @@ class CheckpointStore:
         One maintenance epoch records the whole plan and fences writers, submits and commits.
         ``expected``: the plan (or its fingerprint) the caller confirmed; anything else is refused.
         Idempotent for a retry: the same call after a crash finishes the interrupted one.
-        Raises the selection's errors, :class:`StoreChangedError`, :class:`EpochConflictError`
-        (an open epoch; ``takeover=True`` supersedes a dead one), :class:`ReprocessInProgressError`,
-        :class:`UnsafePathError` — nothing changed in each case.
+        Raises the selection's errors, :class:`EpochConflictError` (``store_changed``), :class:`EpochConflictError`
+        (an open epoch; ``takeover=True`` supersedes a dead one), :class:`EpochConflictError`
+        (``reprocess_in_progress``),
+        :class:`RefusedError` (``unsafe_path``) — nothing changed in each case.
         """
         return self._reprocess.reprocess(
             selection, delete=delete, expected=expected, takeover=takeover, requested_by=requested_by
         )
 
     def preview_rewind(self, to_commit: int, *, delete: bool = False) -> ReprocessPlan:
-        """What :meth:`rewind` would do. Reads only. Raises :class:`UnknownCommitError`,
-        :class:`SelectionUnavailableError`."""
+        """What :meth:`rewind` would do. Reads only. Raises :class:`NotFoundError` (``commit``),
+        :class:`UnsupportedError` (``selection_unavailable``)."""
         return self._reprocess.preview_rewind(to_commit, delete=delete)
 
     def rewind(
@@ -579,8 +582,10 @@ class CheckpointStore:
         before, and its files are copied back to the output (the quarantine keeps its copies until
         :meth:`purge_quarantine`). Only before the next run: once a run began, its keys may have been
         reprocessed. Fenced by its own epoch; a retry finishes an interrupted undo.
-        Raises :class:`UnknownReprocessError`, :class:`UndoUnavailableError` (a later run, deleted
-        files), :class:`QuarantineMissingError`, :class:`ReprocessInProgressError` — nothing changed.
+        Raises :class:`NotFoundError` (``reprocess``), :class:`RefusedError` (``undo_unavailable``) (a later run,
+        deleted
+        files), :class:`RefusedError` (``quarantine_missing``), :class:`EpochConflictError`
+        (``reprocess_in_progress``) — nothing changed.
         """
         return self._reprocess.undo(epoch, expected=expected, requested_by=requested_by)
 
@@ -591,7 +596,8 @@ class CheckpointStore:
     def purge_quarantine(self, epoch: int | None = None, *, requested_by: str | None = None) -> ReprocessResult:
         """Delete the quarantined files of reprocess ``epoch`` (default: every finished reprocess) for
         good; undo is impossible afterwards. Deletes only under ``quarantine/`` in the store root.
-        Idempotent. Raises :class:`UnknownReprocessError`, :class:`ReprocessInProgressError`.
+        Idempotent. Raises :class:`NotFoundError` (``reprocess``), :class:`EpochConflictError`
+        (``reprocess_in_progress``).
         """
         return self._reprocess.purge(epoch, requested_by=requested_by)
 
@@ -603,15 +609,16 @@ class CheckpointStore:
     def resume_reprocess(self, *, expected: ReprocessPlan | str | None = None) -> ReprocessResult | None:
         """Finish an interrupted reprocess, rewind, undo or purge; None when nothing is unfinished.
         Idempotent. ``expected``: the :meth:`preview_resume` (or its fingerprint) a person confirmed;
-        anything else is refused (:class:`StoreChangedError`). A plan naming files outside the output
-        roots is never run (:class:`UnsafePathError`, nothing changed): abandon it instead."""
+        anything else is refused (:class:`EpochConflictError` (``store_changed``)). A plan naming files outside the
+        output
+        roots is never run (:class:`RefusedError` (``unsafe_path``), nothing changed): abandon it instead."""
         return self._reprocess.resume(expected=expected)
 
     def abandon_maintenance(self, *, expected: ReprocessPlan | str, requested_by: str | None = None) -> ReprocessPlan:
         """End the unfinished reprocess, rewind, undo or purge as failed without running its plan (a
         forged or unwanted intent), so submits and commits are no longer refused. Files it already
         moved stay in ``quarantine/{epoch}/``. ``expected``: the confirmed :meth:`preview_resume`.
-        Returns the abandoned plan. Raises :class:`StoreChangedError`."""
+        Returns the abandoned plan. Raises :class:`EpochConflictError` (``store_changed``)."""
         return self._reprocess.abandon(expected=expected, requested_by=requested_by)
 
     def list_reprocesses(self) -> list[ReprocessRecord]:

@@ -55,7 +55,8 @@ def loose_bound(value: Any) -> int:
     if bound is None or not 1 <= bound <= MAX_LOOSE_LIMIT:
         raise InvalidArgumentError(
             f"max_loose_manifests must be an integer from 1 to {MAX_LOOSE_LIMIT}, got {value!r}: every reader "
-            "of the store reads each loose manifest, so the bound cannot be turned off or raised"
+            "of the store reads each loose manifest, so the bound cannot be turned off or raised",
+            reason="out_of_range",
         )
     return bound
 

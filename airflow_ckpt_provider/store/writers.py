@@ -23,11 +23,8 @@ from airflow_ckpt_provider.store.context import StoreContext
 from airflow_ckpt_provider.store.deletion_guard import name_marker_refusal, parse_location
 from airflow_ckpt_provider.store.epochs import EpochLog
 from airflow_ckpt_provider.store.errors import (
-    CheckpointAlreadySealedError,
-    EpochFencedError,
+    EpochConflictError,
     InvalidArgumentError,
-    InvalidOutputRootError,
-    KeyTypeMismatchError,
     PreconditionFailedError,
     StoreUnavailableError,
 )
@@ -91,8 +88,9 @@ class CheckpointWriters:
 
     def _check_not_sealed(self, checkpoint_id: str) -> None:
         if checkpoint_id in self._sealed_here:
-            raise CheckpointAlreadySealedError(
-                f"checkpoint {checkpoint_id} is sealed: stage into a new checkpoint (new_checkpoint_id())"
+            raise EpochConflictError(
+                f"checkpoint {checkpoint_id} is sealed: stage into a new checkpoint (new_checkpoint_id())",
+                reason="already_sealed",
             )
 
     def record_intent(self, checkpoint_id: str, paths: Sequence[str], *, epoch: int | None) -> bool:
@@ -116,10 +114,14 @@ class CheckpointWriters:
         validate_checkpoint_id(write_id)
         refusal = name_marker_refusal(marker)
         if refusal is not None:
-            raise InvalidArgumentError(f"{refusal}: use a random token (the native writer uses 19 characters)")
+            raise InvalidArgumentError(
+                f"{refusal}: use a random token (the native writer uses 19 characters)", reason="out_of_range"
+            )
         location = parse_location(str(root))
         if location is None:
-            raise InvalidOutputRootError(f"{root!r} is not an absolute file:// or s3:// directory without '..'")
+            raise InvalidArgumentError(
+                f"{root!r} is not an absolute file:// or s3:// directory without '..'", reason="output_root"
+            )
         record: dict[str, Any] = {
             "checkpoint_id": write_id,
             "epoch": epoch,
@@ -138,9 +140,10 @@ class CheckpointWriters:
         with self._lock:
             pending = self._pending.setdefault(checkpoint_id, PendingCheckpoint())
             if pending.key_type is not None and pending.key_type != type_name:
-                raise KeyTypeMismatchError(
+                raise InvalidArgumentError(
                     f"checkpoint {checkpoint_id} already holds keys of type {pending.key_type}, "
-                    f"not {type_name}: cast the key column to one type"
+                    f"not {type_name}: cast the key column to one type",
+                    reason="key_type_mismatch",
                 )
         if len(array) == 0:
             return True
@@ -223,14 +226,16 @@ class CheckpointWriters:
                     return
                 foreign = self._blobs.list(attempt_prefix(checkpoint_id))
                 if any("/keys/" in b.key or "/files/" in b.key for b in foreign):
-                    raise CheckpointAlreadySealedError(
+                    raise EpochConflictError(
                         f"checkpoint {checkpoint_id} has parts staged by another process; "
-                        "each attempt must seal its own new_checkpoint_id()"
+                        "each attempt must seal its own new_checkpoint_id()",
+                        reason="already_sealed",
                     )
             if not self._epochs.is_current(epoch):
-                raise EpochFencedError(
+                raise EpochConflictError(
                     f"epoch {epoch} of {self._context.uri} was superseded by a newer submit; checkpoint "
-                    f"{checkpoint_id} is not sealed (its work will be redone by the newer run)"
+                    f"{checkpoint_id} is not sealed (its work will be redone by the newer run)",
+                    reason="epoch_fenced",
                 )
             failpoint("store.checkpoint.before_manifest")
             manifest = Checkpoint(
@@ -264,9 +269,10 @@ class CheckpointWriters:
                 ):
                     result.append(existing)
                     return
-                raise CheckpointAlreadySealedError(
+                raise EpochConflictError(
                     f"checkpoint {checkpoint_id} is already sealed with other parts; "
-                    "each attempt must use its own new_checkpoint_id()"
+                    "each attempt must use its own new_checkpoint_id()",
+                    reason="already_sealed",
                 ) from None
             failpoint("store.checkpoint.after_manifest")
             with self._lock:

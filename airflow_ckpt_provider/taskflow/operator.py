@@ -28,7 +28,8 @@ from airflow_ckpt_provider.contract import (
     with_submit_defaults,
 )
 from airflow_ckpt_provider.operators.epoch_opening import STORE_TEMPLATE_FIELDS, EpochOpener
-from airflow_ckpt_provider.store import EpochStatus, InvalidArgumentError
+from airflow_ckpt_provider.store import EpochStatus
+from airflow_ckpt_provider.store.errors import InvalidArgumentError
 from airflow_ckpt_provider.store.rerun import OnRerun, RerunAction
 
 if TYPE_CHECKING:
@@ -62,7 +63,8 @@ def refuse_store_confs(config: Mapping[str, Any]) -> None:
         raise InvalidArgumentError(
             f"config_kwargs sets {', '.join(named)}, which the operator sets itself for every run: name the "
             "store with checkpoint_uri (and aws_conn_id); the epoch is opened by the operator. Nothing was "
-            f"started or written. (Of the spark.ckpt.* confs only {yours} are yours to set.)"
+            f"started or written. (Of the spark.ckpt.* confs only {yours} are yours to set.)",
+            reason="out_of_range",
         )
 
 
@@ -126,7 +128,8 @@ class CheckpointedPySparkOperator(PySparkOperator):
             raise InvalidArgumentError(
                 f"{getattr(python_callable, '__name__', python_callable)!r} takes no {JOB_ARGUMENT!r} argument: "
                 f"a checkpointed task writes through the CheckpointedJob it receives as {JOB_ARGUMENT} "
-                "(use @task.pyspark / PySparkOperator for a job without checkpoints)"
+                "(use @task.pyspark / PySparkOperator for a job without checkpoints)",
+                reason="out_of_range",
             )
         super().__init__(python_callable=python_callable, **kwargs)
         self.checkpoint_uri = checkpoint_uri

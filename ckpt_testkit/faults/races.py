@@ -21,13 +21,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from airflow_ckpt_provider.store import (
-    EpochConflictError,
-    EpochStatus,
-    RetentionPolicy,
-    new_checkpoint_id,
-    open_store,
-)
+from airflow_ckpt_provider.store import EpochStatus, RetentionPolicy, new_checkpoint_id, open_store
+from airflow_ckpt_provider.store.errors import EpochConflictError
 from ckpt_testkit.faults.oracle import audit_after_commit, check_store
 from ckpt_testkit.faults.processes import RunOutcome, run_submit
 from ckpt_testkit.faults.workload import OutputLocation

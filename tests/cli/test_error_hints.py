@@ -7,18 +7,18 @@ import re
 import shlex
 from pathlib import Path
 
-import pytest
-
 from airflow_ckpt_provider.cli.main import build_parser, main
 from airflow_ckpt_provider.operators.spark_submit import CheckpointedSparkSubmitOperator
-from airflow_ckpt_provider.store import EpochConflictError, open_store
+from airflow_ckpt_provider.store import open_store
+from airflow_ckpt_provider.store.errors import EpochConflictError
+from tests.support.errors import raises_reason
 
 
 def test_an_open_epoch_of_another_owner_names_remedies_that_exist(tmp_path: Path) -> None:
     uri = (tmp_path / "store").as_uri()
     store = open_store(uri)
     store.begin_epoch(owner="dag/submit/run-1")
-    with pytest.raises(EpochConflictError) as raised:
+    with raises_reason(EpochConflictError, "epoch_open") as raised:
         store.begin_epoch(owner="dag/submit/run-2")
     message = str(raised.value)
 

@@ -8,7 +8,7 @@ import pytest
 
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.plugins.problems import problem_from, scrub
-from airflow_ckpt_provider.store import StoreUnavailableError
+from airflow_ckpt_provider.store.errors import StoreUnavailableError
 
 SECRET = "scrub-me-secret-key-9f8e7d6c5b4a"
 
@@ -25,7 +25,7 @@ def test_a_credential_read_by_a_hook_is_scrubbed_without_being_passed(monkeypatc
     assert scrub(f"SignatureDoesNotMatch for key {SECRET} on s3://bucket") == (
         "SignatureDoesNotMatch for key *** on s3://bucket"
     )
-    problem = problem_from(StoreUnavailableError(f"bad key {SECRET}"), "s3://bucket/prefix")
+    problem = problem_from(StoreUnavailableError(f"bad key {SECRET}", reason="unreachable"), "s3://bucket/prefix")
     assert SECRET not in json.dumps(problem.to_json())
 
 

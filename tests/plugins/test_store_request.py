@@ -2,7 +2,7 @@
 
 In-process on real local stores, no API server. What runs before the store call (the access
 checks, the metadata-DB reads: here a pause longer than the deadline) never counts against the
-page's deadline; a store call that outlasts it answers 503 (``StoreDeadlineError``); and a fresh
+page's deadline; a store call that outlasts it answers 503 (``StoreUnavailableError``, reason ``deadline``); and a fresh
 process's first store call loads nothing that the app has not loaded already, so a cold API server's
 first page answers within its deadline like any other (plugins/store_access.py, ``warm_up``).
 """
@@ -18,15 +18,14 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
 from airflow_ckpt_provider.hooks.locator import TaskStoreRef
 from airflow_ckpt_provider.plugins.flow import StoreRequest
-from airflow_ckpt_provider.plugins.store_calls import StoreDeadlineError
 from airflow_ckpt_provider.store import EpochStatus, RetentionPolicy
+from airflow_ckpt_provider.store.errors import StoreUnavailableError
 from tests.cli.sample_store import fill_store
 from tests.support.airflow_harness import ROOT
+from tests.support.errors import raises_reason
 
 
 def _page_request(uri: str, deadline_seconds: float) -> StoreRequest:
@@ -52,7 +51,7 @@ def test_the_deadline_covers_the_store_call_only(tmp_path: Path) -> None:
         finally:
             await asyncio.sleep(1.5)  # the late call ends (and frees its slot) on this loop
 
-    with pytest.raises(StoreDeadlineError, match="within 1 s"):
+    with raises_reason(StoreUnavailableError, "deadline", match="within 1 s"):
         asyncio.run(hanging_page())
 
 

@@ -22,13 +22,8 @@ import pytest
 from pyspark.sql import functions as F
 
 import airflow_ckpt_provider
-from airflow_ckpt_provider.spark import (
-    CheckpointedJob,
-    NativeWriterUnavailableError,
-    ServerPackageError,
-    SparkConnectUnavailableError,
-    SparkConnectUnsupportedError,
-)
+from airflow_ckpt_provider.spark import CheckpointedJob
+from airflow_ckpt_provider.store.errors import IncompleteRunError, UnsupportedError
 from ckpt_testkit.connect_server import connect_client
 from ckpt_testkit.faultproxy import FaultProxy
 from ckpt_testkit.spark_events import finished_write_tasks
@@ -44,6 +39,7 @@ from tests.spark.helpers import (
 from tests.spark.jobs.user_udf import BadRecordError
 from tests.spark.jobs.user_udf import run as run_job
 from tests.spark.test_row_keys_progress import _check_progress, _scenario, keys_logged
+from tests.support.errors import raises_reason
 
 # A test here takes under a minute (the file about 2.5 min under load): a hang (seen once, not reproduced)
 # should cost 5 minutes of CI, not the suite default of 15.
@@ -65,7 +61,7 @@ def test_classic_only_options_fail_before_anything_is_written(
     # The server's Python runs another version of the package: simulated by changing the *client's*
     # version string (the one non-real part here: a second wheel cannot be installed on the shared server).
     monkeypatch.setattr(airflow_ckpt_provider, "__version__", "0.0.0+not-the-servers")
-    with pytest.raises(ServerPackageError, match="install the same package version"):
+    with raises_reason(UnsupportedError, "server_package", match="install the same package version"):
         CheckpointedJob(connect_spark, store_uri)
     assert _store_files(store_dir) == [], "no epoch was opened"
     monkeypatch.undo()
@@ -76,13 +72,13 @@ def test_classic_only_options_fail_before_anything_is_written(
     assert epoch.metadata["spark_server"].startswith("127.0.0.1:")
     before = _store_files(store_dir)
     inputs = make_inputs(tmp_path / "in", files=2, rows_per_file=10)
-    with pytest.raises(SparkConnectUnsupportedError, match="reader='auto'"):
+    with raises_reason(UnsupportedError, "connect_unsupported", match="reader='auto'"):
         job.read_parquet(inputs, reader="spark")
     df = connect_spark.read.parquet(*inputs)
-    with pytest.raises(NativeWriterUnavailableError, match="Spark Connect"):
+    with raises_reason(UnsupportedError, "native_writer", match="Spark Connect"):
         job.write_parquet(df, f"file://{out}", key="event_id", engine="spark")
     connect_spark.conf.set("spark.ckpt.writer.engine", "spark")
-    with pytest.raises(NativeWriterUnavailableError, match="Nothing was written"):
+    with raises_reason(UnsupportedError, "native_writer", match="Nothing was written"):
         job.write_parquet(df, f"file://{out}", key="event_id")
     connect_spark.conf.unset("spark.ckpt.writer.engine")
     assert not out.exists(), "no output file"
@@ -221,8 +217,8 @@ def test_a_server_that_goes_away_mid_write_fails_clearly_and_loses_nothing(
     connect_server: str, local_target: Target, tmp_path: Path
 ) -> None:
     """The channel to the server is cut while the write runs (the client reaches the server through a TCP
-    proxy that is stopped): the job raises ``SparkConnectUnavailableError``; what the server's tasks sealed
-    stays sealed (its detached operation is a zombie the next epoch fences), and the rerun is exact."""
+    proxy that is stopped): the job raises ``IncompleteRunError`` (``connect_unavailable``); what the server's
+    tasks sealed stays sealed (its detached operation is a zombie the next epoch fences), and the rerun is exact."""
     target = local_target
     port = int(connect_server.rsplit(":", 1)[1])
     inputs = make_inputs(tmp_path / "in", files=6, rows_per_file=20)
@@ -249,7 +245,9 @@ def test_a_server_that_goes_away_mid_write_fails_clearly_and_loses_nothing(
 
             cutter = threading.Thread(target=cut_when_a_task_sealed, daemon=True)
             cutter.start()
-            with pytest.raises(SparkConnectUnavailableError, match="Run the job again when the server answers"):
+            with raises_reason(
+                IncompleteRunError, "connect_unavailable", match="Run the job again when the server answers"
+            ):
                 job1.write_parquet(df, target.output_uri)
             cutter.join(timeout=5)
     finally:

@@ -21,8 +21,9 @@ from pyspark.sql import SparkSession
 
 from airflow_ckpt_provider.spark import row_source
 from airflow_ckpt_provider.spark.job import partitioning, skip_audit
-from airflow_ckpt_provider.store import InputSkippedError
+from airflow_ckpt_provider.store.errors import RefusedError
 from ckpt_testkit.histories import StoreHistory, use_session
+from tests.support.errors import raises_reason
 
 pytestmark = pytest.mark.spark
 
@@ -79,7 +80,7 @@ def test_the_commit_refuses_when_the_run_did_not_read_exactly(
         with monkeypatch.context() as broken:
             broken.setattr(skip_audit, "fall_back", lambda done: done)
             assert machine._run(frozenset()) == 0  # what the wrong shortcut does: no pending key processed
-        with pytest.raises(InputSkippedError, match="did not read its input exactly") as refused:
+        with raises_reason(RefusedError, "input_skipped", match="did not read its input exactly") as refused:
             machine.store.commit(output_roots=[machine.output])
         assert "airflow-ckpt discard" in str(refused.value)
         report = machine.store.check()

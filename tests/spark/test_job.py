@@ -12,21 +12,13 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from airflow_ckpt_provider.spark import (
-    SOURCE_KEY_COLUMN,
-    CheckpointedJob,
-    KeyColumnNotFoundError,
-    MissingStoreConfigError,
-    NullKeyError,
-    SourceKeyLostError,
-    WriteContext,
-    WriterContractError,
-    parse_result_line,
-)
+from airflow_ckpt_provider.spark import SOURCE_KEY_COLUMN, CheckpointedJob, WriteContext, parse_result_line
 from airflow_ckpt_provider.spark.paths import arrow_filesystem
-from airflow_ckpt_provider.store import EpochFencedError, FileMetadata, KeyTypeMismatchError
+from airflow_ckpt_provider.store import FileMetadata
+from airflow_ckpt_provider.store.errors import EpochConflictError, InvalidArgumentError
 from tests.spark.helpers import FakeOperator, Target, assert_exactly_once, done_keys, make_inputs
 from tests.spark.jobs.pipeline import run_pipeline
+from tests.support.errors import raises_reason
 
 pytestmark = pytest.mark.spark
 
@@ -45,7 +37,7 @@ def test_null_key_fails_before_any_output(spark: SparkSession, local_target: Tar
     pq.write_table(pa.table({"event_id": [1, 2, 3], "account": ["a", None, "c"], "amount": [1.0, 2.0, 3.0]}), path)
     job = _job(spark, local_target)
     df = job.skip_completed(spark.read.parquet(str(path)), "account")
-    with pytest.raises(NullKeyError, match="null key"):
+    with raises_reason(InvalidArgumentError, "null_key", match="null key"):
         job.write_parquet(df, local_target.output_uri)
     _nothing_written(local_target)
 
@@ -54,11 +46,11 @@ def test_missing_key_column_and_partition_column(spark: SparkSession, local_targ
     inputs = make_inputs(tmp_path / "in", files=1)
     job = _job(spark, local_target)
     source = spark.read.parquet(*inputs)
-    with pytest.raises(KeyColumnNotFoundError, match="acount"):
+    with raises_reason(InvalidArgumentError, "key_column_not_found", match="acount"):
         job.skip_completed(source, "acount")
-    with pytest.raises(KeyColumnNotFoundError, match="no key"):
+    with raises_reason(InvalidArgumentError, "key_column_not_found", match="no key"):
         job.write_parquet(source, local_target.output_uri)
-    with pytest.raises(KeyColumnNotFoundError, match="partition_by"):
+    with raises_reason(InvalidArgumentError, "key_column_not_found", match="partition_by"):
         job.write_parquet(source, local_target.output_uri, key="account", partition_by=["day"])
     _nothing_written(local_target)
 
@@ -71,7 +63,7 @@ def test_key_type_change_between_runs_is_refused(spark: SparkSession, local_targ
     written = local_target.output_files()
     second = _job(spark, local_target)
     as_text = spark.read.parquet(*inputs).withColumn("event_id", F.col("event_id").cast("string"))
-    with pytest.raises(KeyTypeMismatchError, match="int64"):
+    with raises_reason(InvalidArgumentError, "key_type_mismatch", match="int64"):
         second.skip_completed(as_text, "event_id")
     assert local_target.output_files() == written, "nothing more was written"
 
@@ -81,7 +73,7 @@ def test_global_aggregation_loses_the_source_key(spark: SparkSession, local_targ
     job = _job(spark, local_target)
     df = job.skip_completed(spark.read.parquet(*inputs), "account")
     totals = df.groupBy("account").agg(F.sum("amount").alias("total"))
-    with pytest.raises(SourceKeyLostError, match="groupBy"):
+    with raises_reason(InvalidArgumentError, "source_key_lost", match="groupBy"):
         job.write_parquet(totals, local_target.output_uri, key="account")
     # Grouping by the hidden column too keeps the source key: allowed.
     per_key = df.groupBy("account", SOURCE_KEY_COLUMN).agg(F.sum("amount").alias("total"))
@@ -179,17 +171,17 @@ def test_writer_contract_is_enforced(spark: SparkSession, local_target: Target, 
     df = job.read_parquet(inputs, min_partitions=1)
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "10")  # several batches per task
     try:
-        with pytest.raises(WriterContractError, match="without consuming"):
+        with raises_reason(InvalidArgumentError, "writer_contract", match="without consuming"):
             job.write(df, lazy, output=local_target.output_uri)
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
-    with pytest.raises(WriterContractError, match="record_intent"):
+    with raises_reason(InvalidArgumentError, "writer_contract", match="record_intent"):
         job.write(df, unannounced, output=local_target.output_uri)
     assert local_target.output_files() == [], "a file created without an intent is still deleted by its task"
 
 
 def test_from_spark_reads_the_operator_confs(spark: SparkSession, local_target: Target, tmp_path: Path) -> None:
-    with pytest.raises(MissingStoreConfigError, match=r"CheckpointedJob\(spark, store_uri="):
+    with raises_reason(InvalidArgumentError, "missing_store_conf", match=r"CheckpointedJob\(spark, store_uri="):
         CheckpointedJob.from_spark(spark)
     operator = FakeOperator(local_target)
     epoch = operator.begin()
@@ -203,7 +195,7 @@ def test_from_spark_reads_the_operator_confs(spark: SparkSession, local_target: 
         job.finish()
         assert json.loads(result_path.read_text())["epoch"] == epoch
         operator.begin()  # a newer submit: this driver's epoch is stale
-        with pytest.raises(EpochFencedError, match="superseded"):
+        with raises_reason(EpochConflictError, "epoch_fenced", match="superseded"):
             CheckpointedJob.from_spark(spark)
     finally:
         for name in confs:
@@ -304,7 +296,7 @@ def test_the_driver_declares_its_output_root_and_cannot_leave_the_operators(
     """Deletions may reach only declared output roots (docs/design.md, section 7): with no roots from
     the operator the driver declares each write's root before writing; with roots, a write elsewhere
     fails before any output."""
-    from airflow_ckpt_provider.store import OutputRootNotDeclaredError
+    from airflow_ckpt_provider.store.errors import RefusedError
 
     inputs = make_inputs(tmp_path / "in", files=1)
     store = local_target.store()
@@ -318,7 +310,7 @@ def test_the_driver_declares_its_output_root_and_cannot_leave_the_operators(
     elsewhere = tmp_path / "elsewhere"
     declared = store.begin_epoch(owner="op", output_roots=[(tmp_path / "only-here").as_uri()]).number
     job = _job(spark, local_target, epoch=declared)
-    with pytest.raises(OutputRootNotDeclaredError, match="output_roots"):
+    with raises_reason(RefusedError, "output_root_not_declared", match="output_roots"):
         job.write_parquet(job.skip_completed(spark.read.parquet(*inputs), "event_id"), elsewhere.as_uri())
     assert not elsewhere.exists()
 

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from airflow_ckpt_provider.spark import InvalidSparkConfError, MissingStoreConfigError
 from airflow_ckpt_provider.spark.job_settings import settings_from_conf
+from airflow_ckpt_provider.store.errors import InvalidArgumentError
+from tests.support.errors import raises_reason
 
 
 def _conf(values: dict[str, str]):  # type: ignore[no-untyped-def]
@@ -37,7 +38,7 @@ def test_settings_come_from_confs_and_secrets_from_the_environment() -> None:
 
 
 def test_missing_store_conf_says_how_to_run_without_airflow() -> None:
-    with pytest.raises(MissingStoreConfigError, match=r"CheckpointedJob\(spark, store_uri="):
+    with raises_reason(InvalidArgumentError, "missing_store_conf", match=r"CheckpointedJob\(spark, store_uri="):
         settings_from_conf(_conf({}), {})
 
 
@@ -54,5 +55,5 @@ def test_missing_store_conf_says_how_to_run_without_airflow() -> None:
 )
 def test_bad_confs_are_refused(confs: dict[str, str], env: dict[str, str], message: str) -> None:
     base = {"spark.ckpt.store.uri": "/tmp/s", "spark.ckpt.epoch": "1"}
-    with pytest.raises(InvalidSparkConfError, match=message):
+    with raises_reason(InvalidArgumentError, "spark_conf", match=message):
         settings_from_conf(_conf(base | confs), env)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pyarrow as pa
-import pytest
 
-from airflow_ckpt_provider.spark import InvalidKeyColumnsError
 from airflow_ckpt_provider.spark.keys import distinct_keys, key_columns, normalize_key_type
+from airflow_ckpt_provider.store.errors import InvalidArgumentError
+from tests.support.errors import raises_reason
 
 
 def test_key_types_are_canonical() -> None:
@@ -14,9 +14,9 @@ def test_key_types_are_canonical() -> None:
     struct = pa.struct([pa.field("a", pa.int64(), nullable=False), pa.field("b", pa.large_string())])
     assert str(normalize_key_type(struct)) == "struct<a: int64, b: string>"
     assert key_columns("id") == ("id",) and key_columns(["a", "b"]) == ("a", "b")
-    with pytest.raises(InvalidKeyColumnsError, match="names a column twice"):
+    with raises_reason(InvalidArgumentError, "key_columns", match="names a column twice"):
         key_columns(["a", "a"])
-    with pytest.raises(InvalidKeyColumnsError, match="non-empty list"):
+    with raises_reason(InvalidArgumentError, "key_columns", match="non-empty list"):
         key_columns([])
 
 

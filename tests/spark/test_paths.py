@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_ckpt_provider.spark import InvalidPathError, file_key
+from airflow_ckpt_provider.spark import file_key
+from airflow_ckpt_provider.store.errors import InvalidArgumentError
+from tests.support.errors import raises_reason
 
 
 @pytest.mark.parametrize(
@@ -24,5 +26,5 @@ def test_file_keys_are_normalized_uris(path: str, key: str) -> None:
 
 @pytest.mark.parametrize("path", ["", "  ", "s3://", "s3:///key", "file://otherhost/data/a.parquet"])
 def test_a_path_that_names_no_file_is_a_typed_error(path: str) -> None:
-    with pytest.raises(InvalidPathError):
+    with raises_reason(InvalidArgumentError, "path"):
         file_key(path)

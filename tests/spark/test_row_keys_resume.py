@@ -16,8 +16,10 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from airflow_ckpt_provider.spark import CheckpointedJob, KeyNotUniqueError
+from airflow_ckpt_provider.spark import CheckpointedJob
+from airflow_ckpt_provider.store.errors import InvalidArgumentError
 from tests.spark.helpers import FakeOperator, Target, done_keys
+from tests.support.errors import raises_reason
 
 pytestmark = pytest.mark.spark
 
@@ -88,7 +90,7 @@ def test_a_key_declared_unique_that_repeats_fails_before_sealing(
 ) -> None:
     inputs = [_write(tmp_path / "in" / "0.parquet", [1, 2, 2, 3], ["x"] * 4)]
     operator = FakeOperator(local_target)
-    with pytest.raises(KeyNotUniqueError, match="unique=True"):
+    with raises_reason(InvalidArgumentError, "key_not_unique", match="unique=True"):
         _run(spark, local_target, operator, inputs, unique=True, engine=engine)
     assert operator.store.list_checkpoints() == [], "nothing of the task that met the repeated key is sealed"
 

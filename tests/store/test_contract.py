@@ -14,26 +14,19 @@ import pytest
 
 from airflow_ckpt_provider import failpoints
 from airflow_ckpt_provider.store import (
-    CheckpointAlreadySealedError,
     CheckpointStatus,
     CheckpointStore,
-    CommitRefusedError,
-    EpochConflictError,
-    EpochFencedError,
     EpochStatus,
     FileMetadata,
-    InvalidCheckpointIdError,
-    InvalidKeysError,
-    KeyTypeMismatchError,
-    NoEpochError,
     RetentionPolicy,
-    UnknownOutputFilesError,
     new_checkpoint_id,
     open_store,
 )
+from airflow_ckpt_provider.store.errors import EpochConflictError, InvalidArgumentError, RefusedError
 from airflow_ckpt_provider.store.store import INLINE_MAX_KEYS
 from tests.store.conftest import Backend
 from tests.store.helpers import begin, done_keys, names, wait_for_hit, write_task
+from tests.support.errors import raises_reason
 
 
 @pytest.fixture(autouse=True)
@@ -70,7 +63,7 @@ def test_every_call_is_idempotent_where_documented(backend: Backend) -> None:
     other = backend.store()
     resealed = other.checkpoint(checkpoint_id, epoch=epoch.number, partition=0)
     assert resealed is not None and sealed is not None and resealed.key_parts == sealed.key_parts
-    with pytest.raises(CheckpointAlreadySealedError):
+    with raises_reason(EpochConflictError, "already_sealed"):
         store.stage_keys(checkpoint_id, [4])
 
     store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
@@ -126,7 +119,8 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
 
 def _race(args: tuple[str, dict[str, object], str, object]) -> str:
     uri, options, owner, barrier = args
-    from airflow_ckpt_provider.store import EpochConflictError, open_store
+    from airflow_ckpt_provider.store import open_store
+    from airflow_ckpt_provider.store.errors import EpochConflictError
 
     store = open_store(uri, **options)  # type: ignore[arg-type]
     barrier.wait()  # type: ignore[attr-defined]
@@ -151,7 +145,7 @@ def test_racing_begin_epoch_exactly_one_wins(backend: Backend) -> None:
 def test_open_epoch_blocks_other_owners_but_not_own_retry(backend: Backend) -> None:
     store = backend.store()
     first = begin(store, backend, owner="dag/task/run1")
-    with pytest.raises(EpochConflictError, match="still open"):
+    with raises_reason(EpochConflictError, "epoch_open", match="still open"):
         begin(store, backend, owner="dag/task/run2")
     retry = begin(store, backend, owner="dag/task/run1")  # a retry of the same task takes over
     assert retry.number == first.number + 1
@@ -213,7 +207,7 @@ def test_zombie_sealed_in_old_epoch_is_never_valid(backend: Backend) -> None:
     assert sealed and sealed[0] is not None  # the zombie did seal...
     assert zombie_id not in new.base
     assert done_keys(store) == ["done"]  # ...but it never counts
-    with pytest.raises(EpochFencedError):  # and a zombie that checks in time is told to give up
+    with raises_reason(EpochConflictError, "epoch_fenced"):  # and a zombie that checks in time is told to give up
         store.checkpoint(new_checkpoint_id(), epoch=old.number, partition=2)
 
 
@@ -238,7 +232,7 @@ def test_resume_base_carries_done_checkpoints_forward(backend: Backend) -> None:
     done_id, _, _ = write_task(store, backend, epoch=first.number, partition=0, keys=["a"])
     write_task(store, backend, epoch=first.number, partition=1, keys=["b"], seal=False)  # the failed task
     store.end_epoch(first.number, status=EpochStatus.FAILED)
-    with pytest.raises(CommitRefusedError, match="failed"):
+    with raises_reason(RefusedError, "epoch_failed", match="failed"):
         store.commit([backend.output_uri])
     second = begin(store, backend, owner="t")
     assert second.base == (done_id,)
@@ -296,10 +290,10 @@ def test_unknown_files_refuse_the_commit_and_change_nothing(backend: Backend) ->
     good, orphans, foreign = _scenario(backend)
     store = backend.store()
     before_output = backend.output_names()
-    with pytest.raises(UnknownOutputFilesError) as raised:
+    with raises_reason(RefusedError, "unknown_output_files") as raised:
         store.commit([backend.output_uri])
     assert names(raised.value.paths) == {foreign}
-    assert isinstance(raised.value, CommitRefusedError)
+    assert isinstance(raised.value, RefusedError)
     message = str(raised.value)
     for way_out in ("Move them out", "airflow-ckpt reprocess", 'unknown_files="keep"', foreign):
         assert way_out in message
@@ -365,7 +359,7 @@ def test_overlapping_keys_refuse_the_commit_and_delete_nothing(backend: Backend)
     write_task(store, backend, epoch=epoch.number, partition=2, keys=["z"], seal=False)  # an orphan
     before = backend.output_names()
     store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
-    with pytest.raises(CommitRefusedError, match="overlap"):
+    with raises_reason(RefusedError, "overlapping_keys", match="overlap"):
         store.commit([backend.output_uri])
     assert backend.output_names() == before
     assert not store.check().ok
@@ -428,9 +422,9 @@ def test_degraded_commit_keeps_what_it_cannot_prove_orphaned(backend: Backend) -
 def test_bad_ids_are_rejected(backend: Backend) -> None:
     store = backend.store()
     for bad in ["a/b", "../x", "..", "", "x" * 200, "a b"]:
-        with pytest.raises(InvalidCheckpointIdError):
+        with raises_reason(InvalidArgumentError, "checkpoint_id"):
             store.stage_keys(bad, ["k"])
-        with pytest.raises(InvalidCheckpointIdError):
+        with raises_reason(InvalidArgumentError, "checkpoint_id"):
             store.get_checkpoint(bad)
     assert backend.store_keys() == set()
 
@@ -438,12 +432,12 @@ def test_bad_ids_are_rejected(backend: Backend) -> None:
 def test_bad_keys_are_rejected(backend: Backend) -> None:
     store = backend.store()
     checkpoint_id = new_checkpoint_id()
-    with pytest.raises(InvalidKeysError, match="null"):
+    with raises_reason(InvalidArgumentError, "invalid_keys", match="null"):
         store.stage_keys(checkpoint_id, ["a", None])
-    with pytest.raises(InvalidKeysError):
+    with raises_reason(InvalidArgumentError, "invalid_keys"):
         store.stage_keys(checkpoint_id, ["a", 1])
     store.stage_keys(checkpoint_id, pa.array([1, 2], pa.int64()))
-    with pytest.raises(KeyTypeMismatchError):
+    with raises_reason(InvalidArgumentError, "key_type_mismatch"):
         store.stage_keys(checkpoint_id, ["a"])
 
 
@@ -453,19 +447,19 @@ def test_key_type_changed_between_checkpoints(backend: Backend) -> None:
     write_task(store, backend, epoch=epoch.number, partition=0, keys=[1, 2])
     write_task(store, backend, epoch=epoch.number, partition=1, keys=["3"])
     before = backend.store_keys()
-    with pytest.raises(KeyTypeMismatchError, match="changed type"):
+    with raises_reason(InvalidArgumentError, "key_type_mismatch", match="changed type"):
         store.get_checkpointed_keys()
-    with pytest.raises(KeyTypeMismatchError):
+    with raises_reason(InvalidArgumentError, "key_type_mismatch"):
         store.key_type()
     store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
-    with pytest.raises(KeyTypeMismatchError):
+    with raises_reason(InvalidArgumentError, "key_type_mismatch"):
         store.commit([backend.output_uri])
     assert backend.store_keys() >= before
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "not-a-manifest", "newer-format", "unreleased-format"])
 def test_corrupt_manifest_is_a_typed_error_and_nothing_is_deleted(backend: Backend, damage: str) -> None:
-    from airflow_ckpt_provider.store import CorruptCheckpointError
+    from airflow_ckpt_provider.store.errors import CorruptCheckpointError
 
     store = backend.store()
     epoch = begin(store, backend, owner="t")
@@ -485,13 +479,13 @@ def test_corrupt_manifest_is_a_typed_error_and_nothing_is_deleted(backend: Backe
     blobs.put(key, broken[damage])
     store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
     store_before, output_before = backend.store_keys(), backend.output_names()
-    with pytest.raises(CorruptCheckpointError, match="airflow-ckpt check") as raised:
+    with raises_reason(CorruptCheckpointError, "corrupt", match="airflow-ckpt check") as raised:
         store.get_checkpointed_keys()
     if damage.endswith("-format"):
         assert "upgrade every process that reads this store" in str(raised.value)
         assert f"has format {3 if damage == 'newer-format' else 1}" in str(raised.value)
         assert "it reads format 2" in str(raised.value)
-    with pytest.raises(CorruptCheckpointError):
+    with raises_reason(CorruptCheckpointError, "corrupt"):
         store.commit([backend.output_uri])
     report = store.check()
     assert not report.ok and checkpoint_id in " ".join(report.problems)
@@ -546,7 +540,7 @@ def test_create_if_absent_takes_the_place_of_an_empty_object_and_of_two_writers_
     """Every record the store creates has content, so an empty object at its key is an upload cut short on a
     server whose PUT is not atomic: a create-if-absent replaces it (If-Match on its etag). Content stays
     protected: a non-empty object still makes the create fail."""
-    from airflow_ckpt_provider.store import PreconditionFailedError
+    from airflow_ckpt_provider.store.errors import PreconditionFailedError
 
     blobs = backend.store_blobs()
     blobs.put("records/a.json", b"")
@@ -614,7 +608,7 @@ def test_a_record_a_dead_process_left_empty_is_read_as_never_written_and_retaken
 
 
 def test_truncated_key_file_is_a_typed_error(backend: Backend) -> None:
-    from airflow_ckpt_provider.store import CorruptCheckpointError
+    from airflow_ckpt_provider.store.errors import CorruptCheckpointError
 
     store = backend.store()
     epoch = begin(store, backend, owner="t")
@@ -626,13 +620,13 @@ def test_truncated_key_file_is_a_typed_error(backend: Backend) -> None:
     key = f"attempts/{checkpoint_id}/{sealed.key_parts[0]}"
     data, _ = blobs.get(key)
     blobs.put(key, data[: len(data) // 3])
-    with pytest.raises(CorruptCheckpointError, match="truncated"):
+    with raises_reason(CorruptCheckpointError, "corrupt", match="truncated"):
         store.get_checkpointed_keys()
     assert key in backend.store_keys()
 
 
 def test_no_epoch_commit_is_a_typed_error(backend: Backend) -> None:
-    with pytest.raises(NoEpochError):
+    with raises_reason(InvalidArgumentError, "no_epoch"):
         backend.store().commit([backend.output_uri])
 
 
@@ -795,6 +789,6 @@ def test_discard_deletes_uncommitted_files_of_a_native_write_and_keeps_committed
 def test_a_name_marker_must_be_a_unique_token(backend: Backend) -> None:
     store = backend.store()
     for bad in ["-short-", "has/slash-0123456789"]:
-        with pytest.raises(ValueError, match="unique token"):
+        with raises_reason(InvalidArgumentError, "out_of_range", match="unique token"):
             store.record_name_intent(new_checkpoint_id(), backend.output_uri, bad, epoch=1)
     assert backend.store_keys() == set()

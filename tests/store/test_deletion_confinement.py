@@ -30,13 +30,14 @@ from airflow_ckpt_provider.store import (
     FileMetadata,
     RetentionPolicy,
     Selection,
-    UnsafePathError,
     new_checkpoint_id,
     open_blobs,
     open_store,
 )
+from airflow_ckpt_provider.store.errors import InvalidArgumentError, RefusedError
 from tests.store.conftest import Backend
 from tests.store.helpers import write_task
+from tests.support.errors import raises_reason
 
 #: A name intent's marker must be at least this long (docs/store-api.md, "Name intents").
 MIN_MARKER = 12
@@ -221,7 +222,7 @@ def test_check_reports_every_poisoned_record(backend: Backend, tmp_path: Path) -
 
 def test_short_name_marker_is_refused_on_write_and_ignored_on_read(backend: Backend, tmp_path: Path) -> None:
     store, epoch = _store_with_one_task(backend)
-    with pytest.raises(ValueError, match="at least 12"):
+    with raises_reason(InvalidArgumentError, "out_of_range", match="at least 12"):
         store.record_name_intent(new_checkpoint_id(), backend.output_uri, "x" * (MIN_MARKER - 1), epoch=epoch)
     # A short marker written behind the API's back, under the output the commit sweeps: it
     # would match every file there; it must match none (the file is reported, not deleted).
@@ -270,13 +271,14 @@ def test_the_driver_declares_its_write_root_before_writing(backend: Backend, tmp
 
 
 def test_a_driver_cannot_widen_the_roots_the_operator_declared(backend: Backend, tmp_path: Path) -> None:
-    from airflow_ckpt_provider.store import InvalidOutputRootError, OutputRootNotDeclaredError
+    from airflow_ckpt_provider.store.errors import InvalidArgumentError, RefusedError
 
     store, epoch = _declared_store(backend)
     store.declare_output_root(epoch, f"{backend.output_uri}/part=1")  # under a declared root: fine
     # On S3 a host path is not even bound to the store (docs/security.md, "The trust model").
-    with pytest.raises((OutputRootNotDeclaredError, InvalidOutputRootError), match=r"output_roots|s3://"):
+    with pytest.raises((RefusedError, InvalidArgumentError), match=r"output_roots|s3://") as raised:
         store.declare_output_root(epoch, (tmp_path / "victim").as_uri())
+    assert raised.value.reason in ("output_root_not_declared", "output_root")
 
 
 def test_store_without_declared_roots_deletes_nothing_outside_its_root(backend: Backend, tmp_path: Path) -> None:
@@ -327,7 +329,7 @@ def test_reprocess_and_rewind_never_move_or_delete_a_victim(backend: Backend, tm
     plan = store.preview_reprocess(Selection(commits=[epoch]))
     assert set(plan.refused_paths) == set(named), plan.refused_paths
     names_before = backend.output_names()
-    with pytest.raises(UnsafePathError, match="never touched"):
+    with raises_reason(RefusedError, "unsafe_path", match="never touched"):
         ACTIONS[action](store, epoch)
     assert victims.missing(backend) == []
     assert backend.output_names() == names_before  # refused as a whole: not even the real file moved

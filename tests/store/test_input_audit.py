@@ -1,24 +1,18 @@
 """The commit refuses to lose input (store/input_audit.py), on both backends.
 
 A row-key run that found pending keys in the input its shortcut skipped records a skip audit;
-the commit refuses (``InputSkippedError``, a ``CommitRefusedError``) and ``check()`` reports it
+the commit refuses (``RefusedError``, reason ``input_skipped``) and ``check()`` reports it
 while the audit is unresolved. Here the audits are recorded through the store's API as the
 Spark side does (tests/spark/test_input_audit.py runs the Spark side).
 """
 
 from __future__ import annotations
 
-import pytest
-
-from airflow_ckpt_provider.store import (
-    CheckpointStore,
-    CommitRefusedError,
-    EpochStatus,
-    InputSkippedError,
-    SkipAudit,
-)
+from airflow_ckpt_provider.store import CheckpointStore, EpochStatus, SkipAudit
+from airflow_ckpt_provider.store.errors import RefusedError
 from tests.store.conftest import Backend
 from tests.store.helpers import write_task
+from tests.support.errors import raises_reason
 
 
 def _run(backend: Backend, store: CheckpointStore, keys: list[list[str]]) -> int:
@@ -45,9 +39,9 @@ def test_a_commit_refuses_while_skipped_pending_keys_are_not_processed(backend: 
     second = _run(backend, store, [["d"]])
     store.record_skip_audit(_audit(second, ("e", "f"), fell_back=True))
 
-    with pytest.raises(InputSkippedError) as refused:
+    with raises_reason(RefusedError, "input_skipped") as refused:
         store.commit([backend.output_uri])
-    assert isinstance(refused.value, CommitRefusedError)
+    assert isinstance(refused.value, RefusedError)
     message = str(refused.value)
     assert f"epoch {second}" in message and '"e"' in message and "run the job again" in message
     assert store.get_checkpointed_files()  # nothing was committed
@@ -69,7 +63,7 @@ def test_a_run_that_did_not_read_exactly_refuses_until_its_work_is_discarded(bac
     second = _run(backend, store, [["e"]])
     store.record_skip_audit(_audit(second, ("e", "f"), fell_back=False))
     _run(backend, store, [["f"]])  # a later run processing f does not make e's rows whole
-    with pytest.raises(InputSkippedError, match="did not read its input exactly"):
+    with raises_reason(RefusedError, "input_skipped", match="did not read its input exactly"):
         store.commit([backend.output_uri])
 
     store.discard_uncommitted()

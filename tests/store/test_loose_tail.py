@@ -25,9 +25,11 @@ from typing import Any
 import pytest
 
 from airflow_ckpt_provider import failpoints
-from airflow_ckpt_provider.store import CheckpointStore, EpochFencedError, InvalidArgumentError
+from airflow_ckpt_provider.store import CheckpointStore
+from airflow_ckpt_provider.store.errors import EpochConflictError, InvalidArgumentError
 from tests.store.conftest import Backend
 from tests.store.helpers import begin, done_keys, wait_for_hit, write_task
+from tests.support.errors import raises_reason
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -232,7 +234,7 @@ def test_a_fenced_sealer_may_fold_but_changes_nothing_a_reader_sees(backend: Bac
     new = begin(resumed, backend, takeover=True)
     before = (done_keys(resumed), resumed.progress().valid_checkpoints)
     folds = writer.loose_tail.folds
-    with pytest.raises(EpochFencedError):
+    with raises_reason(EpochConflictError, "epoch_fenced"):
         write_task(writer, backend, epoch=old, partition=9, keys=[99])
     assert writer.loose_tail.folds > folds  # it folded the loose manifests of the killed run
     reader = backend.store()
@@ -246,7 +248,9 @@ def test_the_bound_cannot_be_turned_off_or_raised(backend: Backend) -> None:
     give up what the bound is for: ``max_loose_manifests`` outside 1-2,000 is a typed error when the
     store is opened, and nothing is written."""
     for value in (0, -1, 2001, 10**6, "many", 1.5, True):
-        with pytest.raises(InvalidArgumentError, match="max_loose_manifests must be an integer from 1 to 2000"):
+        with raises_reason(
+            InvalidArgumentError, "out_of_range", match="max_loose_manifests must be an integer from 1 to 2000"
+        ):
             backend.store(max_loose_manifests=value)
     assert backend.store_keys() == set()
     assert backend.store(max_loose_manifests=None).loose_tail.max_loose == 2000  # None: the default

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from airflow_ckpt_provider.store import EpochConflictError, open_store
+from airflow_ckpt_provider.store import open_store
+from airflow_ckpt_provider.store.errors import EpochConflictError
 from airflow_ckpt_provider.store.owner import OWNER_METADATA_KEY, EpochOwner
+from tests.support.errors import raises_reason
 
 
 def _begin(uri: str, owner: EpochOwner, **kwargs: Any) -> int:
@@ -53,7 +53,7 @@ def test_another_instance_is_fenced_the_same_instance_takes_over(tmp_path: Path)
     uri = str(tmp_path / "shared")
     first, sibling = EpochOwner("d", "t", "r", 0), EpochOwner("d", "t", "r", 1)
     assert _begin(uri, first) == 1
-    with pytest.raises(EpochConflictError, match="still open"):
+    with raises_reason(EpochConflictError, "epoch_open", match="still open"):
         _begin(uri, sibling)
     assert _begin(uri, first) == 2  # its retry takes over its own open epoch
     assert first.sibling_of(sibling) and not first.sibling_of(first) and not first.sibling_of(None)
@@ -66,11 +66,11 @@ def test_takeover_epoch_takes_over_only_the_epoch_judged_dead(tmp_path: Path) ->
     uri = str(tmp_path / "s")
     killed, next_run, late = (EpochOwner("d", "t", run) for run in ("r1", "r2", "r3"))
     assert _begin(uri, killed) == 1
-    with pytest.raises(EpochConflictError, match="still open"):
+    with raises_reason(EpochConflictError, "epoch_open", match="still open"):
         _begin(uri, next_run, takeover_epoch=2)  # not the open epoch
     assert _begin(uri, next_run, takeover_epoch=1) == 2
     epochs = open_store(uri).list_epochs()
     assert [(e.number, e.status.value) for e in epochs] == [(1, "failed"), (2, "open")]
-    with pytest.raises(EpochConflictError, match="still open"):
+    with raises_reason(EpochConflictError, "epoch_open", match="still open"):
         _begin(uri, late, takeover_epoch=1)  # judged epoch 1, but epoch 2 is open now: never superseded
     assert [e.number for e in open_store(uri).list_epochs()] == [1, 2]

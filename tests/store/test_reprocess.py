@@ -13,16 +13,12 @@ import time
 import pytest
 
 from airflow_ckpt_provider import failpoints
-from airflow_ckpt_provider.store import (
-    EpochStatus,
-    ReprocessPlan,
-    RetentionPolicy,
-    Selection,
-    UndoUnavailableError,
-)
+from airflow_ckpt_provider.store import EpochStatus, ReprocessPlan, RetentionPolicy, Selection
+from airflow_ckpt_provider.store.errors import RefusedError
 from tests.store.conftest import Backend
 from tests.store.helpers import done_keys
 from tests.store.reprocess_helpers import Picture, name, quarantined_names, rerun_pending, run_and_commit
+from tests.support.errors import raises_reason
 
 PARTITIONS = [["a1", "a2", "a3"], ["b1", "b2"], ["c1", "c2", "c3", "c4"], ["d1"]]
 
@@ -134,7 +130,7 @@ def test_undo_is_refused_after_the_next_run_began(backend: Backend) -> None:
     store.reprocess(Selection(keys=["a1"]))
     rerun_pending(store, backend, run.checkpoints[run.checkpoint_of("a1")], commit=False)
     before = Picture.take(backend)
-    with pytest.raises(UndoUnavailableError, match="after"):
+    with raises_reason(RefusedError, "undo_unavailable", match="after"):
         store.undo_reprocess()
     assert Picture.take(backend) == before
 
@@ -148,7 +144,7 @@ def test_delete_instead_of_quarantine_cannot_be_undone(backend: Backend) -> None
     assert quarantined_names(backend) == set()
     assert not {name(p) for p in files} & backend.output_names()
     before = Picture.take(backend)
-    with pytest.raises(UndoUnavailableError, match="deleted"):
+    with raises_reason(RefusedError, "undo_unavailable", match="deleted"):
         store.undo_reprocess()
     assert Picture.take(backend) == before
     assert store.check().ok
@@ -161,7 +157,7 @@ def test_purge_while_undo_is_possible_fences_and_then_undo_is_refused(backend: B
     purged = store.purge_quarantine(first.epoch)
     assert purged.epoch == first.epoch + 1  # a fencing epoch: undo and purge never interleave
     assert quarantined_names(backend) == set()
-    with pytest.raises(UndoUnavailableError):
+    with raises_reason(RefusedError, "undo_unavailable"):
         store.undo_reprocess(first.epoch)
     records = {r.epoch: r for r in store.list_reprocesses()}
     assert records[first.epoch].purged and not records[first.epoch].undone

@@ -20,29 +20,18 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_ckpt_provider import failpoints
-from airflow_ckpt_provider.store import (
-    REPROCESS_FAILPOINTS,
-    CommitRefusedError,
-    EmptySelectionError,
+from airflow_ckpt_provider.store import REPROCESS_FAILPOINTS, EpochStatus, RetentionPolicy, Selection, open_blobs
+from airflow_ckpt_provider.store.errors import (
+    CheckpointError,
     EpochConflictError,
-    EpochStatus,
-    QuarantineMissingError,
-    ReprocessInProgressError,
-    RetentionPolicy,
-    Selection,
-    StoreChangedError,
-    UndoUnavailableError,
-    UnknownCommitError,
-    UnknownEpochError,
-    UnknownInputFileError,
-    UnknownKeysError,
-    UnknownReprocessError,
-    UnsafePathError,
-    open_blobs,
+    InvalidArgumentError,
+    NotFoundError,
+    RefusedError,
 )
 from tests.store.conftest import Backend
 from tests.store.helpers import done_keys, write_task
 from tests.store.reprocess_helpers import Picture, name, quarantined_names, rerun_pending, run_and_commit
+from tests.support.errors import raises_reason
 
 PARTITIONS = [["a1", "a2"], ["b1"], ["c1", "c2", "c3"], ["d1", "d2"]]
 
@@ -61,9 +50,9 @@ def test_reprocess_while_an_epoch_is_open_changes_nothing(backend: Backend) -> N
     running = store.begin_epoch(owner="dag/task/run2")  # a submit is running
     write_task(store, backend, epoch=running.number, partition=0, keys=["e1"])
     before = Picture.take(backend)
-    with pytest.raises(EpochConflictError, match="open"):
+    with raises_reason(EpochConflictError, "epoch_open", match="open"):
         store.reprocess(Selection(keys=["a1"]))
-    with pytest.raises(EpochConflictError, match="open"):
+    with raises_reason(EpochConflictError, "epoch_open", match="open"):
         store.rewind(0)
     assert Picture.take(backend) == before
     # A dead submit can be superseded on purpose: its later seals are fenced.
@@ -87,9 +76,9 @@ def test_submit_commit_clear_are_refused_during_an_unfinished_reprocess(backend:
         lambda: store.discard_uncommitted(),
         lambda: store.reprocess(Selection(keys=["a1"])),  # another selection
     ):
-        with pytest.raises(ReprocessInProgressError, match="resume"):
+        with raises_reason(EpochConflictError, "reprocess_in_progress", match="resume"):
             attempt()
-    with pytest.raises(CommitRefusedError, match="reprocess"):
+    with raises_reason(EpochConflictError, "reprocess_in_progress", match="reprocess"):
         store.commit([backend.output_uri])
     assert Picture.take(backend) == before
     report = store.check()
@@ -105,7 +94,7 @@ def test_commit_refuses_a_finished_reprocess_epoch_until_a_run(backend: Backend)
     run_and_commit(store, backend, PARTITIONS)
     store.reprocess(Selection(keys=["b1"]))
     before = Picture.take(backend)
-    with pytest.raises(CommitRefusedError, match="run the job"):
+    with raises_reason(RefusedError, "epoch_retracted", match="run the job"):
         store.commit([backend.output_uri])
     assert Picture.take(backend) == before
     rerun_pending(store, backend, ["b1"])
@@ -114,7 +103,8 @@ def test_commit_refuses_a_finished_reprocess_epoch_until_a_run(backend: Backend)
 
 def _racer(args: tuple[str, dict[str, Any], str, Any]) -> str:
     uri, options, what, barrier = args
-    from airflow_ckpt_provider.store import EpochConflictError, Selection, open_store
+    from airflow_ckpt_provider.store import Selection, open_store
+    from airflow_ckpt_provider.store.errors import EpochConflictError
 
     store = open_store(uri, **options)
     barrier.wait()
@@ -330,9 +320,9 @@ def test_a_reprocess_killed_mid_copy_leaves_nothing_in_the_quarantine(tmp_path: 
 # ---------------------------------------------------------------- bad input
 
 
-def _refused(backend: Backend, call: Any, error: type[Exception], match: str) -> None:
+def _refused(backend: Backend, call: Any, error: type[CheckpointError], reason: str, match: str) -> None:
     before = Picture.take(backend)
-    with pytest.raises(error, match=match):
+    with raises_reason(error, reason, match=match):
         call()
     assert Picture.take(backend) == before
 
@@ -340,21 +330,22 @@ def _refused(backend: Backend, call: Any, error: type[Exception], match: str) ->
 def test_bad_input_is_a_typed_error_and_changes_nothing(backend: Backend) -> None:
     store = backend.store()
     run = run_and_commit(store, backend, PARTITIONS)
-    _refused(backend, lambda: store.reprocess(Selection()), EmptySelectionError, "clear")
-    _refused(backend, lambda: store.reprocess(Selection(keys=["a1", "nope", "zz"])), UnknownKeysError, "nope")
-    _refused(backend, lambda: store.preview_reprocess(Selection(keys=["nope"])), UnknownKeysError, "pending")
+    _refused(backend, lambda: store.reprocess(Selection()), InvalidArgumentError, "empty_selection", "clear")
+    _refused(backend, lambda: store.reprocess(Selection(keys=["a1", "nope", "zz"])), NotFoundError, "keys", "nope")
+    _refused(backend, lambda: store.preview_reprocess(Selection(keys=["nope"])), NotFoundError, "keys", "pending")
     _refused(
         backend,
         lambda: store.reprocess(Selection(files=["s3://bucket/never/landed.parquet"])),
-        UnknownInputFileError,
+        NotFoundError,
+        "input_files",
         "landed.parquet",
     )
-    _refused(backend, lambda: store.reprocess(Selection(epochs=[run.epoch + 7])), UnknownEpochError, "epochs")
-    _refused(backend, lambda: store.rewind(run.epoch + 3), UnknownCommitError, "commit")
-    _refused(backend, lambda: store.reprocess(Selection(commits=[42])), UnknownCommitError, "42")
-    _refused(backend, lambda: store.undo_reprocess(), UnknownReprocessError, "no reprocess")
-    _refused(backend, lambda: store.purge_quarantine(5), UnknownReprocessError, "5")
-    _refused(backend, lambda: store.reprocess(Selection(keys=[1, 2])), UnknownKeysError, "type")
+    _refused(backend, lambda: store.reprocess(Selection(epochs=[run.epoch + 7])), NotFoundError, "epoch", "epochs")
+    _refused(backend, lambda: store.rewind(run.epoch + 3), NotFoundError, "commit", "commit")
+    _refused(backend, lambda: store.reprocess(Selection(commits=[42])), NotFoundError, "commit", "42")
+    _refused(backend, lambda: store.undo_reprocess(), NotFoundError, "reprocess", "no reprocess")
+    _refused(backend, lambda: store.purge_quarantine(5), NotFoundError, "reprocess", "5")
+    _refused(backend, lambda: store.reprocess(Selection(keys=[1, 2])), NotFoundError, "keys", "type")
 
 
 def test_a_missing_quarantine_refuses_undo(backend: Backend) -> None:
@@ -364,7 +355,7 @@ def test_a_missing_quarantine_refuses_undo(backend: Backend) -> None:
     blobs = backend.store_blobs()
     lost = sorted(k for k in backend.store_keys() if k.startswith("quarantine/"))[0]
     blobs.delete_many([lost])
-    _refused(backend, lambda: store.undo_reprocess(), QuarantineMissingError, name(lost))
+    _refused(backend, lambda: store.undo_reprocess(), RefusedError, "quarantine_missing", name(lost))
 
 
 def test_a_stale_preview_is_refused(backend: Backend) -> None:
@@ -372,11 +363,18 @@ def test_a_stale_preview_is_refused(backend: Backend) -> None:
     run_and_commit(store, backend, PARTITIONS)
     plan = store.preview_reprocess(Selection(keys=["a1"]))
     run_and_commit(store, backend, [["z1"]])  # the store moved on since the person read the preview
-    _refused(backend, lambda: store.reprocess(Selection(keys=["a1"]), expected=plan), StoreChangedError, "preview")
+    _refused(
+        backend,
+        lambda: store.reprocess(Selection(keys=["a1"]), expected=plan),
+        EpochConflictError,
+        "store_changed",
+        "preview",
+    )
     _refused(
         backend,
         lambda: store.reprocess(Selection(keys=["a1"]), expected=plan.fingerprint),
-        StoreChangedError,
+        EpochConflictError,
+        "store_changed",
         "preview",
     )
     fresh = store.preview_reprocess(Selection(keys=["a1"]))
@@ -402,7 +400,9 @@ def test_records_a_store_holds_are_checked_too(backend: Backend) -> None:
     plan = store.preview_reprocess(Selection(commits=[run.epoch]))
     assert victim not in {f.path for f in plan.files} and plan.refused_paths == (victim,)
     assert "precious.txt" in plan.describe()
-    _refused(backend, lambda: store.reprocess(Selection(commits=[run.epoch])), UnsafePathError, "precious.txt")
+    _refused(
+        backend, lambda: store.reprocess(Selection(commits=[run.epoch])), RefusedError, "unsafe_path", "precious.txt"
+    )
     assert victim_blobs.get("precious.txt")[0] == b"precious"
 
 
@@ -417,5 +417,5 @@ def test_undo_after_a_cleanup_deleted_the_checkpoints_is_refused(backend: Backen
     blobs.delete_many([k for k in backend.store_keys() if k.startswith((f"checkpoints/{gone}/", f"attempts/{gone}/"))])
     # and its row, if a segment holds it (the commit compacted the run's checkpoints)
     store.compactor.rewrite_without(frozenset({run.checkpoint_of("a1")}))
-    _refused(backend, lambda: store.undo_reprocess(), UndoUnavailableError, "deleted since")
+    _refused(backend, lambda: store.undo_reprocess(), RefusedError, "undo_unavailable", "deleted since")
     assert store.check().ok

@@ -28,18 +28,14 @@ import pytest
 
 from airflow_ckpt_provider import failpoints
 from airflow_ckpt_provider.failpoints import InjectedFault
-from airflow_ckpt_provider.store import (
-    CheckpointStore,
-    CorruptCheckpointError,
-    EpochStatus,
-    RetentionPolicy,
-    new_checkpoint_id,
-)
+from airflow_ckpt_provider.store import CheckpointStore, EpochStatus, RetentionPolicy, new_checkpoint_id
 from airflow_ckpt_provider.store.blobs.base import BlobInfo
+from airflow_ckpt_provider.store.errors import CorruptCheckpointError
 from airflow_ckpt_provider.store.segment_merge import MERGE_FANIN
 from airflow_ckpt_provider.store.segments import attributed_keys, keys_parquet_bytes, keys_table, parquet_bytes
 from tests.store.conftest import Backend
 from tests.store.helpers import begin, done_keys, names, wait_for_hit, write_task
+from tests.support.errors import raises_reason
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPACTION_FAILPOINTS = (
@@ -355,15 +351,15 @@ def test_a_corrupt_segment_is_a_typed_error_reported_by_check_and_nothing_is_del
     store.end_epoch(2, status=EpochStatus.SUCCEEDED)
     before_store, before_output = backend.store_keys(), backend.output_names()
     fresh = backend.store()
-    with pytest.raises(CorruptCheckpointError, match="corrupt or truncated"):
+    with raises_reason(CorruptCheckpointError, "corrupt", match="corrupt or truncated"):
         fresh.get_checkpointed_keys()
     if part == "manifests.parquet":  # the state itself cannot be read; progress needs no keys otherwise
-        with pytest.raises(CorruptCheckpointError):
+        with raises_reason(CorruptCheckpointError, "corrupt"):
             fresh.progress()
     report = fresh.check()
     assert any(p.startswith("corrupt segment") and name in p for p in report.problems), report.problems
     for action in (lambda s: s.commit([backend.output_uri]), lambda s: s.discard_uncommitted()):
-        with pytest.raises(CorruptCheckpointError):
+        with raises_reason(CorruptCheckpointError, "corrupt"):
             action(backend.store())
     for action in (lambda s: s.compact(), lambda s: s.begin_epoch(owner="t", takeover=True)):
         with contextlib.suppress(CorruptCheckpointError):  # they need no keys: they may go on, deleting nothing
@@ -400,7 +396,7 @@ def test_a_segment_corrupt_only_where_readers_of_keys_do_not_look_is_still_caugh
     report = backend.store().check()
     assert any(p.startswith("corrupt segment") and name in p for p in report.problems), report.problems
     for action in (lambda s: s.commit([backend.output_uri]), lambda s: s.discard_uncommitted()):
-        with pytest.raises(CorruptCheckpointError):
+        with raises_reason(CorruptCheckpointError, "corrupt"):
             action(backend.store())
     assert backend.store_keys() >= before_store
     assert backend.output_names() == before_output

@@ -20,9 +20,11 @@ from airflow_ckpt_provider.contract import (
     WORKER_DAEMON_MODULE,
 )
 from airflow_ckpt_provider.hooks.default_location import JobIdentity
-from airflow_ckpt_provider.store import EpochStatus, InvalidArgumentError, RetentionPolicy, open_store
+from airflow_ckpt_provider.store import EpochStatus, RetentionPolicy, open_store
+from airflow_ckpt_provider.store.errors import InvalidArgumentError
 from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY
 from airflow_ckpt_provider.taskflow.operator import CheckpointedPySparkOperator, session_config
+from tests.support.errors import raises_reason
 
 
 def _job(spark: Any = None, ckpt_job: Any = None) -> None:
@@ -38,7 +40,9 @@ def test_a_store_conf_the_operator_sets_fails_before_any_session_or_store_record
         checkpoint_uri=str(store),
         config_kwargs={conf: "file:///elsewhere", CONF_WRITER_ENGINE: "arrow"},
     )
-    with pytest.raises(InvalidArgumentError, match=rf"sets {conf}.*checkpoint_uri.*Nothing was started"):
+    with raises_reason(
+        InvalidArgumentError, "out_of_range", match=rf"sets {conf}.*checkpoint_uri.*Nothing was started"
+    ):
         operator.execute({"run_id": "manual__1"})  # type: ignore[arg-type]
     assert not store.exists()  # no epoch, no record: the store was never opened
 
@@ -47,7 +51,7 @@ def test_a_function_without_ckpt_job_is_refused_when_the_dag_is_parsed() -> None
     def plain(spark: Any = None) -> None:
         pass
 
-    with pytest.raises(InvalidArgumentError, match="takes no 'ckpt_job' argument"):
+    with raises_reason(InvalidArgumentError, "out_of_range", match="takes no 'ckpt_job' argument"):
         CheckpointedPySparkOperator(task_id="plain", python_callable=plain)
 
 

@@ -171,7 +171,7 @@ class SparkBackend(Protocol):
         ...
 
     def spark_output_path(self, output_root: str) -> str:
-        """The output as Spark's Hadoop filesystems name it (NativeWriterUnavailableError: why not)."""
+        """The output as Spark's Hadoop filesystems name it (UnsupportedError("native_writer"): why not)."""
         ...
 
     def native_job(self, token: str, description: str) -> NativeJobHandle:
@@ -179,7 +179,8 @@ class SparkBackend(Protocol):
         ...
 
     def check_server(self) -> None:
-        """Raise :class:`ServerPackageError` if the executors cannot run this package (Connect: probed once)."""
+        """Raise :class:`UnsupportedError` (``server_package``) if the executors cannot run this package (Connect:
+        probed once)."""
         ...
 
     def epoch_metadata(self) -> dict[str, str]:

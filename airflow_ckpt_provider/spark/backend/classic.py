@@ -21,8 +21,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from airflow_ckpt_provider.contract import CONF_PYTHON_DAEMON
 from airflow_ckpt_provider.spark.backend.base import FileCounter, FilePiece, InputFile, Partitioning
-from airflow_ckpt_provider.spark.errors import NativeWriterUnavailableError
 from airflow_ckpt_provider.spark.writers.native import PROTOCOL_CLASS, jar_path
+from airflow_ckpt_provider.store.errors import UnsupportedError
 
 log = logging.getLogger(__name__)
 
@@ -330,8 +330,9 @@ class ClassicBackend:
             except Exception:
                 continue
             return f"{candidate}://{parsed.netloc}{parsed.path}"
-        raise NativeWriterUnavailableError(
-            f"Spark has no Hadoop filesystem for {scheme}:// here (no {'/'.join(candidates)} connector)"
+        raise UnsupportedError(
+            f"Spark has no Hadoop filesystem for {scheme}:// here (no {'/'.join(candidates)} connector)",
+            reason="native_writer",
         )
 
     def native_job(self, token: str, description: str) -> _NativeJob:

@@ -12,7 +12,7 @@ What Connect gives instead of Py4J (docs/design.md, D10):
   count comes from the file-keyed writer's reports instead).
 
 Spark's own (JVM) writer needs the commit-protocol class in the server's JVM and its
-committed-task queue in the driver's: it stays classic-only (:class:`NativeWriterUnavailableError`).
+committed-task queue in the driver's: it stays classic-only (:class:`UnsupportedError` (``native_writer``)).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pyspark.sql import DataFrame
 
 from airflow_ckpt_provider.spark.backend.base import FileCounter, FilePiece, InputFile, NativeJobHandle, PlanNode
 from airflow_ckpt_provider.spark.backend.plan_text import parse_plan
-from airflow_ckpt_provider.spark.errors import NativeWriterUnavailableError, ServerPackageError
+from airflow_ckpt_provider.store.errors import UnsupportedError
 
 log = logging.getLogger(__name__)
 
@@ -155,15 +155,16 @@ class ConnectBackend:
         return NATIVE_UNSUPPORTED
 
     def spark_output_path(self, output_root: str) -> str:
-        raise NativeWriterUnavailableError(NATIVE_UNSUPPORTED)
+        raise UnsupportedError(NATIVE_UNSUPPORTED, reason="native_writer")
 
     def native_job(self, token: str, description: str) -> NativeJobHandle:
-        raise NativeWriterUnavailableError(NATIVE_UNSUPPORTED)
+        raise UnsupportedError(NATIVE_UNSUPPORTED, reason="native_writer")
 
     # ------------------------------------------------------------------ the server's Python
 
     def check_server(self) -> None:
-        """Raise :class:`ServerPackageError` unless the server's Python workers run this package's version
+        """Raise :class:`UnsupportedError` (``server_package``) unless the server's Python workers run this
+        package's version
         (same Python minor version: closures are pickled). One tiny job per session, before anything is written."""
         session_id = str(getattr(self.spark, "session_id", ""))
         with _PROBED_LOCK:
@@ -176,19 +177,21 @@ class ConnectBackend:
         except Exception as exc:
             text = str(exc)
             if "ModuleNotFoundError" in text or "No module named" in text:
-                raise ServerPackageError(
+                raise UnsupportedError(
                     "the Spark Connect server's Python cannot import airflow_ckpt_provider: install the same "
                     f"version ({__version__}) on the server (its Spark workers' Python), then run the job again. "
-                    "Nothing was written"
+                    "Nothing was written",
+                    reason="server_package",
                 ) from exc
             raise
         server_pkg, server_py = str(rows[0]["pkg"]), str(rows[0]["py"])
         client_py = ".".join(str(v) for v in sys.version_info[:2])
         if server_pkg != __version__ or server_py != client_py:
-            raise ServerPackageError(
+            raise UnsupportedError(
                 f"the Spark Connect server runs airflow_ckpt_provider {server_pkg} on Python {server_py}, this "
                 f"client {__version__} on Python {client_py}: install the same package version on the same "
-                "Python minor version on both sides. Nothing was written"
+                "Python minor version on both sides. Nothing was written",
+                reason="server_package",
             )
         with _PROBED_LOCK:
             if session_id:

@@ -19,7 +19,7 @@ filter and aggregate *by key*, never mix keys: an output row must come from one
 input key. A global aggregation, a window or a join across keys breaks resume (a
 resumed run would miss the other keys' contributions). Group by the hidden column
 too (``df.groupBy("event_id", SOURCE_KEY_COLUMN)``) so it reaches the writer; the
-writer raises :class:`SourceKeyLostError` when it is gone.
+writer raises :class:`InvalidArgumentError` (``source_key_lost``) when it is gone.
 
 The package: :mod:`.checkpointed_job` (the facade a user calls: epoch, result),
 :mod:`.context` (what the concerns share), :mod:`.source_keys` (which kind of key, the

@@ -17,7 +17,6 @@ from pyspark.sql.types import StructType
 
 from airflow_ckpt_provider.contract import CONF_WRITER_ENGINE
 from airflow_ckpt_provider.spark.backend import session_backend
-from airflow_ckpt_provider.spark.errors import KeyColumnNotFoundError, SparkConnectUnsupportedError
 from airflow_ckpt_provider.spark.job import row_skip, skip_audit
 from airflow_ckpt_provider.spark.job.context import JobContext
 from airflow_ckpt_provider.spark.job.partitioning import co_partition
@@ -30,13 +29,8 @@ from airflow_ckpt_provider.spark.summary import WriteSummary, emit_result
 from airflow_ckpt_provider.spark.writers.arrow_parquet import ParquetSink
 from airflow_ckpt_provider.spark.writers.arrow_task import WriterFn
 from airflow_ckpt_provider.spark.writers.native import check_engine
-from airflow_ckpt_provider.store import (
-    CheckpointStore,
-    EpochFencedError,
-    EpochStatus,
-    NoEpochError,
-    open_store,
-)
+from airflow_ckpt_provider.store import CheckpointStore, EpochStatus, open_store
+from airflow_ckpt_provider.store.errors import EpochConflictError, InvalidArgumentError, UnsupportedError
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +42,7 @@ class CheckpointedJob:
     with ``epoch=None`` it opens the next epoch of the store itself (owner: ``owner``
     or ``spark-app:<app name>``, so a rerun of the same application takes over its
     own unfinished epoch). Raises :class:`EpochConflictError` if another owner's
-    epoch is open, :class:`EpochFencedError` if ``epoch`` is not the latest.
+    epoch is open, :class:`EpochConflictError` (``epoch_fenced``) if ``epoch`` is not the latest.
     """
 
     def __init__(
@@ -121,8 +115,9 @@ class CheckpointedJob:
     def from_spark(cls, spark: SparkSession) -> CheckpointedJob:
         """The job as configured by the Airflow operator (``spark.ckpt.*`` confs, see ``job_settings.py``).
 
-        Raises :class:`MissingStoreConfigError` (how to run without Airflow),
-        :class:`InvalidSparkConfError`, :class:`EpochFencedError` (a newer submit began).
+        Raises :class:`InvalidArgumentError` (``missing_store_conf``) (how to run without Airflow),
+        :class:`InvalidArgumentError` (``spark_conf``), :class:`EpochConflictError` (``epoch_fenced``) (a newer
+        submit began).
         """
         settings = settings_from_conf(lambda name: spark.conf.get(name, None))
         return cls(
@@ -139,14 +134,16 @@ class CheckpointedJob:
     def _check_epoch(self, epoch: int) -> None:
         current = self.store.current_epoch()
         if current is None or current.number < epoch:
-            raise NoEpochError(
+            raise InvalidArgumentError(
                 f"epoch {epoch} does not exist in {self.store.uri}: the operator opens it before submitting; "
-                "without Airflow, leave epoch=None so the job opens its own"
+                "without Airflow, leave epoch=None so the job opens its own",
+                reason="no_epoch",
             )
         if current.number != epoch:
-            raise EpochFencedError(
+            raise EpochConflictError(
                 f"epoch {epoch} of {self.store.uri} was superseded by epoch {current.number}: a newer submit "
-                "owns the store, so this driver stops before reading or writing anything"
+                "owns the store, so this driver stops before reading or writing anything",
+                reason="epoch_fenced",
             )
 
     @property
@@ -161,7 +158,7 @@ class CheckpointedJob:
 
         The key of a file is its normalized URI (``paths.file_key``). Reads the
         store's done keys on the driver (file lists are small). Raises
-        :class:`KeyTypeMismatchError` if the store holds non-file keys.
+        :class:`InvalidArgumentError` (``key_type_mismatch``) if the store holds non-file keys.
         """
         paths = list(paths)
         self._context.keys.claim("file")
@@ -195,13 +192,14 @@ class CheckpointedJob:
           credentials when Spark has no S3 connector;
         * ``reader="auto"`` (default): Spark's scan when it can, else pyarrow.
 
-        Raises :class:`InputFilesError`.
+        Raises :class:`InvalidArgumentError` (``unreadable_input``).
         """
         paths = list(paths)
         if reader == "spark" and self.backend.kind == "connect":
-            raise SparkConnectUnsupportedError(
+            raise UnsupportedError(
                 "read_parquet(reader='spark') needs Spark's per-task file packing, which Spark Connect does not "
-                "show: use reader='auto' (the pyarrow reader, whole files per task). Nothing was read or written"
+                "show: use reader='auto' (the pyarrow reader, whole files per task). Nothing was read or written",
+                reason="connect_unsupported",
             )
         todo = self.pending_files(paths)
         return self._files.read_parquet(
@@ -238,7 +236,7 @@ class CheckpointedJob:
           event id, an order id). No shuffle at all: each task of the source's stage
           is a checkpoint (``num_partitions``: read a file source in at least that many
           tasks; a rerun reads what is left in its share of them, never fewer than the
-          cluster's cores). A task meeting a key twice fails with :class:`KeyNotUniqueError`
+          cluster's cores). A task meeting a key twice fails with :class:`InvalidArgumentError` (``key_not_unique``)
           before sealing;
         * ``unique=False`` (default): rows are hash-partitioned by the key into
           ``num_partitions`` (default ``spark.sql.shuffle.partitions``) here, before
@@ -247,8 +245,8 @@ class CheckpointedJob:
         On a rerun, input files that a finished task read whole and that did not change
         are not read again; done keys are anti-joined only where the records of the
         finished tasks do not vouch for them. A null key fails the job with
-        :class:`NullKeyError` before any output is written. Raises
-        :class:`KeyColumnNotFoundError`, :class:`KeyTypeMismatchError`.
+        :class:`InvalidArgumentError` (``null_key``) before any output is written. Raises
+        :class:`InvalidArgumentError` (``key_column_not_found``), :class:`InvalidArgumentError` (``key_type_mismatch``).
         """
         pending, skipped = row_skip.skip_completed(self._context, df, key, unique=unique, num_partitions=num_partitions)
         self._skips.append(skipped)
@@ -310,16 +308,19 @@ class CheckpointedJob:
         own transformation) keeps no progress: the log warns before the job runs; take the
         key with ``skip_completed`` at the read to keep every finished task's keys.
         Raises (before writing anything)
-        :class:`KeyColumnNotFoundError`, :class:`KeyTypeMismatchError`,
-        :class:`SourceKeyLostError`, :class:`NullKeyError`,
-        :class:`NativeWriterUnavailableError` (``engine="spark"`` where it cannot run);
-        :class:`EpochFencedError` if a newer submit took over the store.
+        :class:`InvalidArgumentError` (``key_column_not_found``), :class:`InvalidArgumentError` (``key_type_mismatch``),
+        :class:`InvalidArgumentError` (``source_key_lost``), :class:`InvalidArgumentError` (``null_key``),
+        :class:`UnsupportedError` (``native_writer``) (``engine="spark"`` where it cannot run);
+        :class:`EpochConflictError` (``epoch_fenced``) if a newer submit took over the store.
         """
         chosen = check_engine(engine or str(self.spark.conf.get(CONF_WRITER_ENGINE, None) or "auto"))
         partition_by = tuple(partition_by or ())
         missing = [c for c in partition_by if c not in df.columns]
         if missing:
-            raise KeyColumnNotFoundError(f"partition_by column(s) {missing} are not in the DataFrame ({df.columns})")
+            raise InvalidArgumentError(
+                f"partition_by column(s) {missing} are not in the DataFrame ({df.columns})",
+                reason="key_column_not_found",
+            )
         sink = ParquetSink(
             partition_by=partition_by, compression=compression, max_records_per_file=max_records_per_file
         )
@@ -341,7 +342,7 @@ class CheckpointedJob:
         ``ctx.record_intent(uri)`` before creating each file under ``output`` (or use
         ``ctx.open_output_stream``). The task then stages, seals, and cleans up on
         failure exactly as :meth:`write_parquet`. Raises as :meth:`write_parquet` and
-        :class:`WriterContractError`.
+        :class:`InvalidArgumentError` (``writer_contract``).
         """
         return self._writes.write(df, writer_fn, output=output, key=key, num_partitions=num_partitions, engine="arrow")
 

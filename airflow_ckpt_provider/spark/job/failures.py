@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-from airflow_ckpt_provider.spark.errors import (
-    KeyNotUniqueError,
-    NullKeyError,
-    SparkConnectUnavailableError,
-    WriterContractError,
-)
 from airflow_ckpt_provider.spark.keys import NULL_KEY_MARKER
-from airflow_ckpt_provider.store import EpochFencedError
+from airflow_ckpt_provider.spark.writers.arrow_task import REASON_NOTE
+from airflow_ckpt_provider.store.errors import EpochConflictError, IncompleteRunError, InvalidArgumentError
 
 
 def spark_error_text(exc: BaseException) -> str:
@@ -26,30 +21,41 @@ def translate_failure(
 ) -> Exception | None:
     """The typed error ``exc`` stands for (None: not one of ours, re-raise it as it is)."""
     if connect_channel_lost(exc):
-        return SparkConnectUnavailableError(
+        return IncompleteRunError(
             f"the Spark Connect server went away (or the channel to it was cut) while epoch {epoch} of {store_uri} "
             "was writing: every task that finished is sealed, and an operation the server still runs is a "
-            "zombie that the next run fences. Run the job again when the server answers: it resumes"
+            "zombie that the next run fences. Run the job again when the server answers: it resumes",
+            reason="connect_unavailable",
         )
     text = spark_error_text(exc)
     if NULL_KEY_MARKER in text:
         columns = list(row_key or ())
-        return NullKeyError(
+        return InvalidArgumentError(
             f"some rows have a null key {columns}: keys identify input, so they cannot be null. Filter or "
-            "fill them before skip_completed/write. Those rows' tasks wrote nothing"
+            "fill them before skip_completed/write. Those rows' tasks wrote nothing",
+            reason="null_key",
         )
-    if "EpochFencedError" in text:
-        return EpochFencedError(
+    if "EpochFencedError: " in text or _task_error(text, "epoch_fenced") is not None:  # the JVM writer says the former
+        return EpochConflictError(
             f"epoch {epoch} of {store_uri} was superseded while this job ran: a newer submit took "
-            "over the store; this run's remaining work is the new run's"
+            "over the store; this run's remaining work is the new run's",
+            reason="epoch_fenced",
         )
-    if "WriterContractError" in text:
-        start = text.find("WriterContractError")
-        return WriterContractError(text[start : start + 600])
-    if "KeyNotUniqueError" in text:
-        start = text.find("KeyNotUniqueError")
-        return KeyNotUniqueError(text[start + len("KeyNotUniqueError: ") : start + 600])
+    for reason in ("writer_contract", "key_not_unique"):
+        message = _task_error(text, reason)
+        if message is not None:
+            return InvalidArgumentError(message, reason=reason)
     return None
+
+
+def _task_error(text: str, reason: str) -> str | None:
+    """The message of the package error with ``reason`` that a Spark task raised, found in the task's
+    error text (its traceback, where the task noted the reason), or None."""
+    end = text.find(f"{REASON_NOTE}{reason}")
+    if end < 0:
+        return None
+    start = text.rfind("Error: ", 0, end)
+    return " ".join(text[start + len("Error: ") : end].split())[:600]
 
 
 def connect_channel_lost(exc: BaseException) -> bool:

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from airflow_ckpt_provider.spark.errors import KeyColumnNotFoundError, KeyDefinitionConflictError
 from airflow_ckpt_provider.spark.job import skip_audit
 from airflow_ckpt_provider.spark.job.context import JobContext
 from airflow_ckpt_provider.spark.keys import SOURCE_FILE_COLUMN, SOURCE_KEY_COLUMN, key_columns
@@ -27,6 +26,7 @@ from airflow_ckpt_provider.spark.row_source import (
     without_files,
 )
 from airflow_ckpt_provider.spark.skip import anti_join, done_keys_frame
+from airflow_ckpt_provider.store.errors import InvalidArgumentError
 
 log = logging.getLogger(__name__)
 
@@ -45,16 +45,18 @@ def skip_completed(
     """
     columns = key_columns(key)
     if SOURCE_FILE_COLUMN in df.columns:
-        raise KeyDefinitionConflictError(
+        raise InvalidArgumentError(
             "this DataFrame comes from read_parquet (file keys); skip_completed adds row keys. "
-            "Use one kind of key per store"
+            "Use one kind of key per store",
+            reason="key_definition_conflict",
         )
     source_df = df.drop(SOURCE_KEY_COLUMN)
     missing = [c for c in columns if c not in source_df.columns]
     if missing:
-        raise KeyColumnNotFoundError(
+        raise InvalidArgumentError(
             f"key column(s) {missing} are not in the DataFrame (columns: {source_df.columns}); name the "
-            "column(s) that identify an input record"
+            "column(s) that identify an input record",
+            reason="key_column_not_found",
         )
     grouped = not unique and clustered_on(job.backend, source_df, columns)
     buckets = None

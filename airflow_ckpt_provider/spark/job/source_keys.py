@@ -14,7 +14,6 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_type
 
-from airflow_ckpt_provider.spark.errors import KeyColumnNotFoundError, KeyDefinitionConflictError, SourceKeyLostError
 from airflow_ckpt_provider.spark.keys import (
     NULL_KEY_MARKER,
     SOURCE_FILE_COLUMN,
@@ -23,7 +22,8 @@ from airflow_ckpt_provider.spark.keys import (
     normalize_key_type,
 )
 from airflow_ckpt_provider.spark.row_source import SOURCE_ID_METADATA, RowSource
-from airflow_ckpt_provider.store import CheckpointStore, KeyTypeMismatchError
+from airflow_ckpt_provider.store import CheckpointStore
+from airflow_ckpt_provider.store.errors import InvalidArgumentError
 
 
 class SourceKeys:
@@ -40,13 +40,15 @@ class SourceKeys:
     def claim(self, kind: str, columns: tuple[str, ...] | None = None) -> None:
         """Record that the job uses ``kind`` keys (``"file"`` or ``"row"``); raises on a second kind or key."""
         if self.kind is not None and self.kind != kind:
-            raise KeyDefinitionConflictError(
+            raise InvalidArgumentError(
                 f"this job already uses {self.kind} keys; one store holds one kind of key. "
-                "Use either pending_files/read_parquet (file keys) or skip_completed (row keys)"
+                "Use either pending_files/read_parquet (file keys) or skip_completed (row keys)",
+                reason="key_definition_conflict",
             )
         if columns is not None and self.row_key is not None and columns != self.row_key:
-            raise KeyDefinitionConflictError(
-                f"key {list(columns)} differs from the key {list(self.row_key)} this job already used"
+            raise InvalidArgumentError(
+                f"key {list(columns)} differs from the key {list(self.row_key)} this job already used",
+                reason="key_definition_conflict",
             )
         self.kind = kind
         if columns is not None:
@@ -55,10 +57,11 @@ class SourceKeys:
     def check_type(self, arrow_type: pa.DataType) -> None:
         stored = self.store.key_type()
         if stored is not None and stored != str(arrow_type):
-            raise KeyTypeMismatchError(
+            raise InvalidArgumentError(
                 f"the keys in {self.store.uri} are of type {stored}, this job's keys are {arrow_type}: "
                 "the key column changed type between runs. Cast it back to the earlier type, or clear "
-                "the store (airflow-ckpt clear) to start over. Nothing was written"
+                "the store (airflow-ckpt clear) to start over. Nothing was written",
+                reason="key_type_mismatch",
             )
 
     @staticmethod
@@ -77,9 +80,10 @@ class SourceKeys:
         """``df`` with the hidden source-key column taken from ``columns`` (a null key fails the task)."""
         missing = [c for c in columns if c not in df.columns]
         if missing:
-            raise KeyColumnNotFoundError(
+            raise InvalidArgumentError(
                 f"key column(s) {missing} are not in the DataFrame (columns: {df.columns}); name the column(s) "
-                "that identify an input record"
+                "that identify an input record",
+                reason="key_column_not_found",
             )
         expression = self._expression(columns)
         if source_id is not None:
@@ -97,33 +101,39 @@ class SourceKeys:
         """``df`` with its hidden source-key column (added from ``key`` if the source did not), and its name."""
         has_file, has_row = SOURCE_FILE_COLUMN in df.columns, SOURCE_KEY_COLUMN in df.columns
         if has_file and has_row:
-            raise KeyDefinitionConflictError("the DataFrame carries both file and row keys; use one kind per store")
+            raise InvalidArgumentError(
+                "the DataFrame carries both file and row keys; use one kind per store", reason="key_definition_conflict"
+            )
         if has_file:
             if key is not None:
-                raise KeyDefinitionConflictError(
-                    f"the DataFrame comes from read_parquet, whose key is the input file; drop key={key!r}"
+                raise InvalidArgumentError(
+                    f"the DataFrame comes from read_parquet, whose key is the input file; drop key={key!r}",
+                    reason="key_definition_conflict",
                 )
             return df, SOURCE_FILE_COLUMN
         if has_row:
             if key is not None and self.row_key is not None and key_columns(key) != self.row_key:
-                raise KeyDefinitionConflictError(
+                raise InvalidArgumentError(
                     f"write key {list(key_columns(key))} differs from the key {list(self.row_key)} given to "
-                    "skip_completed; the checkpoint records the key as read by skip_completed"
+                    "skip_completed; the checkpoint records the key as read by skip_completed",
+                    reason="key_definition_conflict",
                 )
             return df, SOURCE_KEY_COLUMN
         if self.kind is not None:
             hidden = SOURCE_FILE_COLUMN if self.kind == "file" else SOURCE_KEY_COLUMN
             source = "read_parquet" if self.kind == "file" else "skip_completed"
-            raise SourceKeyLostError(
+            raise InvalidArgumentError(
                 f"the hidden column {hidden} added by {source}"
                 " is not in the DataFrame given to the writer, so the writer cannot tell which input key each row "
                 "came from. A global aggregation or a select dropped it: aggregate per key and keep it, e.g. "
-                f'df.groupBy("<key>", "{hidden}").agg(...), and keep it in every select'
+                f'df.groupBy("<key>", "{hidden}").agg(...), and keep it in every select',
+                reason="source_key_lost",
             )
         if key is None:
-            raise KeyColumnNotFoundError(
+            raise InvalidArgumentError(
                 "no key: pass key='<column>' (or a list of columns), or read the input with "
-                "skip_completed(df, key) or read_parquet(paths)"
+                "skip_completed(df, key) or read_parquet(paths)",
+                reason="key_column_not_found",
             )
         columns = key_columns(key)
         with_key = self.add_source_key(df, columns)

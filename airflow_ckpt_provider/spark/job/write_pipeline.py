@@ -16,11 +16,6 @@ from contextlib import contextmanager
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_type
 
-from airflow_ckpt_provider.spark.errors import (
-    NativeWriterUnavailableError,
-    SparkConnectUnavailableError,
-    WritePlanMismatchError,
-)
 from airflow_ckpt_provider.spark.job.context import JobContext
 from airflow_ckpt_provider.spark.job.failures import connect_channel_lost, translate_failure
 from airflow_ckpt_provider.spark.job.partitioning import Partitioned, co_partition
@@ -32,9 +27,14 @@ from airflow_ckpt_provider.spark.writers.arrow_parquet import ParquetSink
 from airflow_ckpt_provider.spark.writers.arrow_task import REPORT_DDL, TaskSpec, WriterFn, make_task_function
 from airflow_ckpt_provider.spark.writers.native import NativeWrite, native_unsupported_reason, run_native_write
 from airflow_ckpt_provider.spark.writers.native_keys import NativeRowKeys
-from airflow_ckpt_provider.store import EpochFencedError, StoreUnavailableError
 from airflow_ckpt_provider.store.deletion_guard import parse_location
-from airflow_ckpt_provider.store.errors import InvalidOutputRootError
+from airflow_ckpt_provider.store.errors import (
+    EpochConflictError,
+    IncompleteRunError,
+    InvalidArgumentError,
+    StoreUnavailableError,
+    UnsupportedError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +59,10 @@ class WritePipeline:
         """Write ``df`` under ``output`` with ``writer_fn`` (a :class:`ParquetSink` may go to Spark's writer)."""
         output_root = file_key(output).rstrip("/")
         if engine == "spark" and self.job.backend.kind == "connect":
-            raise NativeWriterUnavailableError(
+            raise UnsupportedError(
                 f"engine='spark' cannot write {output_root}: {self.job.backend.native_unsupported()}. Use "
-                "engine='auto' or engine='arrow'. Nothing was written"
+                "engine='auto' or engine='arrow'. Nothing was written",
+                reason="native_writer",
             )
         self._declare_output_root(output_root)
         prepared, column = self.job.keys.prepare(df, key)
@@ -74,7 +75,9 @@ class WritePipeline:
         except Exception as exc:
             # A lost Spark Connect channel also fails the clean-up calls after the write (restoring a conf):
             # the typed error must not be replaced by theirs.
-            if isinstance(exc, SparkConnectUnavailableError) or not connect_channel_lost(exc):
+            if (
+                isinstance(exc, IncompleteRunError) and exc.reason == "connect_unavailable"
+            ) or not connect_channel_lost(exc):
                 raise
             raise self._translate(exc) or exc from exc
 
@@ -92,8 +95,8 @@ class WritePipeline:
             store.breaker.record_failure("declare_output_root", exc)
             log.warning("could not declare output root %s (%s): its orphans will be kept", output_root, exc)
             return
-        except InvalidOutputRootError as exc:
-            if not _unbound(store.uri, output_root):
+        except InvalidArgumentError as exc:
+            if exc.reason != "output_root" or not _unbound(store.uri, output_root):
                 raise
             # Output on another filesystem or bucket than the store, and no operator declared it: the store
             # records nothing there (docs/security.md), so only a commit given that root deletes its orphans.
@@ -152,9 +155,10 @@ class WritePipeline:
                 return self._write_native(partitioned, writer_fn, output_root, spark_path, task_files, plan)
             # A resumed run whose input is all done has nothing to write: no plan to inspect, no error.
             if engine == "spark" and not partitioned.isEmpty():
-                raise NativeWriterUnavailableError(
+                raise UnsupportedError(
                     f"engine='spark' cannot write {output_root}: {why_not}. Use engine='auto' (falls back to the "
-                    "Arrow writer) or engine='arrow'. Nothing was written"
+                    "Arrow writer) or engine='arrow'. Nothing was written",
+                    reason="native_writer",
                 )
             log.info("writing %s with the Arrow writer: %s", output_root, why_not)
         spec = TaskSpec(
@@ -227,10 +231,10 @@ class WritePipeline:
         try:
             written = partitioned.drop(*hidden) if hidden else partitioned
             result = run_native_write(job.backend, job.spark, written, write)
-        except EpochFencedError:
-            raise
         except Exception as exc:
-            translated = self._translate(exc)
+            translated = (
+                None if isinstance(exc, EpochConflictError) and exc.reason == "epoch_fenced" else self._translate(exc)
+            )
             if translated is None:
                 raise
             raise translated from exc
@@ -242,10 +246,11 @@ class WritePipeline:
         if expected < 0 or missing:
             # Spark commits every task, even one without rows; a task it did not report cannot be sealed
             # (its input would count as done without its output). Fail: a rerun redoes exactly those.
-            raise WritePlanMismatchError(
+            raise IncompleteRunError(
                 f"the Spark writer reported no committed task for partitions {missing[:10] or '(unknown)'} of "
                 f"{output_root}; their input stays pending and their files are orphans the commit deletes. "
-                "Run the job again"
+                "Run the job again",
+                reason="write_plan_mismatch",
             )
         return self._summarize(
             result.reports,

@@ -22,12 +22,12 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from airflow_ckpt_provider.spark.backend import SparkBackend
-from airflow_ckpt_provider.spark.errors import InputFilesError, InvalidOptionError
 from airflow_ckpt_provider.spark.keys import SOURCE_FILE_COLUMN
 from airflow_ckpt_provider.spark.paths import arrow_filesystem, arrow_path, file_key, is_s3
 from airflow_ckpt_provider.spark.plan import READER_MARKER, native_layout
 from airflow_ckpt_provider.spark.readers.arrow import FileSourceSpec, SourceFile, make_reader, plan_groups
 from airflow_ckpt_provider.spark.temporary_conf import session_conf
+from airflow_ckpt_provider.store.errors import InvalidArgumentError
 
 log = logging.getLogger(__name__)
 
@@ -102,10 +102,13 @@ class FileInputs:
     ) -> DataFrame:
         """Read ``todo`` (the pending files among ``paths``) whole per task; see ``CheckpointedJob.read_parquet``."""
         if reader not in READERS:
-            raise InvalidOptionError(f"reader={reader!r}: use one of {list(READERS)}")
+            raise InvalidArgumentError(f"reader={reader!r}: use one of {list(READERS)}", reason="option")
         if not todo:
             if schema is None and not paths:
-                raise InputFilesError("read_parquet got no input files and no schema: pass schema=StructType(...)")
+                raise InvalidArgumentError(
+                    "read_parquet got no input files and no schema: pass schema=StructType(...)",
+                    reason="unreadable_input",
+                )
             spark_schema = schema or from_arrow_schema(self._read_arrow_schema(paths[0]))
             hidden = StructField(SOURCE_FILE_COLUMN, StringType(), True)
             return self.spark.createDataFrame([], StructType([*spark_schema.fields, hidden]))
@@ -116,7 +119,10 @@ class FileInputs:
             if native is not None:
                 return native
             if reader == "spark":
-                raise InputFilesError("Spark cannot read these files whole, one task per file group (see the log)")
+                raise InvalidArgumentError(
+                    "Spark cannot read these files whole, one task per file group (see the log)",
+                    reason="unreadable_input",
+                )
         return self._pyarrow_parquet(todo, sizes, schema, max_partition_bytes, min_partitions, batch_rows)
 
     def _register(self, path: str) -> int:
@@ -138,7 +144,9 @@ class FileInputs:
             infos = filesystem.get_file_info([arrow_path(paths[p]) for p in positions])
             for position, info in zip(positions, infos, strict=False):
                 if info.size is None:
-                    raise InputFilesError(f"input file {paths[position]} does not exist or is not a file")
+                    raise InvalidArgumentError(
+                        f"input file {paths[position]} does not exist or is not a file", reason="unreadable_input"
+                    )
                 sizes[position] = int(info.size)
         return sizes
 
@@ -148,7 +156,9 @@ class FileInputs:
             with filesystem.open_input_file(arrow_path(path)) as handle:
                 return pq.read_schema(handle)
         except (OSError, pa.ArrowInvalid) as exc:
-            raise InputFilesError(f"cannot read the Parquet schema of {path}: {exc}") from exc
+            raise InvalidArgumentError(
+                f"cannot read the Parquet schema of {path}: {exc}", reason="unreadable_input"
+            ) from exc
 
     @contextmanager
     def _driver_listing(self, todo: Sequence[str]) -> Iterator[None]:

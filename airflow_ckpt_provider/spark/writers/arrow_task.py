@@ -28,18 +28,16 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_ckpt_provider.failpoints import failpoint
-from airflow_ckpt_provider.spark.errors import KeyNotUniqueError, WriterContractError
 from airflow_ckpt_provider.spark.keys import SOURCE_FILE_COLUMN, SOURCE_KEY_COLUMN, distinct_keys, normalize_keys
 from airflow_ckpt_provider.spark.paths import file_key
 from airflow_ckpt_provider.spark.row_source import INPUT_RECORD, InputRecords
 from airflow_ckpt_provider.spark.writers.context import WriteContext
-from airflow_ckpt_provider.store import (
-    CheckpointStore,
-    EpochFencedError,
-    FileMetadata,
+from airflow_ckpt_provider.store import CheckpointStore, FileMetadata, new_checkpoint_id, open_store
+from airflow_ckpt_provider.store.errors import (
+    CheckpointError,
+    EpochConflictError,
+    InvalidArgumentError,
     StoreUnavailableError,
-    new_checkpoint_id,
-    open_store,
 )
 
 log = logging.getLogger(__name__)
@@ -156,7 +154,8 @@ class _KeyTap:
 
 
 def _fence(store: CheckpointStore, epoch: int) -> None:
-    """Raise EpochFencedError if a newer epoch began; a store that is down only counts against the breaker."""
+    """Raise EpochConflictError("epoch_fenced") if a newer epoch began; a store that is down only counts against the
+    breaker."""
     if store.breaker.tripped:
         return
     try:
@@ -166,9 +165,10 @@ def _fence(store: CheckpointStore, epoch: int) -> None:
         return
     store.breaker.record_success()
     if not current:
-        raise EpochFencedError(
+        raise EpochConflictError(
             f"epoch {epoch} of {store.uri} was superseded by a newer submit: this task attempt belongs to an "
-            "old run (a zombie) and stops before writing anything"
+            "old run (a zombie) and stops before writing anything",
+            reason="epoch_fenced",
         )
 
 
@@ -211,25 +211,28 @@ def run_write_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterato
         files = list(spec.writer(iter(tap), ctx))
         skipped = 0 if tap.exhausted else tap.drain()
         if skipped:
-            raise WriterContractError(
+            raise InvalidArgumentError(
                 f"the writer returned without consuming {skipped} rows of partition {partition}: a writer must "
-                "consume every batch, or those rows' keys would be checkpointed without their output"
+                "consume every batch, or those rows' keys would be checkpointed without their output",
+                reason="writer_contract",
             )
         unrecorded = [f.path for f in files if f.path not in ctx.intents]
         if unrecorded:
-            raise WriterContractError(
+            raise InvalidArgumentError(
                 f"the writer created {unrecorded[:3]} without ctx.record_intent(): call it before creating each "
-                "file, so a failed attempt's files can be found and deleted"
+                "file, so a failed attempt's files can be found and deleted",
+                reason="writer_contract",
             )
         _failpoints("spark.task.after_write", where)
         store.stage_files(checkpoint_id, files)
         keys = tap.keys(partition)
         if spec.unique_keys and not spec.file_keyed and len(keys) < tap.keyed_rows:
-            raise KeyNotUniqueError(
+            raise InvalidArgumentError(
                 f"partition {partition} wrote {tap.keyed_rows} rows for {len(keys)} distinct keys "
                 f"{list(spec.key_columns)}, but skip_completed(unique=True) was told each key has one row. Nothing "
                 "of this task was sealed. Pass unique=False (the default: rows are grouped by key before your "
-                "transformation), or make the key unique"
+                "transformation), or make the key unique",
+                reason="key_not_unique",
             )
         store.stage_keys(checkpoint_id, keys)
         _failpoints("spark.task.before_seal", where)
@@ -275,8 +278,17 @@ def _failpoints(name: str, where: str) -> None:
     failpoint(f"{name}.{where}")
 
 
+#: Noted on a package error a task raises, with its ``reason``: Spark hands the driver only the task's
+#: error text, where the driver finds what to raise (spark/job/failures.py).
+REASON_NOTE = "CKPT_REASON: "
+
+
 def make_task_function(spec: TaskSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def _ckpt_write_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return run_write_task(spec, batches)
+        try:
+            yield from run_write_task(spec, batches)
+        except CheckpointError as exc:
+            exc.add_note(f"{REASON_NOTE}{exc.reason}")
+            raise
 
     return _ckpt_write_task

@@ -18,7 +18,7 @@ import pyarrow.fs as pafs
 
 from airflow_ckpt_provider.spark.paths import arrow_filesystem, arrow_path
 from airflow_ckpt_provider.store import CheckpointStore
-from airflow_ckpt_provider.store.errors import PathOutsideRootError
+from airflow_ckpt_provider.store.errors import InvalidArgumentError
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +79,10 @@ class WriteContext:
     def record_intent(self, uri: str) -> None:
         """Announce ``uri`` before creating it. Call once per file, before the first byte is written."""
         if not uri.startswith(self.output_root + "/"):
-            raise PathOutsideRootError(
+            raise InvalidArgumentError(
                 f"{uri!r} is not under the output root {self.output_root!r}: a writer creates files only under "
-                "the root it was given (ctx.new_file_uri() names one)"
+                "the root it was given (ctx.new_file_uri() names one)",
+                reason="path_outside_root",
             )
         self._intents.append(uri)
         self.store.record_intent(self.checkpoint_id, [uri], epoch=self.epoch)

@@ -53,18 +53,18 @@ from pyspark.sql import DataFrame, SparkSession
 
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.spark.backend.base import SparkBackend
-from airflow_ckpt_provider.spark.errors import InvalidOptionError, NativeWriterUnavailableError, WritePlanMismatchError
 from airflow_ckpt_provider.spark.keys import SOURCE_KEY_COLUMN
 from airflow_ckpt_provider.spark.row_source import INPUT_RECORD
 from airflow_ckpt_provider.spark.summary import WriteTaskReport
 from airflow_ckpt_provider.spark.temporary_conf import session_conf
 from airflow_ckpt_provider.spark.writers.native_keys import KEYED_FORMAT, NativeRowKeys
-from airflow_ckpt_provider.store import (
-    CheckpointStore,
-    EpochFencedError,
-    FileMetadata,
+from airflow_ckpt_provider.store import CheckpointStore, FileMetadata, new_checkpoint_id
+from airflow_ckpt_provider.store.errors import (
+    EpochConflictError,
+    IncompleteRunError,
+    InvalidArgumentError,
     StoreUnavailableError,
-    new_checkpoint_id,
+    UnsupportedError,
 )
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ class _Sealer:
         self._drain = drain
         self._on_fenced = on_fenced
         self.reports: dict[int, WriteTaskReport] = {}
-        self.fenced: EpochFencedError | None = None
+        self.fenced: EpochConflictError | None = None
         self.error: BaseException | None = None
         #: Nothing more may be sealed (the plan changed under the write, or the driver was interrupted).
         self._halted = False
@@ -151,13 +151,13 @@ class _Sealer:
                     continue
                 try:
                     self._seal(json.loads(line))
-                except EpochFencedError as exc:
-                    self.fenced = exc
-                    self._on_fenced()
-                    return
                 except Exception as exc:
+                    if isinstance(exc, EpochConflictError) and exc.reason == "epoch_fenced":
+                        self.fenced = exc
+                        self._on_fenced()
+                        return
                     log.warning("native writer: a committed task could not be sealed (%s); sealing the others", exc)
-                    self._halted = isinstance(exc, WritePlanMismatchError)
+                    self._halted = isinstance(exc, IncompleteRunError) and exc.reason == "write_plan_mismatch"
                     if self.error is None:
                         self.error = exc
                         self._on_fenced()
@@ -172,9 +172,10 @@ class _Sealer:
         write, store = self.write, self.write.store
         partition = int(message["partition"])
         if write.task_files is not None and partition >= len(write.task_files):
-            raise WritePlanMismatchError(
+            raise IncompleteRunError(
                 f"native writer: task {partition} is not one of the {len(write.task_files)} tasks the plan showed; "
-                "the write's plan changed under it. Nothing of it is sealed: run the job again"
+                "the write's plan changed under it. Nothing of it is sealed: run the job again",
+                reason="write_plan_mismatch",
             )
         root = str(message["root"]).rstrip("/")
         files = []
@@ -267,7 +268,7 @@ def run_native_write(backend: SparkBackend, spark: SparkSession, df: DataFrame, 
 
     With row keys, ``df`` carries the hidden source-key column (it is not written).
     On failure, the tasks that finished are sealed before the error propagates.
-    Raises :class:`EpochFencedError` when a newer submit took over the store.
+    Raises :class:`EpochConflictError` (``epoch_fenced``) when a newer submit took over the store.
     """
     token = "ckw" + uuid.uuid4().hex[:16]
     intent_recorded = _record_name_intent(write, token)
@@ -337,7 +338,7 @@ def _fence_path(store: CheckpointStore, epoch: int) -> str | None:
 
 def check_engine(engine: str) -> str:
     if engine not in ENGINES:
-        raise InvalidOptionError(f"engine={engine!r}: use one of {list(ENGINES)}")
+        raise InvalidArgumentError(f"engine={engine!r}: use one of {list(ENGINES)}", reason="option")
     return engine
 
 
@@ -355,5 +356,7 @@ def native_unsupported_reason(
         return None, problem
     try:
         return backend.spark_output_path(output_root), ""
-    except NativeWriterUnavailableError as exc:
+    except UnsupportedError as exc:
+        if exc.reason != "native_writer":
+            raise
         return None, str(exc)

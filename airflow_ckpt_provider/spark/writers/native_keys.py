@@ -18,9 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from airflow_ckpt_provider.spark.errors import KeyNotUniqueError, TaskKeysLostError
 from airflow_ckpt_provider.spark.keys import distinct_keys, normalize_keys
 from airflow_ckpt_provider.spark.row_source import InputRecords
+from airflow_ckpt_provider.store.errors import IncompleteRunError, InvalidArgumentError
 
 #: The Spark data source that writes Parquet and records the hidden key column (the jar).
 KEYED_FORMAT = "io.airflowckpt.spark.KeyedParquetFormat"
@@ -38,15 +38,17 @@ class NativeRowKeys:
     def task_keys(self, message: dict[str, Any]) -> tuple[pa.Array, int]:
         """The distinct keys of one committed task (and how many rows it wrote); removes the file.
 
-        Raises :class:`KeyNotUniqueError` when the source declared unique keys and the
-        task met a key twice (the task is then not sealed), :class:`TaskKeysLostError` when the JVM
+        Raises :class:`InvalidArgumentError` (``key_not_unique``) when the source declared unique keys and the
+        task met a key twice (the task is then not sealed), :class:`IncompleteRunError` (``task_keys_lost``) when
+        the JVM
         could not hand the keys over (the write fails; nothing of that task is sealed).
         """
         error = message.get("keys_error")
         if error:
-            raise TaskKeysLostError(
+            raise IncompleteRunError(
                 f"the driver could not keep the keys of task {message.get('partition')}: {error}. Nothing of that "
-                "task is sealed; check the driver's local disk (spark.local.dir) and run the job again"
+                "task is sealed; check the driver's local disk (spark.local.dir) and run the job again",
+                reason="task_keys_lost",
             )
         path = message.get("keys_file")
         if not path:
@@ -63,11 +65,12 @@ class NativeRowKeys:
         if keys.type != self.arrow_type:
             keys = keys.cast(self.arrow_type)
         if self.unique and len(keys) < rows:
-            raise KeyNotUniqueError(
+            raise InvalidArgumentError(
                 f"task {message.get('partition')} wrote {rows} rows for {len(keys)} distinct keys "
                 f"{list(self.columns)}, e.g. {_repeated(column)!r}, but skip_completed(unique=True) was told each "
                 "key has one row. Nothing of that task was sealed. Pass unique=False (the default: rows are "
-                "grouped by key before your transformation), or make the key unique"
+                "grouped by key before your transformation), or make the key unique",
+                reason="key_not_unique",
             )
         return keys, rows
 

@@ -16,11 +16,14 @@ import posixpath
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from airflow_ckpt_provider.store.errors import CheckpointError, PathOutsideRootError
+from airflow_ckpt_provider.store.errors import CheckpointError, InvalidArgumentError
 
 
-class BlobNotFoundError(CheckpointError, KeyError):
+class BlobNotFoundError(CheckpointError):
     """The object does not exist (internal: the store turns it into a meaningful answer)."""
+
+    def __init__(self, message: str = "", *, reason: str = "blob_not_found") -> None:
+        super().__init__(message, reason=reason)
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,9 @@ class PendingUpload:
 def check_key(key: str) -> str:
     """Reject keys that could escape the root."""
     if not key:
-        raise PathOutsideRootError(f"invalid object key {key!r}: keys are relative '/'-separated paths")
+        raise InvalidArgumentError(
+            f"invalid object key {key!r}: keys are relative '/'-separated paths", reason="path_outside_root"
+        )
     return _check_relative(key, key.split("/"), "object key", "keys")
 
 
@@ -57,9 +62,13 @@ def check_prefix(prefix: str) -> str:
 
 def _check_relative(path: str, parts: builtins.list[str], noun: str, plural: str) -> str:
     if path.startswith("/") or "\\" in path or "\x00" in path:
-        raise PathOutsideRootError(f"invalid {noun} {path!r}: {plural} are relative '/'-separated paths")
+        raise InvalidArgumentError(
+            f"invalid {noun} {path!r}: {plural} are relative '/'-separated paths", reason="path_outside_root"
+        )
     if any(part in ("", ".", "..") for part in parts):
-        raise PathOutsideRootError(f"invalid {noun} {path!r}: '.', '..' and empty segments are not allowed")
+        raise InvalidArgumentError(
+            f"invalid {noun} {path!r}: '.', '..' and empty segments are not allowed", reason="path_outside_root"
+        )
     return path
 
 
@@ -76,14 +85,17 @@ class BlobStore(abc.ABC):
         return f"{self.uri}/{check_key(key)}"
 
     def relative_key(self, uri: str) -> str:
-        """The key of ``uri`` under this root; :class:`PathOutsideRootError` if it is not under it."""
+        """The key of ``uri`` under this root; :class:`InvalidArgumentError` (``path_outside_root``) if it is not
+        under it."""
         prefix = self.uri + "/"
         if not uri.startswith(prefix):
-            raise PathOutsideRootError(f"{uri!r} is not under {self.uri!r}")
+            raise InvalidArgumentError(f"{uri!r} is not under {self.uri!r}", reason="path_outside_root")
         key = uri[len(prefix) :]
         normalized = posixpath.normpath(key)
         if normalized != key:
-            raise PathOutsideRootError(f"{uri!r} is not a normalized path under {self.uri!r}")
+            raise InvalidArgumentError(
+                f"{uri!r} is not a normalized path under {self.uri!r}", reason="path_outside_root"
+            )
         return check_key(key)
 
     @abc.abstractmethod

@@ -24,14 +24,7 @@ from pathlib import Path
 from urllib.parse import quote, unquote
 
 from airflow_ckpt_provider.store.blobs.base import BlobInfo, BlobNotFoundError, BlobStore, check_key
-from airflow_ckpt_provider.store.errors import (
-    InvalidStoreUriError,
-    PathOutsideRootError,
-    PreconditionFailedError,
-    StoreAccessDeniedError,
-    StoreNotFoundError,
-    StoreUnavailableError,
-)
+from airflow_ckpt_provider.store.errors import InvalidArgumentError, PreconditionFailedError, StoreUnavailableError
 
 _LOCK_SUFFIX = ".lock"
 #: Temporary files are ``.{name}{_TEMP_MARKER}{hex}`` beside ``name``.
@@ -61,14 +54,16 @@ def local_path_of(uri: str) -> Path:
         if rest.startswith("//"):
             host, slash, path = rest[2:].partition("/")
             if host not in ("", "localhost"):
-                raise InvalidStoreUriError(f"{uri!r}: file URIs must be local (file:///absolute/path)")
+                raise InvalidArgumentError(
+                    f"{uri!r}: file URIs must be local (file:///absolute/path)", reason="store_uri"
+                )
             rest = slash + path
         raw = unquote(rest)
     else:
         raw = uri
     if not raw or not os.path.isabs(raw):
-        raise InvalidStoreUriError(
-            f"{uri!r} is not an absolute local path: use file:///absolute/path or /absolute/path"
+        raise InvalidArgumentError(
+            f"{uri!r} is not an absolute local path: use file:///absolute/path or /absolute/path", reason="store_uri"
         )
     return Path(os.path.normpath(raw))
 
@@ -93,7 +88,7 @@ class LocalBlobStore(BlobStore):
     def relative_key(self, uri: str) -> str:
         path = local_path_of(uri)
         if self.root not in path.parents:
-            raise PathOutsideRootError(f"{uri!r} is not under {self.uri!r}")
+            raise InvalidArgumentError(f"{uri!r} is not under {self.uri!r}", reason="path_outside_root")
         return check_key(path.relative_to(self.root).as_posix())
 
     # -- helpers -----------------------------------------------------------------------------
@@ -107,10 +102,14 @@ class LocalBlobStore(BlobStore):
 
     def _fail(self, exc: OSError, what: str) -> StoreUnavailableError:
         if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            return StoreAccessDeniedError(f"{what}: permission denied under {self.root} ({exc.strerror})")
+            return StoreUnavailableError(
+                f"{what}: permission denied under {self.root} ({exc.strerror})", reason="access_denied"
+            )
         if exc.errno == errno.ENOSPC:
-            return StoreUnavailableError(f"{what}: no space left on the device holding {self.root}")
-        return StoreUnavailableError(f"{what} under {self.root} failed: {exc}")
+            return StoreUnavailableError(
+                f"{what}: no space left on the device holding {self.root}", reason="unreachable"
+            )
+        return StoreUnavailableError(f"{what} under {self.root} failed: {exc}", reason="unreachable")
 
     @contextlib.contextmanager
     def _os_errors(self, what: str) -> Iterator[None]:
@@ -124,7 +123,7 @@ class LocalBlobStore(BlobStore):
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except FileNotFoundError as exc:  # pragma: no cover - racing rmtree
-            raise StoreNotFoundError(f"cannot create {path.parent}: {exc}") from exc
+            raise StoreUnavailableError(f"cannot create {path.parent}: {exc}", reason="store_not_found") from exc
         tmp = path.parent / f".{path.name}{_TEMP_MARKER}{uuid.uuid4().hex}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:

@@ -44,11 +44,7 @@ from airflow_ckpt_provider.store.blobs.s3_errors import (
     lost_condition,
     retried,
 )
-from airflow_ckpt_provider.store.errors import (
-    InvalidArgumentError,
-    PreconditionFailedError,
-    StoreAccessDeniedError,
-)
+from airflow_ckpt_provider.store.errors import InvalidArgumentError, PreconditionFailedError, StoreUnavailableError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.type_defs import CopySourceTypeDef
@@ -65,7 +61,8 @@ class S3BlobStore(BlobStore):
     meaning: retries after the first attempt, so 3 allows up to 4 requests; 0 disables them),
     ``max_pool_connections`` for parallel use from threads, and ``page_size`` (1..1000)
     for listings. Construction sends no request: a missing bucket or wrong credentials
-    surface on first use as :class:`StoreNotFoundError` / :class:`StoreAccessDeniedError`.
+    surface on first use as :class:`StoreUnavailableError` (``store_not_found``) / :class:`StoreUnavailableError`
+    (``access_denied``).
     """
 
     def __init__(
@@ -86,16 +83,20 @@ class S3BlobStore(BlobStore):
         self.bucket, self.prefix = parse_s3_uri(uri)
         self.uri = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
         if not 1 <= int(page_size) <= MAX_PAGE_SIZE:
-            raise InvalidArgumentError(f"page_size must be between 1 and {MAX_PAGE_SIZE}, got {page_size}")
+            raise InvalidArgumentError(
+                f"page_size must be between 1 and {MAX_PAGE_SIZE}, got {page_size}", reason="out_of_range"
+            )
         if float(timeout_seconds) <= 0 or int(max_attempts) < 0 or int(max_pool_connections) < 1:
             raise InvalidArgumentError(
                 "store options out of range: timeout_seconds must be > 0, max_attempts >= 0 and "
-                f"max_pool_connections >= 1 (got {timeout_seconds}, {max_attempts}, {max_pool_connections})"
+                f"max_pool_connections >= 1 (got {timeout_seconds}, {max_attempts}, {max_pool_connections})",
+                reason="out_of_range",
             )
         if (aws_access_key_id is None) != (aws_secret_access_key is None):
-            raise StoreAccessDeniedError(
+            raise StoreUnavailableError(
                 f"incomplete credentials for {self.uri}: give both aws_access_key_id and "
-                "aws_secret_access_key, or neither (then the default AWS credential chain is used)"
+                "aws_secret_access_key, or neither (then the default AWS credential chain is used)",
+                reason="access_denied",
             )
         #: How the client reaches S3 (two stores with equal settings may copy server-side).
         self.settings = S3ClientSettings(
@@ -266,7 +267,7 @@ class S3BlobStore(BlobStore):
     def delete_many(self, keys: Iterable[str]) -> builtins.list[str]:
         """Delete ``keys`` with ``DeleteObjects``, 1000 per request. Idempotent: missing keys
         count as deleted. If S3 reports a per-key failure, the other batches still run and then
-        :class:`StoreAccessDeniedError` (all failures were denials) or
+        :class:`StoreUnavailableError` (``access_denied``) (all failures were denials) or
         :class:`StoreUnavailableError` is raised naming the failed keys; nothing is retried."""
         return s3_bulk.delete_keys(self._root, keys)
 

@@ -15,7 +15,7 @@ from typing import Any
 from airflow_ckpt_provider.store.blobs.base import BlobInfo, PendingUpload, check_key, check_prefix
 from airflow_ckpt_provider.store.blobs.s3_client import S3Root
 from airflow_ckpt_provider.store.blobs.s3_errors import ACCESS_DENIED_CODES
-from airflow_ckpt_provider.store.errors import CheckpointError, StoreAccessDeniedError, StoreUnavailableError
+from airflow_ckpt_provider.store.errors import CheckpointError, StoreUnavailableError
 
 #: S3's hard limit of keys per ``DeleteObjects`` call.
 DELETE_BATCH = 1000
@@ -96,7 +96,8 @@ def list_pending_uploads(root: S3Root, prefix: str) -> list[PendingUpload]:
         if (key_marker, upload_marker) in seen_markers or not (key_marker or upload_marker):
             raise StoreUnavailableError(
                 f"S3 returned a truncated multipart-upload listing for {root.uri} without a new marker: "
-                "the server's ListMultipartUploads pagination is broken; list with a larger page_size"
+                "the server's ListMultipartUploads pagination is broken; list with a larger page_size",
+                reason="unreachable",
             )
         seen_markers.add((key_marker, upload_marker))
     return sorted(set(found), key=lambda upload: (upload.key, upload.upload_id))
@@ -117,12 +118,12 @@ def delete_keys(root: S3Root, keys: Iterable[str]) -> list[str]:
     if failed:
         denied = all(code in ACCESS_DENIED_CODES for _, code, _ in failed)
         sample = ", ".join(f"{key} ({code}: {message})" for key, code, message in failed[:5])
-        error_type = StoreAccessDeniedError if denied else StoreUnavailableError
-        raise error_type(
+        raise StoreUnavailableError(
             f"S3 could not delete {len(failed)} of {len(unique)} objects under {root.uri}: {sample}"
             + (" …" if len(failed) > 5 else "")
             + "; the others were deleted. Fix the cause (permissions, object lock) and run again: "
-            "deleting is idempotent"
+            "deleting is idempotent",
+            reason="access_denied" if denied else "unreachable",
         )
     if keeps_empty_dirs:
         _prune_empty_dirs(root, unique)

@@ -20,7 +20,7 @@ import botocore.session
 from botocore.config import Config
 
 from airflow_ckpt_provider.store.blobs.s3_errors import S3ErrorTranslator
-from airflow_ckpt_provider.store.errors import InvalidStoreUriError
+from airflow_ckpt_provider.store.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -38,25 +38,27 @@ _session_lock = threading.Lock()
 
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:
-    """``s3://bucket/a/b/`` → ``("bucket", "a/b")``. :class:`InvalidStoreUriError` if it is not one."""
+    """``s3://bucket/a/b/`` → ``("bucket", "a/b")``. :class:`InvalidArgumentError` (``store_uri``) if it is not one."""
     if not isinstance(uri, str):
-        raise InvalidStoreUriError(f"{uri!r} is not an s3:// URI")
+        raise InvalidArgumentError(f"{uri!r} is not an s3:// URI", reason="store_uri")
     for scheme in ("s3://", "s3a://"):
         if uri.startswith(scheme):
             rest = uri[len(scheme) :]
             break
     else:
-        raise InvalidStoreUriError(f"{uri!r} is not an s3:// URI: use s3://bucket/prefix")
+        raise InvalidArgumentError(f"{uri!r} is not an s3:// URI: use s3://bucket/prefix", reason="store_uri")
     bucket, _, prefix = rest.partition("/")
     if not _BUCKET_RE.match(bucket):
-        raise InvalidStoreUriError(
+        raise InvalidArgumentError(
             f"{uri!r}: {bucket!r} is not a valid bucket name (3-255 letters, digits, '.', '-', '_'): "
-            "use s3://bucket/prefix"
+            "use s3://bucket/prefix",
+            reason="store_uri",
         )
     prefix = prefix.strip("/")
     if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
-        raise InvalidStoreUriError(
-            f"{uri!r}: the prefix holds an empty, '.' or '..' segment: use a plain s3://bucket/a/b prefix"
+        raise InvalidArgumentError(
+            f"{uri!r}: the prefix holds an empty, '.' or '..' segment: use a plain s3://bucket/a/b prefix",
+            reason="store_uri",
         )
     return bucket, prefix
 

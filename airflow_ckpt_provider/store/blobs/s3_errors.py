@@ -29,10 +29,9 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from airflow_ckpt_provider.store.errors import (
     CheckpointError,
-    InvalidStoreUriError,
-    StoreAccessDeniedError,
-    StoreNotFoundError,
+    InvalidArgumentError,
     StoreUnavailableError,
+    UnsupportedError,
 )
 
 ACCESS_DENIED_CODES = frozenset(
@@ -117,44 +116,53 @@ class S3ErrorTranslator:
             if code == "NoSuchBucket":
                 raise self.missing_bucket(exc) from exc
             if code in ACCESS_DENIED_CODES or status == 403:
-                raise StoreAccessDeniedError(
+                raise StoreUnavailableError(
                     f"S3{endpoint} refused {action} {where} ({code or status}: {message or 'forbidden'}): "
                     "check the access key and secret (the Airflow connection or the store options), "
-                    "and that they may read, write, list and delete under this prefix"
+                    "and that they may read, write, list and delete under this prefix",
+                    reason="access_denied",
                 ) from exc
             if code in ("NotImplemented", "501") or status == 501:
-                raise CheckpointError(
+                raise UnsupportedError(
                     f"the S3 server{endpoint} does not implement {action} ({message or code}): the store "
                     "needs conditional writes (If-None-Match / If-Match) and batched deletes; use AWS S3 or "
-                    "a compatible server that supports them"
+                    "a compatible server that supports them",
+                    reason="s3_not_implemented",
                 ) from exc
             if status >= 500 or code in ("SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout"):
                 raise StoreUnavailableError(
                     f"S3{endpoint} failed {action} {where} after retries ({code or status}: {message}): "
-                    "the service is unavailable or throttling; retry later"
+                    "the service is unavailable or throttling; retry later",
+                    reason="unreachable",
                 ) from exc
             if code == "InvalidBucketName":
-                raise InvalidStoreUriError(f"{self.uri}: S3 rejects the bucket name ({message})") from exc
-            raise CheckpointError(
+                raise InvalidArgumentError(
+                    f"{self.uri}: S3 rejects the bucket name ({message})", reason="store_uri"
+                ) from exc
+            raise UnsupportedError(
                 f"S3{endpoint} rejected {action} {where} ({code or status}: {message}); "
-                "this is unexpected for a compatible server: check the endpoint and server version"
+                "this is unexpected for a compatible server: check the endpoint and server version",
+                reason="s3_rejected",
             ) from exc
         if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
-            raise StoreAccessDeniedError(
+            raise StoreUnavailableError(
                 f"no usable AWS credentials for {self.uri}: set aws_access_key_id and aws_secret_access_key "
-                "(or an Airflow AWS connection), or configure the default AWS credential chain"
+                "(or an Airflow AWS connection), or configure the default AWS credential chain",
+                reason="access_denied",
             ) from exc
         if isinstance(exc, NETWORK_ERRORS):
             raise StoreUnavailableError(
                 f"S3 endpoint{endpoint or ' (AWS)'} unreachable during {action} {where} "
                 f"({type(exc).__name__} after {self.max_attempts + 1} attempts, {self.timeout_seconds:g}s "
-                "timeout each): check that the server runs and the endpoint URL is right, then retry"
+                "timeout each): check that the server runs and the endpoint URL is right, then retry",
+                reason="unreachable",
             ) from exc
         raise exc
 
-    def missing_bucket(self, cause: Exception | None = None) -> StoreNotFoundError:
-        error = StoreNotFoundError(
-            f"bucket {self.bucket!r} does not exist{self._at_endpoint()}: create it or fix the URI ({self.uri})"
+    def missing_bucket(self, cause: Exception | None = None) -> StoreUnavailableError:
+        error = StoreUnavailableError(
+            f"bucket {self.bucket!r} does not exist{self._at_endpoint()}: create it or fix the URI ({self.uri})",
+            reason="store_not_found",
         )
         error.__cause__ = cause
         return error

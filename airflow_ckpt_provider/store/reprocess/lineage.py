@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_ckpt_provider.store.blobs.base import BlobStore
-from airflow_ckpt_provider.store.errors import CorruptCheckpointError, KeyTypeMismatchError
+from airflow_ckpt_provider.store.errors import CorruptCheckpointError, InvalidArgumentError
 from airflow_ckpt_provider.store.model import Checkpoint, FileMetadata
 from airflow_ckpt_provider.store.state import StateReader, StoreState, key_sources
 
@@ -120,7 +120,8 @@ def read_lineage(blobs: BlobStore, commit: int) -> dict[str, LineageEntry] | Non
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorruptCheckpointError(
             f"{blobs.child_uri(lineage_key(commit))} is corrupt or truncated ({exc}); nothing was changed. "
-            "Run `airflow-ckpt check`"
+            "Run `airflow-ckpt check`",
+            reason="corrupt",
         ) from exc
     entries: dict[str, LineageEntry] = {}
     grouped: dict[str, list[dict[str, Any]]] = {}
@@ -189,7 +190,8 @@ def attributed_keys(
         except (pa.ArrowInvalid, OSError) as exc:
             raise CorruptCheckpointError(
                 f"{context.blobs.child_uri(key)} is corrupt or truncated ({exc}); nothing was changed. "
-                "Run `airflow-ckpt check`"
+                "Run `airflow-ckpt check`",
+                reason="corrupt",
             ) from exc
     loose = dataclasses.replace(state, snapshot=None)
 
@@ -206,9 +208,10 @@ def attributed_keys(
         return attributed(pa.table({KEY_COLUMN: pa.array([], pa.string())}), None, None)
     types = {str(t.schema.field(KEY_COLUMN).type) for t in tables}
     if len(types) > 1:
-        raise KeyTypeMismatchError(
+        raise InvalidArgumentError(
             f"the checkpoints of {context.uri} hold keys of different types {sorted(types)}: the key column "
-            "changed type between runs. Cast it back to the earlier type, or clear the store to start over"
+            "changed type between runs. Cast it back to the earlier type, or clear the store to start over",
+            reason="key_type_mismatch",
         )
     return pa.concat_tables(tables)
 
@@ -249,7 +252,7 @@ def read_snapshot_index(blobs: BlobStore, number: int) -> dict[str, tuple[int, i
         table = pq.read_table(pa.BufferReader(found[0]))
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorruptCheckpointError(
-            f"{blobs.child_uri(key)} is corrupt or truncated ({exc}); nothing was changed"
+            f"{blobs.child_uri(key)} is corrupt or truncated ({exc}); nothing was changed", reason="corrupt"
         ) from exc
     return {
         str(i): (int(e), int(n))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from airflow_ckpt_provider.store.errors import ReprocessInProgressError
+from airflow_ckpt_provider.store.errors import EpochConflictError
 from airflow_ckpt_provider.store.model import Epoch, EpochStatus
 from airflow_ckpt_provider.store.reprocess.records import PLAN_FIELD, Retractions, quarantine_prefix
 
@@ -21,14 +21,16 @@ def is_unfinished_maintenance(epoch: Epoch | None) -> bool:
 
 
 def refuse_unfinished_maintenance(uri: str, latest: Epoch | None, what: str) -> None:
-    """Raise :class:`ReprocessInProgressError` when ``latest`` is an unfinished maintenance epoch."""
+    """Raise :class:`EpochConflictError` (``reprocess_in_progress``) when ``latest`` is an unfinished maintenance
+    epoch."""
     if latest is None or not is_unfinished_maintenance(latest):
         return
     action = latest.metadata.get("action", "reprocess")
-    raise ReprocessInProgressError(
+    raise EpochConflictError(
         f"a {action} of {uri} (epoch {latest.number}) is unfinished, so this {what} is refused (taking over would "
         "leave output files half-moved): resume it first with `airflow-ckpt resume` (or the same call again), "
-        "then retry. Nothing was changed"
+        "then retry. Nothing was changed",
+        reason="reprocess_in_progress",
     )
 
 

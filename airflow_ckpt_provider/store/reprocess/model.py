@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_ckpt_provider.store.errors import ReprocessSelectionError
+from airflow_ckpt_provider.store.errors import InvalidArgumentError
 
 #: Actions recorded in a maintenance epoch (``epochs/{n}.json`` field ``maintenance``).
 REPROCESS, REWIND, UNDO, PURGE = "reprocess", "rewind", "undo", "purge"
@@ -47,9 +47,13 @@ def _iso(value: dt.datetime | str | None) -> str | None:
         try:
             value = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
-            raise ReprocessSelectionError(f"{value!r} is not an ISO 8601 time (e.g. 2024-07-01T12:00:00Z)") from None
+            raise InvalidArgumentError(
+                f"{value!r} is not an ISO 8601 time (e.g. 2024-07-01T12:00:00Z)", reason="selection"
+            ) from None
     if value.tzinfo is None:
-        raise ReprocessSelectionError(f"{value!r} has no time zone: give an aware datetime (e.g. in UTC)")
+        raise InvalidArgumentError(
+            f"{value!r} has no time zone: give an aware datetime (e.g. in UTC)", reason="selection"
+        )
     return value.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -60,21 +64,24 @@ _INT64 = 1 << 63
 
 def check_key(value: Any, depth: int = 0) -> Any:
     """``value`` if it can be a done key (a string, a 64-bit integer, a finite number, a bool, None,
-    or a shallow list/object of those), else :class:`ReprocessSelectionError` saying why."""
+    or a shallow list/object of those), else :class:`InvalidArgumentError` (``selection``) saying why."""
     if depth > MAX_KEY_DEPTH:
-        raise ReprocessSelectionError(f"a key nests deeper than {MAX_KEY_DEPTH} levels: keys are flat values")
+        raise InvalidArgumentError(
+            f"a key nests deeper than {MAX_KEY_DEPTH} levels: keys are flat values", reason="selection"
+        )
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return value
     if isinstance(value, int):
         if not -_INT64 <= value < _INT64:
-            raise ReprocessSelectionError(
+            raise InvalidArgumentError(
                 f"a key is an integer of {len(str(abs(value))) if value.bit_length() < 14000 else 'thousands of'} "
-                "digits: keys are at most 64-bit integers"
+                "digits: keys are at most 64-bit integers",
+                reason="selection",
             )
         return value
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
-            raise ReprocessSelectionError("a key is not a finite number")
+            raise InvalidArgumentError("a key is not a finite number", reason="selection")
         return value
     if isinstance(value, (list, tuple)):
         for item in value:

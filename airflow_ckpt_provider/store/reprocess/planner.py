@@ -12,13 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from urllib.parse import urlparse
 
 from airflow_ckpt_provider.store.blobs.base import check_key
-from airflow_ckpt_provider.store.errors import (
-    CheckpointError,
-    PathOutsideRootError,
-    QuarantineMissingError,
-    UndoUnavailableError,
-    UnknownReprocessError,
-)
+from airflow_ckpt_provider.store.errors import CheckpointError, InvalidArgumentError, NotFoundError, RefusedError
 from airflow_ckpt_provider.store.model import EpochStatus
 from airflow_ckpt_provider.store.reprocess.model import DELETE, PURGE, QUARANTINE, UNDO, Selection
 from airflow_ckpt_provider.store.reprocess.plan import PlannedFile, PreviousState, ReprocessPlan
@@ -33,10 +27,10 @@ def _now() -> str:
 def quarantine_key(epoch: int, path: str) -> str:
     """Where reprocess ``epoch`` keeps ``path``: its full location under ``quarantine/{epoch}/``
     (``s3://b/t/f`` -> ``…/s3/b/t/f``, ``file:///d/f`` -> ``…/file/d/f``). Raises
-    :class:`PathOutsideRootError` for a path that is not a plain absolute URI."""
+    :class:`InvalidArgumentError` (``path_outside_root``) for a path that is not a plain absolute URI."""
     parsed = urlparse(path)
     if not parsed.scheme or "://" not in path:
-        raise PathOutsideRootError(f"{path!r} is not an absolute URI")
+        raise InvalidArgumentError(f"{path!r} is not an absolute URI", reason="path_outside_root")
     rest = path.split("://", 1)[1].lstrip("/")
     return check_key(f"{quarantine_prefix(epoch)}{parsed.scheme.lower()}/{rest}")
 
@@ -79,7 +73,9 @@ def retraction_plan(
                 continue
             try:
                 key = quarantine_key(number, meta.path)
-            except PathOutsideRootError:
+            except InvalidArgumentError as exc:
+                if exc.reason != "path_outside_root":
+                    raise
                 refused.append(meta.path)
                 continue
             files[meta.path] = PlannedFile(meta.path, meta.size_bytes, meta.num_rows, unit.checkpoint_id, key)
@@ -131,29 +127,34 @@ def undo_plan(view: StoreView, target: int | None, *, requested_by: str | None) 
     number = target if target is not None else newest
     record = view.retractions.records.get(number)
     if record is None:
-        raise UnknownReprocessError(_no_reprocess(view, number))
+        raise NotFoundError(_no_reprocess(view, number), reason="reprocess")
     if number in view.retractions.undone:
-        raise UndoUnavailableError(f"reprocess {number} of {view.parts.uri} is undone already. Nothing was changed")
+        raise RefusedError(
+            f"reprocess {number} of {view.parts.uri} is undone already. Nothing was changed", reason="undo_unavailable"
+        )
     if record.get("mode") == DELETE:
-        raise UndoUnavailableError(
+        raise RefusedError(
             f"reprocess {number} of {view.parts.uri} deleted its files (delete=True): there is nothing to "
-            "restore. Nothing was changed"
+            "restore. Nothing was changed",
+            reason="undo_unavailable",
         )
     if latest is None or latest.number != number:
-        raise UndoUnavailableError(
+        raise RefusedError(
             f"reprocess {number} of {view.parts.uri} cannot be undone: epoch {latest.number if latest else '?'} "
             f"began after it (a run may have reprocessed its keys already, or its quarantine was purged), so "
-            "undoing would duplicate output. Nothing was changed"
+            "undoing would duplicate output. Nothing was changed",
+            reason="undo_unavailable",
         )
     moved = [PlannedFile.from_json(f) for f in record.get("files", []) if f.get("outcome") == "moved"]
     present = {i.key: i.size for i in view.parts.blobs.list(quarantine_prefix(number))}
     lost = [f for f in moved if present.get(f.quarantine) != f.size_bytes]
     if lost:
         names = ", ".join(f.quarantine.rsplit("/", 1)[-1] for f in lost[:5])
-        raise QuarantineMissingError(
+        raise RefusedError(
             f"the quarantine of reprocess {number} of {view.parts.uri} is missing {len(lost)} of {len(moved)} "
             f"file(s) ({names}): they were deleted or purged, so an undo would not restore the output. Nothing "
-            "was changed; the keys stay pending and the next run rewrites them"
+            "was changed; the keys stay pending and the next run rewrites them",
+            reason="quarantine_missing",
         )
     previous = PreviousState.from_json(record.get("previous") or {})
     gone = sorted(set(previous.valid) - set(view.state.manifests))
@@ -162,9 +163,10 @@ def undo_plan(view: StoreView, target: int | None, *, requested_by: str | None) 
     )
     if gone or snapshot_gone:
         what = f"{len(gone)} checkpoint(s) it would make done again" if gone else f"snapshot {previous.snapshot}"
-        raise UndoUnavailableError(
+        raise RefusedError(
             f"reprocess {number} of {view.parts.uri} cannot be undone: {what} were deleted since (cleanup), so "
-            "an undo would restore files whose keys stay pending. Nothing was changed; the next run reprocesses them"
+            "an undo would restore files whose keys stay pending. Nothing was changed; the next run reprocesses them",
+            reason="undo_unavailable",
         )
     chosen = tuple(str(i) for i in record.get("checkpoints", []))
     return ReprocessPlan(
@@ -195,7 +197,7 @@ def purge_plan(view: StoreView, target: int, *, requested_by: str | None) -> Rep
     """The plan of purging reprocess ``target``'s quarantine (fenced only while undo is possible)."""
     record = view.retractions.records.get(target)
     if record is None:
-        raise UnknownReprocessError(_no_reprocess(view, target))
+        raise NotFoundError(_no_reprocess(view, target), reason="reprocess")
     latest = view.state.latest
     fence = latest is not None and latest.number == target and target not in view.retractions.undone
     listed = {i.key: i.size for i in view.parts.blobs.list(quarantine_prefix(target))}

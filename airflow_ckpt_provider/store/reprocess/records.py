@@ -48,10 +48,11 @@ def _json(blobs: BlobStore, key: str, data: bytes) -> dict[str, Any]:
         parsed = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CorruptCheckpointError(
-            f"{blobs.child_uri(key)} is corrupt or truncated ({exc}); nothing was changed. Run `airflow-ckpt check`"
+            f"{blobs.child_uri(key)} is corrupt or truncated ({exc}); nothing was changed. Run `airflow-ckpt check`",
+            reason="corrupt",
         ) from exc
     if not isinstance(parsed, dict):
-        raise CorruptCheckpointError(f"{blobs.child_uri(key)} does not hold a JSON object")
+        raise CorruptCheckpointError(f"{blobs.child_uri(key)} does not hold a JSON object", reason="corrupt")
     return parsed
 
 

@@ -11,14 +11,7 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 
-from airflow_ckpt_provider.store.errors import (
-    EmptySelectionError,
-    SelectionUnavailableError,
-    UnknownCommitError,
-    UnknownEpochError,
-    UnknownInputFileError,
-    UnknownKeysError,
-)
+from airflow_ckpt_provider.store.errors import InvalidArgumentError, NotFoundError, UnsupportedError
 from airflow_ckpt_provider.store.reprocess.model import Selection, parse_time
 from airflow_ckpt_provider.store.reprocess.view import StoreView, Unit
 
@@ -46,9 +39,10 @@ def input_file_key(path: str) -> str:
 def resolve(view: StoreView, selection: Selection) -> list[Unit]:
     """The units ``selection`` picks: every criterion given must hold."""
     if selection.empty:
-        raise EmptySelectionError(
+        raise InvalidArgumentError(
             "the selection is empty: give keys, input files, epochs, commits or a sealed-before/after time. "
-            "To reprocess everything, clear the store instead"
+            "To reprocess everything, clear the store instead",
+            reason="empty_selection",
         )
     candidates: list[Picked] = []
     if selection.keys:
@@ -70,7 +64,7 @@ def resolve(view: StoreView, selection: Selection) -> list[Unit]:
 def resolve_rewind(view: StoreView, to_commit: int) -> list[Unit]:
     """Every unit sealed after epoch ``to_commit``: committed by a later commit, or not committed."""
     if to_commit != 0 and to_commit not in view.done_commits:
-        raise UnknownCommitError(_no_commit(view, to_commit))
+        raise NotFoundError(_no_commit(view, to_commit), reason="commit")
     picked: Picked = {c.checkpoint_id: c.epoch for c in view.state.valid if c.epoch > to_commit}
     later = [c for c in view.commits if c > to_commit]
     for entry in view.lineages(later).values():
@@ -84,7 +78,7 @@ def resolve_rewind(view: StoreView, to_commit: int) -> list[Unit]:
 
 
 def _by_keys(view: StoreView, requested: Sequence[Any], *, files: bool) -> Picked:
-    error: type[UnknownKeysError] = UnknownInputFileError if files else UnknownKeysError
+    reason = "input_files" if files else "keys"
     what = "input file(s)" if files else "key(s)"
     key_type = view.key_type()
     if key_type is None:
@@ -94,20 +88,24 @@ def _by_keys(view: StoreView, requested: Sequence[Any], *, files: bool) -> Picke
             if view.commits
             else ""
         )
-        raise error(f"{view.parts.uri} holds no done keys, so no {what} can be selected.{hint}. Nothing was changed")
+        raise NotFoundError(
+            f"{view.parts.uri} holds no done keys, so no {what} can be selected.{hint}. Nothing was changed",
+            reason=reason,
+        )
     table = view.attributed_keys()
     key_field = table.schema.field(KEY)
-    wanted = pa.table({KEY: _as_key_type(list(requested), key_field.type, error, what)})
+    wanted = pa.table({KEY: _as_key_type(list(requested), key_field.type, reason, what)})
     flat_wanted = wanted.flatten()
     flat_keys = table.flatten()
     columns = flat_wanted.column_names
     unknown = flat_wanted.join(flat_keys.select(columns), keys=columns, join_type="left anti")
     if unknown.num_rows:
         examples = [row.get(KEY, row) for row in unknown.slice(0, 5).to_pylist()]
-        raise error(
+        raise NotFoundError(
             f"{unknown.num_rows} of {flat_wanted.num_rows} {what} are not done in {view.parts.uri} "
             f"(e.g. {examples!r}): they are pending already (the next run processes them) or misspelt; "
-            "`airflow-ckpt keys` lists the done ones. Nothing was changed"
+            "`airflow-ckpt keys` lists the done ones. Nothing was changed",
+            reason=reason,
         )
     matched = flat_keys.join(flat_wanted, keys=columns, join_type="inner")
     picked: Picked = {}
@@ -115,10 +113,11 @@ def _by_keys(view: StoreView, requested: Sequence[Any], *, files: bool) -> Picke
         matched.column("checkpoint_id").to_pylist(), matched.column("epoch").to_pylist(), strict=True
     ):
         if checkpoint_id is None:
-            raise SelectionUnavailableError(
+            raise UnsupportedError(
                 f"some of the {what} are held by a snapshot compacted by an earlier version of "
                 "airflow-ckpt-provider, which did not record which checkpoint each key came from: rewind to "
-                "a commit made since the upgrade, or clear. Nothing was changed"
+                "a commit made since the upgrade, or clear. Nothing was changed",
+                reason="selection_unavailable",
             )
         picked[str(checkpoint_id)] = int(epoch)
     return picked
@@ -127,9 +126,10 @@ def _by_keys(view: StoreView, requested: Sequence[Any], *, files: bool) -> Picke
 def _by_epochs(view: StoreView, epochs: Sequence[int]) -> Picked:
     for epoch in epochs:
         if not 1 <= epoch <= view.latest_number:
-            raise UnknownEpochError(
+            raise NotFoundError(
                 f"{view.parts.uri} has no epoch {epoch}: its epochs are 1 to {view.latest_number} "
-                "(`airflow-ckpt epochs` lists them). Nothing was changed"
+                "(`airflow-ckpt epochs` lists them). Nothing was changed",
+                reason="epoch",
             )
     wanted = set(epochs)
     picked: Picked = {c.checkpoint_id: c.epoch for c in view.state.valid if c.epoch in wanted}
@@ -143,7 +143,7 @@ def _by_epochs(view: StoreView, epochs: Sequence[int]) -> Picked:
 def _by_commits(view: StoreView, commits: Sequence[int]) -> Picked:
     for commit in commits:
         if commit not in view.done_commits:
-            raise UnknownCommitError(_no_commit(view, commit))
+            raise NotFoundError(_no_commit(view, commit), reason="commit")
     picked: Picked = {}
     for commit in commits:
         since = view.commit_before(commit)
@@ -171,7 +171,7 @@ def _by_time(view: StoreView, after: str | None, before: str | None) -> Picked:
 # ---------------------------------------------------------------------- helpers
 
 
-def _as_key_type(values: list[Any], target: pa.DataType, error: type[UnknownKeysError], what: str) -> pa.Array:
+def _as_key_type(values: list[Any], target: pa.DataType, reason: str, what: str) -> pa.Array:
     """``values`` as the store's key type. Text (a command line's keys) is parsed; otherwise the
     kind must match (an integer is never silently taken for a string key)."""
     try:
@@ -189,9 +189,10 @@ def _as_key_type(values: list[Any], target: pa.DataType, error: type[UnknownKeys
             raise pa.ArrowTypeError(f"{array.type} is not {target}")
         return array.cast(target)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
-        raise error(
+        raise NotFoundError(
             f"the {what} {values[:5]!r} are not of the store's key type {target} ({exc}); give them as that "
-            "type (a file key is the input file's URI). Nothing was changed"
+            "type (a file key is the input file's URI). Nothing was changed",
+            reason=reason,
         ) from exc
 
 
@@ -206,7 +207,7 @@ def _lineage_commits(view: StoreView, commits: Sequence[int]) -> list[int]:
         if commit in have:
             needed.append(commit)
         elif _legacy_commit_counts(view, commit):
-            view.lineage(commit)  # raises SelectionUnavailableError with the explanation
+            view.lineage(commit)  # raises UnsupportedError("selection_unavailable") with the explanation
     return needed
 
 
@@ -227,10 +228,11 @@ def _check_attribution(view: StoreView, *, through: int) -> None:
     if unattributed is None and not snapshot.get("attributed", False) and int(snapshot.get("num_keys", 0)):
         unattributed = int(snapshot["snapshot"])
     if unattributed is not None and int(unattributed) > through:
-        raise SelectionUnavailableError(
+        raise UnsupportedError(
             f"the keys of {view.parts.uri} were compacted by an earlier version of airflow-ckpt-provider up to "
             f"epoch {unattributed}, without a record of which checkpoint each came from: rewind to commit "
-            f"{unattributed} or later, or clear. Nothing was changed"
+            f"{unattributed} or later, or clear. Nothing was changed",
+            reason="selection_unavailable",
         )
 
 

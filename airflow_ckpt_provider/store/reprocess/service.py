@@ -13,12 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from airflow_ckpt_provider.failpoints import failpoint
-from airflow_ckpt_provider.store.errors import (
-    EpochConflictError,
-    ReprocessInProgressError,
-    StoreChangedError,
-    UnsafePathError,
-)
+from airflow_ckpt_provider.store.errors import EpochConflictError, RefusedError
 from airflow_ckpt_provider.store.model import EpochStatus
 from airflow_ckpt_provider.store.reprocess.guard import OutputGuard, output_guard
 from airflow_ckpt_provider.store.reprocess.model import (
@@ -160,11 +155,12 @@ class Reprocessor:
         plan = self._with_refusals(view, unfinished)
         self._check_expected(plan, expected)
         if plan.refused_paths and plan.action != PURGE:
-            raise UnsafePathError(
+            raise RefusedError(
                 f"the unfinished {plan.action} of {self.parts.uri} (epoch {plan.new_epoch}) names "
                 f"{len(plan.refused_paths)} file(s) outside the output roots (e.g. {list(plan.refused_paths[:3])}): "
                 "it was not made by this store's DAG and is not resumed. Nothing was changed; abandon it "
-                "(`airflow-ckpt abandon`, or Abandon in the Checkpoints tab) and run `airflow-ckpt check`"
+                "(`airflow-ckpt abandon`, or Abandon in the Checkpoints tab) and run `airflow-ckpt check`",
+                reason="unsafe_path",
             )
         return self._finish(view, unfinished)
 
@@ -174,7 +170,9 @@ class Reprocessor:
         view = StoreView.read(self.parts)
         unfinished = self._unfinished(view)
         if unfinished is None or unfinished.new_epoch is None:
-            raise StoreChangedError(f"{self.parts.uri} has no unfinished reprocess, rewind, undo or purge any more")
+            raise EpochConflictError(
+                f"{self.parts.uri} has no unfinished reprocess, rewind, undo or purge any more", reason="store_changed"
+            )
         plan = self._with_refusals(view, unfinished)
         self._check_expected(plan, expected)
         self.parts.epochs.write_end(
@@ -223,11 +221,12 @@ class Reprocessor:
         if plan.nothing_to_do and not plan.refused_paths:
             return ReprocessResult(action=action, epoch=None, plan=plan)
         if plan.refused_paths:
-            raise UnsafePathError(
+            raise RefusedError(
                 f"the records of {self.parts.uri} name {len(plan.refused_paths)} file(s) outside its root and the "
                 f"output roots (e.g. {list(plan.refused_paths[:3])}); they are never touched, so this {action} "
                 "cannot make the output exactly-once. Nothing was changed; run `airflow-ckpt check`, and declare "
-                "the job's real output roots if those files are yours"
+                "the job's real output roots if those files are yours",
+                reason="unsafe_path",
             )
         self._check_fence(view, takeover)
         failpoint("store.reprocess.before_epoch")
@@ -301,13 +300,14 @@ class Reprocessor:
             return steps.purge(plan, resumed=True)
         return steps.retract(plan, resumed=True)
 
-    def _in_progress(self, view: StoreView, plan: ReprocessPlan) -> ReprocessInProgressError:
+    def _in_progress(self, view: StoreView, plan: ReprocessPlan) -> EpochConflictError:
         what = {UNDO: f"an undo of reprocess {plan.target}", PURGE: f"a purge of reprocess {plan.target}"}.get(
             plan.action, f"a {plan.action}"
         )
-        return ReprocessInProgressError(
+        return EpochConflictError(
             f"{what} of {self.parts.uri} (epoch {plan.new_epoch}) is unfinished: resume it first "
-            "(`airflow-ckpt resume`, or the same call again). Nothing was changed"
+            "(`airflow-ckpt resume`, or the same call again). Nothing was changed",
+            reason="reprocess_in_progress",
         )
 
     def _check_expected(self, plan: ReprocessPlan, expected: Expected) -> None:
@@ -315,9 +315,10 @@ class Reprocessor:
             return
         wanted = expected.fingerprint if isinstance(expected, ReprocessPlan) else str(expected)
         if wanted != plan.fingerprint:
-            raise StoreChangedError(
+            raise EpochConflictError(
                 f"{self.parts.uri} changed since the preview was made (it is at epoch {plan.epoch} now): what "
-                "would be done differs from what was confirmed. Nothing was changed; look at the new preview"
+                "would be done differs from what was confirmed. Nothing was changed; look at the new preview",
+                reason="store_changed",
             )
 
     def _check_fence(self, view: StoreView, takeover: bool) -> None:
@@ -328,12 +329,14 @@ class Reprocessor:
             raise EpochConflictError(
                 f"epoch {latest.number} of {self.parts.uri} is still open (owner {latest.owner!r}, opened "
                 f"{latest.created_at}): a submit may be running. Wait until it ends (or mark it failed), then "
-                "reprocess; if it is dead, pass takeover=True (CLI --takeover). Nothing was changed"
+                "reprocess; if it is dead, pass takeover=True (CLI --takeover). Nothing was changed",
+                reason="epoch_open",
             )
         if latest.number in view.commits and latest.number not in view.done_commits:
             raise EpochConflictError(
                 f"the commit of epoch {latest.number} of {self.parts.uri} is unfinished: run the commit again "
-                "(it resumes), then reprocess. Nothing was changed"
+                "(it resumes), then reprocess. Nothing was changed",
+                reason="epoch_open",
             )
 
     def _empty_purge(self, view: StoreView) -> ReprocessPlan:

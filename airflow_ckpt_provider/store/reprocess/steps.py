@@ -18,11 +18,7 @@ import pyarrow.parquet as pq
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError, BlobStore
 from airflow_ckpt_provider.store.epochs import EpochBase
-from airflow_ckpt_provider.store.errors import (
-    CorruptCheckpointError,
-    EpochFencedError,
-    UnsafePathError,
-)
+from airflow_ckpt_provider.store.errors import CorruptCheckpointError, EpochConflictError, RefusedError
 from airflow_ckpt_provider.store.model import Epoch, EpochStatus
 from airflow_ckpt_provider.store.records import now
 from airflow_ckpt_provider.store.reprocess.lineage import KEY_COLUMN, drop_checkpoints, write_snapshot_data
@@ -126,7 +122,8 @@ class Steps:
         except (pa.ArrowInvalid, OSError) as exc:
             raise CorruptCheckpointError(
                 f"{self.blobs.child_uri(source + 'keys.parquet')} is corrupt ({exc}); nothing more was changed. "
-                "Run `airflow-ckpt check`"
+                "Run `airflow-ckpt check`",
+                reason="corrupt",
             ) from exc
         kept = drop_checkpoints(table, plan.snapshot_drop)
         write_snapshot_data(self.blobs, prefix, kept)
@@ -143,9 +140,10 @@ class Steps:
         """Each file with its recomputed quarantine key; refuse the lot if any path is not allowed."""
         refused = [f.path for f in files if not self.allowed(f.path)]
         if refused:
-            raise UnsafePathError(
+            raise RefusedError(
                 f"the plan of epoch {number} of {self.parts.uri} names files outside the store root and the "
-                f"output roots (e.g. {refused[:3]}): nothing more is touched. Run `airflow-ckpt check`"
+                f"output roots (e.g. {refused[:3]}): nothing more is touched. Run `airflow-ckpt check`",
+                reason="unsafe_path",
             )
         return [(f, quarantine_key(number, f.path)) for f in files]
 
@@ -190,12 +188,14 @@ class Steps:
         if short:
             raise CorruptCheckpointError(
                 f"the quarantine copies of {short[:3]} do not match the originals; nothing was deleted. "
-                f"Run the reprocess again (it resumes)"
+                f"Run the reprocess again (it resumes)",
+                reason="corrupt",
             )
         if not self.parts.epochs.is_current(number):
-            raise EpochFencedError(
+            raise EpochConflictError(
                 f"epoch {number} of {self.parts.uri} was superseded while its files were being moved; the "
-                "originals still in the output are kept. Run `airflow-ckpt check`"
+                "originals still in the output are kept. Run `airflow-ckpt check`",
+                reason="epoch_fenced",
             )
         self._delete_originals([f.path for f, _ in files if f.path in present], "store.reprocess.after_move")
         return {f.path: MOVED if key in copied else MISSING for f, key in files}

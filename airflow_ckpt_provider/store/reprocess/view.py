@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from airflow_ckpt_provider.store.deletion_guard import canonical_uri
-from airflow_ckpt_provider.store.errors import SelectionUnavailableError
+from airflow_ckpt_provider.store.errors import UnsupportedError
 from airflow_ckpt_provider.store.model import Checkpoint, CheckpointStatus, FileMetadata
 from airflow_ckpt_provider.store.reprocess.lineage import (
     LineageEntry,
@@ -132,10 +132,11 @@ class StoreView:
             self._lineage[commit] = read_lineage(self.parts.blobs, commit)
         found = self._lineage[commit]
         if found is None:
-            raise SelectionUnavailableError(
+            raise UnsupportedError(
                 f"commit {commit} of {self.parts.uri} was made by an earlier version of airflow-ckpt-provider, "
                 "which did not record which files each checkpoint wrote: select commits made since the upgrade, "
-                f"or rewind to commit {commit} or later. Nothing was changed"
+                f"or rewind to commit {commit} or later. Nothing was changed",
+                reason="selection_unavailable",
             )
         return found
 
@@ -206,10 +207,11 @@ class StoreView:
             entry = entries.get(checkpoint_id)
             unit = None if entry is None else self.unit_of_entry(entry)
             if unit is None:
-                raise SelectionUnavailableError(
+                raise UnsupportedError(
                     f"checkpoint {checkpoint_id} of {self.parts.uri} was compacted without a record of its "
                     "files (an earlier version, or a damaged lineage): it cannot be reprocessed alone. "
-                    "Nothing was changed; `airflow-ckpt check` tells more"
+                    "Nothing was changed; `airflow-ckpt check` tells more",
+                    reason="selection_unavailable",
                 )
             units.append(unit)
         return sorted(units, key=lambda u: (u.epoch, u.checkpoint_id))

@@ -17,11 +17,12 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from airflow_ckpt_provider.spark import CheckpointedJob, InvalidOptionError, NativeWriterUnavailableError, WriteSummary
+from airflow_ckpt_provider.spark import CheckpointedJob, WriteSummary
 from airflow_ckpt_provider.spark.paths import file_key
-from airflow_ckpt_provider.store import EpochFencedError, InvalidOutputRootError
+from airflow_ckpt_provider.store.errors import EpochConflictError, InvalidArgumentError, UnsupportedError
 from tests.spark.helpers import FakeOperator, Target, assert_exactly_once, done_keys, make_inputs
 from tests.spark.jobs.pipeline import run_pipeline
+from tests.support.errors import raises_reason
 
 pytestmark = pytest.mark.spark
 
@@ -122,18 +123,18 @@ def test_engine_spark_where_it_cannot_run_is_a_clear_error_and_writes_nothing(
     inputs = make_inputs(tmp_path / "in", files=2)
     job = _job(spark, target, FakeOperator(target).begin())
     # An output Spark has no Hadoop filesystem for: s3:// here (the bundled jars have no s3a).
-    with pytest.raises(NativeWriterUnavailableError, match="engine='arrow'"):
+    with raises_reason(UnsupportedError, "native_writer", match="engine='arrow'"):
         run_pipeline(spark, job, mode="rows", inputs=inputs, output="s3://bucket/out", engine="spark")
     # A scheme the store cannot confine deletions to is refused before anything runs.
-    with pytest.raises(InvalidOutputRootError, match="cannot be an output root"):
+    with raises_reason(InvalidArgumentError, "output_root", match="cannot be an output root"):
         run_pipeline(spark, job, mode="rows", inputs=inputs, output="gs://bucket/out", engine="spark")
     # A shuffle before the writer: the plan no longer says which files each task read.
     files_target = Target("local", f"file://{tmp_path}/store2", f"file://{tmp_path}/out")
     job = _job(spark, files_target, FakeOperator(files_target).begin())
     df = job.read_parquet(inputs).repartition(3)
-    with pytest.raises(NativeWriterUnavailableError, match="input files"):
+    with raises_reason(UnsupportedError, "native_writer", match="input files"):
         job.write_parquet(df, target.output_uri, engine="spark")
-    with pytest.raises(InvalidOptionError, match="engine="):
+    with raises_reason(InvalidArgumentError, "option", match="engine="):
         job.write_parquet(job.read_parquet(inputs), target.output_uri, engine="jvm")
     assert target.output_files() == []
     assert job.store.list_checkpoints() == []
@@ -200,7 +201,7 @@ def test_a_newer_epoch_fences_a_running_native_write(spark: SparkSession, tmp_pa
     takeover.start()
     started = time.monotonic()
     try:
-        with pytest.raises(EpochFencedError, match="superseded"):
+        with raises_reason(EpochConflictError, "epoch_fenced", match="superseded"):
             _run_files(spark, target, epoch1, inputs, faults)
     finally:
         takeover.join()

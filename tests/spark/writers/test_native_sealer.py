@@ -14,9 +14,9 @@ import pytest
 
 from airflow_ckpt_provider import failpoints
 from airflow_ckpt_provider.failpoints import InjectedFault
-from airflow_ckpt_provider.spark.errors import WritePlanMismatchError
 from airflow_ckpt_provider.spark.writers.native import NativeWrite, _Sealer
 from airflow_ckpt_provider.store import open_store
+from airflow_ckpt_provider.store.errors import IncompleteRunError
 
 TASKS = 4
 
@@ -78,7 +78,7 @@ def test_one_failed_seal_leaves_the_other_committed_tasks_sealed(tmp_path: Path,
 def test_a_write_whose_plan_changed_seals_nothing_more(tmp_path: Path) -> None:
     sealer, cancelled = _sealer(tmp_path)
     sealer.seal_pending(_commits([0, TASKS + 5, 1]))  # a task the plan did not show: its keys are unknown
-    assert isinstance(sealer.error, WritePlanMismatchError)
+    assert isinstance(sealer.error, IncompleteRunError)
     assert cancelled == ["cancel"]
     sealer.seal_pending(_commits([2, 3]))
     assert {c.partition for c in sealer.write.store.valid_checkpoints()} == {0}

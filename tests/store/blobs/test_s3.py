@@ -13,14 +13,9 @@ import pytest
 
 from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError, PendingUpload
 from airflow_ckpt_provider.store.blobs.s3 import S3BlobStore
-from airflow_ckpt_provider.store.errors import (
-    InvalidStoreUriError,
-    PathOutsideRootError,
-    PreconditionFailedError,
-    StoreAccessDeniedError,
-    StoreNotFoundError,
-)
+from airflow_ckpt_provider.store.errors import InvalidArgumentError, PreconditionFailedError, StoreUnavailableError
 from ckpt_testkit.seaweed import SeaweedServer
+from tests.support.errors import raises_reason
 
 pytestmark = pytest.mark.s3
 
@@ -54,16 +49,16 @@ def test_uri_is_normalized_and_options_rebuild_the_store(make_blobs: BlobsFactor
 
 @pytest.mark.parametrize("uri", ["s3://", "s3:///p", "s3://ab/p", "s3://b_ok/../x", "s3://bkt/a//b", "gs://bkt/p"])
 def test_bad_uris_are_refused(uri: str) -> None:
-    with pytest.raises(InvalidStoreUriError, match="s3://bucket"):
+    with raises_reason(InvalidArgumentError, "store_uri", match="s3://bucket"):
         S3BlobStore(uri)
 
 
 def test_keys_and_prefixes_cannot_escape_the_root(make_blobs: BlobsFactory) -> None:
     blobs = make_blobs()
     for bad in ["../x", "a/../../x", "/etc/passwd", "a//b", "./a"]:
-        with pytest.raises(PathOutsideRootError):
+        with raises_reason(InvalidArgumentError, "path_outside_root"):
             blobs.put(bad, b"x")
-    with pytest.raises(PathOutsideRootError):
+    with raises_reason(InvalidArgumentError, "path_outside_root"):
         list(blobs.list("../"))
     assert blobs.request_count == 0  # refused before any request
 
@@ -240,7 +235,11 @@ def test_missing_bucket_says_create_it(s3_options: dict[str, Any]) -> None:
         lambda: blobs.list_pending_uploads(""),
     ]
     for call in calls:
-        with pytest.raises(StoreNotFoundError, match=r"'ckpt-no-such-bucket' does not exist.*create it or fix the URI"):
+        with raises_reason(
+            StoreUnavailableError,
+            "store_not_found",
+            match=r"'ckpt-no-such-bucket' does not exist.*create it or fix the URI",
+        ):
             call()
 
 
@@ -248,11 +247,11 @@ def test_wrong_credentials_are_denied_without_echoing_the_secret(s3_bucket: str,
     secret = "wrong-secret-value-1234567890"
     blobs = S3BlobStore(f"s3://{s3_bucket}/p", **(s3_options | {"aws_secret_access_key": secret}))
     for call in (lambda: blobs.put("x", b"1"), lambda: blobs.get("x"), lambda: blobs.exists("x")):
-        with pytest.raises(StoreAccessDeniedError, match="check the access key and secret") as caught:
+        with raises_reason(StoreUnavailableError, "access_denied", match="check the access key and secret") as caught:
             call()
         assert secret not in str(caught.value)
     unknown_key = S3BlobStore(f"s3://{s3_bucket}/p", **(s3_options | {"aws_access_key_id": "AKIDUNKNOWN"}))
-    with pytest.raises(StoreAccessDeniedError, match="InvalidAccessKeyId"):
+    with raises_reason(StoreUnavailableError, "access_denied", match="InvalidAccessKeyId"):
         list(unknown_key.list(""))
 
 
@@ -271,7 +270,9 @@ def test_no_credentials_at_all_is_access_denied(
         region_name="us-east-1",
         boto3_session=boto3.session.Session(),
     )
-    with pytest.raises(StoreAccessDeniedError, match="no usable AWS credentials"):
+    with raises_reason(StoreUnavailableError, "access_denied", match="no usable AWS credentials"):
         blobs.get("x")
-    with pytest.raises(StoreAccessDeniedError, match="both aws_access_key_id and aws_secret_access_key"):
+    with raises_reason(
+        StoreUnavailableError, "access_denied", match="both aws_access_key_id and aws_secret_access_key"
+    ):
         S3BlobStore(f"s3://{s3_bucket}/p", aws_access_key_id="only-the-id")
