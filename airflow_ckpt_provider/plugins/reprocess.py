@@ -23,6 +23,7 @@ from airflow.api_fastapi.core_api.security import GetUserDep
 from fastapi import APIRouter, Depends, HTTPException, status
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, field_validator
+from pydantic_core import PydanticCustomError
 from starlette.concurrency import run_in_threadpool
 
 from airflow_ckpt_provider.hooks.locator import TaskStoreRef
@@ -64,8 +65,8 @@ class SelectionBody(BaseModel):
         try:
             for key in keys:
                 check_key(key)
-        except InvalidArgumentError as exc:  # pydantic answers a validator's ValueError with the 422
-            raise ValueError(str(exc)) from None
+        except InvalidArgumentError as exc:  # pydantic answers its own typed error with the 422
+            raise _invalid(exc) from None
         return keys
 
     @field_validator("sealed_after", "sealed_before")
@@ -74,7 +75,7 @@ class SelectionBody(BaseModel):
         try:
             return Selection(sealed_after=value or None).sealed_after and value
         except InvalidArgumentError as exc:
-            raise ValueError(str(exc)) from None
+            raise _invalid(exc) from None
 
     def selection(self) -> Selection:
         return Selection(
@@ -85,6 +86,11 @@ class SelectionBody(BaseModel):
             sealed_after=self.sealed_after or None,
             sealed_before=self.sealed_before or None,
         )
+
+
+def _invalid(exc: InvalidArgumentError) -> PydanticCustomError:
+    """A selection the store refuses, as pydantic's own validation error (a 422 naming the field)."""
+    return PydanticCustomError(exc.reason, "{message}", {"message": str(exc)})
 
 
 class ReprocessBody(TaskInstanceBody):
