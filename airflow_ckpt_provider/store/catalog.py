@@ -78,11 +78,7 @@ class Catalog:
             in_segments = pc.is_in(
                 pa.array(list(self.loose), pa.string()), value_set=table.column("checkpoint_id")
             ).to_numpy(zero_copy_only=False)
-            covered = [cid for cid, hit in zip(self.loose, in_segments, strict=True) if hit]
-            newer = {cid: c for cid, c in self.loose.items() if cid not in set(covered)}
-            if covered:
-                committed = [cid for cid in covered if self.loose[cid].status is CheckpointStatus.COMMITTED]
-                table = _mark_committed(table, committed, None)
+            newer = {cid: c for (cid, c), hit in zip(self.loose.items(), in_segments, strict=True) if not hit}
             if newer:
                 table = pa.concat_tables([table, _loose_table(newer)])
         self.table = table.combine_chunks()
@@ -225,12 +221,9 @@ def _has_duplicates(ids: pa.ChunkedArray) -> bool:
 
 
 def _first_of_each_id(table: pa.Table) -> pa.Table:
-    """One row per id (the first), committed if any of its rows is (segments merged twice after a crash)."""
+    """One row per id, the first (a checkpoint in two segments: segments merged twice after a crash)."""
     ids = table.column("checkpoint_id")
-    unique = pc.unique(ids)
-    first = pc.index_in(unique, value_set=ids)
-    committed = table.filter(pc.equal(table.column("status"), "committed")).column("checkpoint_id").to_pylist()
-    return _mark_committed(table.take(first), committed, None)
+    return table.take(pc.index_in(pc.unique(ids), value_set=ids))
 
 
 def _mark_committed(table: pa.Table, ids: Sequence[str], committed_at: str | None) -> pa.Table:

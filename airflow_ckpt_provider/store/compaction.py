@@ -44,7 +44,7 @@ from airflow_ckpt_provider.store.errors import CorruptCheckpointError
 from airflow_ckpt_provider.store.keys import KEY_COLUMN
 from airflow_ckpt_provider.store.layout import attempt_prefix, manifest_key
 from airflow_ckpt_provider.store.listing import checkpoint_records
-from airflow_ckpt_provider.store.model import Checkpoint, CheckpointStatus, FileMetadata
+from airflow_ckpt_provider.store.model import Checkpoint, FileMetadata
 from airflow_ckpt_provider.store.segment_merge import MERGE_FANIN, SegmentMerger, put_segment, replace_state
 from airflow_ckpt_provider.store.segments import (
     SegmentRef,
@@ -120,15 +120,9 @@ class Compactor:
         listing = self._listing() if limit is None else checkpoint_records(self._blobs, attempts=False)
         sealed = sorted(i for i, keys in listing.items() if manifest_key(i) in keys)
         loose = [i for i in sealed if i not in covered]
-        loose_ids = _window(loose, limit)
-        # A manifest mark_committed rewrote after its checkpoint was compacted: fold that status in again.
-        recommitted = self._committed_since(_window(sorted(i for i in sealed if covered.get(i) is False), limit))
-        if len(loose) + len(recommitted) < min_loose:  # the whole tail counts, not the batch ``limit`` takes
-            loose_ids = []
-        else:
-            loose_ids += recommitted
-        # A recommitted manifest is never a leftover to delete, folded now or not (its status is folded later).
-        leftovers = _window(sorted(i for i in listing if i in covered and i not in {*loose_ids, *recommitted}), limit)
+        # The whole tail counts, not the batch ``limit`` takes.
+        loose_ids = _window(loose, limit) if len(loose) >= min_loose else []
+        leftovers = _window(sorted(i for i in listing if i in covered), limit)
         if limit is not None:
             listing = self._attempt_listing(listing, [*loose_ids, *leftovers])
         result = CompactionResult(segment=None, checkpoints=0)
@@ -159,16 +153,6 @@ class Compactor:
         ``attempts/`` added: one listing per checkpoint folded, not one of every attempt of the store."""
         found = self._context.map(lambda i: [b.key for b in self._blobs.list(attempt_prefix(i))], list(ids))
         return {i: [*keys, *listing.get(i, [])] for i, keys in zip(ids, found, strict=True)}
-
-    def _committed_since(self, ids: Sequence[str]) -> list[str]:
-        def committed(checkpoint_id: str) -> str | None:
-            try:
-                found = self._reader.manifest(checkpoint_id)
-            except CorruptCheckpointError:
-                return None
-            return checkpoint_id if found is not None and found.status is CheckpointStatus.COMMITTED else None
-
-        return [i for i in self._context.map(committed, list(ids)) if i is not None]
 
     def _fold_loose(
         self,
@@ -308,15 +292,9 @@ def _window(ids: list[str], limit: int | None) -> list[str]:
     return sorted((ids[start:] + ids[:start])[:limit])
 
 
-def _covered(segments: Sequence[LoadedSegment]) -> dict[str, bool]:
-    """Checkpoint id -> whether a segment holds it as committed."""
-    covered: dict[str, bool] = {}
-    for segment in segments:
-        ids = segment.summary.column("checkpoint_id").to_pylist()
-        statuses = segment.summary.column("status").to_pylist()
-        for checkpoint_id, status in zip(ids, statuses, strict=True):
-            covered[checkpoint_id] = covered.get(checkpoint_id, False) or status == "committed"
-    return covered
+def _covered(segments: Sequence[LoadedSegment]) -> set[str]:
+    """The checkpoints the segments hold."""
+    return {i for segment in segments for i in segment.summary.column("checkpoint_id").to_pylist()}
 
 
 def _one_key_type(loose: list[_Loose], segments: Sequence[LoadedSegment]) -> list[_Loose]:
