@@ -29,11 +29,14 @@ set +e
 # Two pytest workers (pytest-xdist), a test file per worker at a time (--dist loadfile: a module's
 # fixtures, such as a DAG run, an api-server or a Spark cluster, start once): most of a DAG test is
 # waiting on a subprocess, a retry delay or a poll, which the other worker fills.
+# The longest files start first (tests/conftest.py LONGEST_FILES, kept in collection order by
+# --no-loadscope-reorder): otherwise xdist starts the files with most tests first and a long cluster
+# file ran last, alone.
 # CKPT_TEST_WORKERS=0 runs everything in one process.
 workers="${CKPT_TEST_WORKERS:-2}"
 parallel=()
 if [ "$workers" != "0" ]; then
-  parallel=(-n "$workers" --dist loadfile)
+  parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 fi
 .venv/bin/python -m pytest -p no:cacheprovider -ra --durations=25 --reruns 1 --reruns-delay 2 "${parallel[@]}" "$@"
 status=$?

@@ -242,3 +242,11 @@ def test_the_demo_installs_only_what_it_runs_and_the_browser_comes_with_the_test
     assert "bash scripts/setup.sh demo" in demo
     assert 'demo) EXTRAS="airflow,spark"' in setup
     assert "bash scripts/setup.sh test" in tests and "apt-get install" in tests and "chromium-driver" in tests
+
+
+def test_the_longest_files_listed_for_the_workers_exist() -> None:
+    """tests/conftest.py starts these files first; a renamed file would silently lose its place."""
+    from tests.conftest import LONGEST_FILES
+
+    missing = [name for name in LONGEST_FILES if not (ROOT / name).is_file()]
+    assert not missing, missing

@@ -3,7 +3,8 @@
 The user's transformation — a Python UDF — raises on a bad record in one of the
 write stage's partitions on the first run. Checked for every key layout (single and
 composite, unique and several rows per key), both writers, local and S3 stores, in
-local mode and on the standalone cluster (also with an executor JVM killed mid-stage):
+local mode and on the standalone cluster (an executor JVM killed mid-stage: the campaign's cluster
+trials, tests/faults/test_cluster_trials.py, with the same progress oracle):
 
 * progress oracle: the keys sealed after the failed run hold every key of every task
   Spark's own event log records as finished (the UDF logs which keys each task
@@ -16,8 +17,6 @@ local mode and on the standalone cluster (also with an executor JVM killed mid-s
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,11 +36,8 @@ from tests.spark.helpers import (
     Target,
     assert_exactly_once,
     done_keys,
-    finish,
     make_inputs,
     run,
-    start,
-    wait_for,
 )
 from tests.spark.jobs.user_udf import KEYS, BadRecordError, source
 from tests.spark.jobs.user_udf import run as run_job
@@ -233,8 +229,8 @@ def _rerun_and_commit(
 
 @pytest.mark.cluster
 @pytest.mark.parametrize(
-    # Several rows per key (the exchange at the source) on an S3 store; unique keys on the cluster are
-    # covered by the executor-lost test below.
+    # Several rows per key (the exchange at the source) on an S3 store; unique keys and a lost executor
+    # on the cluster are the campaign's cluster trials (tests/faults/test_cluster_trials.py).
     ("key", "target"),
     [pytest.param("row", "s3", marks=pytest.mark.s3)],
     indirect=["target"],
@@ -257,37 +253,4 @@ def test_user_udf_failure_keeps_finished_tasks_on_the_cluster(
     sealed = done_keys(operator.store)
     _check_progress(sealed, finished_keys, scenario, len(finished))
     scenario.marker.unlink()
-    _rerun_and_commit(spark_cluster, operator, scenario, target, events, sealed, epoch2)
-
-
-@pytest.mark.cluster
-def test_executor_lost_mid_stage_keeps_finished_tasks(
-    spark: SparkSession, spark_cluster: SparkStandaloneCluster, local_target: Target, tmp_path: Path
-) -> None:
-    """An executor JVM killed (SIGKILL) while the write stage runs: the finished tasks stay sealed."""
-    target = local_target
-    scenario = _scenario(spark, tmp_path, "unique-composite")
-    events = tmp_path / "events"
-    operator = FakeOperator(target)
-    epoch1 = operator.begin()
-    spec = _spec(scenario, target, "run1", slow_seconds=2.0)
-    proc = start(_submit_argv(spark_cluster, operator, epoch1, spec, events), operator.env())
-    try:
-        wait_for(
-            lambda: any(c.epoch == epoch1 for c in operator.store.valid_checkpoints()),
-            timeout=SUBMIT_TIMEOUT,
-            what="a first sealed task",
-        )
-        executors = spark_cluster.executor_pids()
-        assert executors, "the application's executors are running"
-        os.kill(executors[0], signal.SIGKILL)
-    finally:
-        failed = finish(proc, SUBMIT_TIMEOUT)
-    operator.end(epoch1, failed.returncode)
-    assert failed.returncode != 0, "with spark.task.maxFailures=1 the lost executor's task fails the job"
-    finished = finished_write_tasks(events, target.output_uri)
-    finished_keys = keys_logged(scenario.key_log("run1"), [t.task_attempt_id for t in finished])
-    epoch2 = operator.begin()
-    sealed = done_keys(operator.store)
-    _check_progress(sealed, finished_keys, scenario, len(finished))
     _rerun_and_commit(spark_cluster, operator, scenario, target, events, sealed, epoch2)
