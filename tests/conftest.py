@@ -165,7 +165,6 @@ LONGEST_FILES = (
     "tests/operators/test_mapped_tenants.py",
     "tests/dags_examples/test_ckpt_daily_events.py",
     "tests/spark/test_row_keys_progress.py",
-    "tests/operators/test_mapped_concurrency.py",
     "tests/store/test_segments.py",
     "tests/cli/test_cli_airflow.py",
     "tests/faults/test_user_code_failpoints.py",

@@ -250,3 +250,4 @@ def test_the_longest_files_listed_for_the_workers_exist() -> None:
 
     missing = [name for name in LONGEST_FILES if not (ROOT / name).is_file()]
     assert not missing, missing
+    assert len(set(LONGEST_FILES)) == len(LONGEST_FILES), "a file listed twice"
