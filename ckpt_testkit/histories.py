@@ -404,7 +404,7 @@ class StoreHistory(RuleBasedStateMachine):
     @rule(point=st.sampled_from(CRASH_POINTS))
     def arm_crash(self, point: str) -> None:
         """Crash (``raise`` at ``point``) the next operation that meets it; the operation is then recovered
-        as documented (the same call again, or ``resume_reprocess``) and the oracle judges the result."""
+        as documented (the same call again, or ``reprocessing.resume``) and the oracle judges the result."""
         self.armed = point
         self.log.append(f"arm:{point}")
 
@@ -431,7 +431,7 @@ class StoreHistory(RuleBasedStateMachine):
 
     def _resume(self, action: Callable[[], Any]) -> Any:
         """Finish a crashed reprocess, rewind, undo or purge: resume it, or (crashed before it began) run it again."""
-        resumed = self.store.resume_reprocess()
+        resumed = self.store.reprocessing.resume()
         return action() if resumed is None else resumed
 
     def _done_step(self, name: str) -> None:
@@ -476,7 +476,7 @@ class StoreHistory(RuleBasedStateMachine):
 
     def reprocess_one_key(self, key: Any) -> None:
         selected = {"tenant": key[0], "order_id": key[1]} if self.mode == "composite" else key
-        pending = self._maintenance("reprocess_key", lambda: self.store.reprocess(Selection(keys=[selected])))
+        pending = self._maintenance("reprocess_key", lambda: self.store.reprocessing.run(Selection(keys=[selected])))
         if pending is not None:
             assert key in pending
 
@@ -487,7 +487,7 @@ class StoreHistory(RuleBasedStateMachine):
 
     def reprocess_input_file(self, key: Any) -> None:
         path = next(p for p, k in self.rows.values() if k == key)
-        pending = self._maintenance("reprocess_file", lambda: self.store.reprocess(Selection(files=[path])))
+        pending = self._maintenance("reprocess_file", lambda: self.store.reprocessing.run(Selection(files=[path])))
         if pending is not None:
             assert pending == {key}
 
@@ -508,7 +508,7 @@ class StoreHistory(RuleBasedStateMachine):
         else:
             selection = Selection(epochs=[number])
         name = "reprocess_time" if by_time else "reprocess_epoch"
-        pending = self._maintenance(name, lambda: self.store.reprocess(selection))
+        pending = self._maintenance(name, lambda: self.store.reprocessing.run(selection))
         if pending is not None:
             assert pending == expected, f"{name} {number}: {len(pending)} pending, {len(expected)} want"
 
@@ -520,7 +520,9 @@ class StoreHistory(RuleBasedStateMachine):
 
     def reprocess_by_commit(self, number: int) -> None:
         expected = {k for k, c in self.committed_by.items() if c == number}
-        pending = self._maintenance("reprocess_commit", lambda: self.store.reprocess(Selection(commits=[number])))
+        pending = self._maintenance(
+            "reprocess_commit", lambda: self.store.reprocessing.run(Selection(commits=[number]))
+        )
         if pending is not None:
             assert pending == expected, f"reprocess of commit {number}: {len(pending)} pending, {len(expected)} want"
 
@@ -531,7 +533,7 @@ class StoreHistory(RuleBasedStateMachine):
 
     def rewind_to(self, to: int) -> None:
         expected = {k for k, e in self.done.items() if e > to}
-        pending = self._maintenance("rewind", lambda: self.store.rewind(to))
+        pending = self._maintenance("rewind", lambda: self.store.reprocessing.rewind(to))
         if pending is not None:
             assert pending == expected, f"rewind to {to}: {len(pending)} pending, {len(expected)} want"
 
@@ -541,7 +543,7 @@ class StoreHistory(RuleBasedStateMachine):
         assert self.undo_state is not None
         done, committed_by = self.undo_state
         try:
-            self._crashing(self.store.undo_reprocess, lambda: self._resume(self.store.undo_reprocess))
+            self._crashing(self.store.reprocessing.undo, lambda: self._resume(self.store.reprocessing.undo))
         except CheckpointError as exc:
             TALLY.refused[f"undo: {type(exc).__name__}"] += 1
             return
@@ -556,7 +558,7 @@ class StoreHistory(RuleBasedStateMachine):
         """Delete the quarantined files for good: nothing a reader or the store counts changes; undo ends."""
         before = self._store_done()
         try:
-            self._crashing(self.store.purge_quarantine, lambda: self._resume(self.store.purge_quarantine))
+            self._crashing(self.store.reprocessing.purge, lambda: self._resume(self.store.reprocessing.purge))
         except CheckpointError as exc:
             TALLY.refused[f"purge: {type(exc).__name__}"] += 1
             return

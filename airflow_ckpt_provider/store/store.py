@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
@@ -56,16 +56,12 @@ from airflow_ckpt_provider.store.model import (
     UnknownFiles,
 )
 from airflow_ckpt_provider.store.parts import StoreParts
-from airflow_ckpt_provider.store.reprocess.service import Reprocessor
+from airflow_ckpt_provider.store.reprocess.service import Reprocessing
 from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, OnRerun, RerunPlan, plan_rerun
 from airflow_ckpt_provider.store.retention import Retention
 from airflow_ckpt_provider.store.state import StateReader, key_sources
 from airflow_ckpt_provider.store.tail import DEFAULT_MAX_LOOSE, LooseTail
 from airflow_ckpt_provider.store.writers import CheckpointWriters
-
-if TYPE_CHECKING:
-    from airflow_ckpt_provider.store.reprocess.model import ReprocessRecord, Selection
-    from airflow_ckpt_provider.store.reprocess.plan import ReprocessPlan, ReprocessResult
 
 __all__ = [
     "INLINE_MAX_FILES",
@@ -122,7 +118,8 @@ class CheckpointStore:
         self.parts = StoreParts(self.context, self.epoch_log, self.state_reader, self.deleter, self.compactor)
         self._committer = Committer(self.parts)
         self._retention = Retention(self.parts)
-        self._reprocess = Reprocessor(self.parts)
+        #: Reprocess, rewind, undo and purge: retract part of the output (store/reprocess/, docs/reprocess.md).
+        self.reprocessing = Reprocessing(self.parts)
 
     # ------------------------------------------------------------------ basics
 
@@ -507,123 +504,6 @@ class CheckpointStore:
         Committed output files are never deleted. Idempotent.
         """
         return self._retention.discard(keep_committed=False, owner="clear")
-
-    # ------------------------------------------------------------------ reprocess and rewind (store/reprocess/)
-
-    def preview_reprocess(self, selection: Selection, *, delete: bool = False) -> ReprocessPlan:
-        """What :meth:`reprocess` would do: the checkpoints, keys, exact files and bytes. Reads only.
-
-        Raises the selection's typed errors (:class:`InvalidArgumentError` (``empty_selection``),
-        :class:`NotFoundError` (``keys``),
-        :class:`NotFoundError` (``input_files``), :class:`NotFoundError` (``epoch``), :class:`NotFoundError`
-        (``commit``),
-        :class:`UnsupportedError` (``selection_unavailable``)).
-        """
-        return self._reprocess.preview(selection, delete=delete)
-
-    def reprocess(
-        self,
-        selection: Selection,
-        *,
-        delete: bool = False,
-        expected: ReprocessPlan | str | None = None,
-        takeover: bool = False,
-        requested_by: str | None = None,
-    ) -> ReprocessResult:
-        """Make the selected checkpoints pending again and take their output files out of the output.
-
-        Once it returns, readers see the selected checkpoints' keys as pending (the next run
-        processes them) and their files are no longer in the output nor in the committed output:
-        they are in ``quarantine/{epoch}/`` under the store root (``delete=True``: deleted, no undo).
-        One maintenance epoch records the whole plan and fences writers, submits and commits.
-        ``expected``: the plan (or its fingerprint) the caller confirmed; anything else is refused.
-        Idempotent for a retry: the same call after a crash finishes the interrupted one.
-        Raises the selection's errors, :class:`EpochConflictError` (``store_changed``), :class:`EpochConflictError`
-        (an open epoch; ``takeover=True`` supersedes a dead one), :class:`EpochConflictError`
-        (``reprocess_in_progress``),
-        :class:`RefusedError` (``unsafe_path``) — nothing changed in each case.
-        """
-        return self._reprocess.reprocess(
-            selection, delete=delete, expected=expected, takeover=takeover, requested_by=requested_by
-        )
-
-    def preview_rewind(self, to_commit: int, *, delete: bool = False) -> ReprocessPlan:
-        """What :meth:`rewind` would do. Reads only. Raises :class:`NotFoundError` (``commit``),
-        :class:`UnsupportedError` (``selection_unavailable``)."""
-        return self._reprocess.preview_rewind(to_commit, delete=delete)
-
-    def rewind(
-        self,
-        to_commit: int,
-        *,
-        delete: bool = False,
-        expected: ReprocessPlan | str | None = None,
-        takeover: bool = False,
-        requested_by: str | None = None,
-    ) -> ReprocessResult:
-        """Return the store to its state after commit ``to_commit`` (0: before the first commit).
-
-        Every checkpoint sealed after that commit becomes pending and its output (committed or
-        not) leaves the output, as :meth:`reprocess` does, with the same fencing, atomicity,
-        resumption and errors. A rewind to the latest commit does nothing (result epoch None).
-        """
-        return self._reprocess.rewind(
-            to_commit, delete=delete, expected=expected, takeover=takeover, requested_by=requested_by
-        )
-
-    def preview_undo(self, epoch: int | None = None) -> ReprocessPlan:
-        """What :meth:`undo_reprocess` would restore. Reads only; raises as :meth:`undo_reprocess`."""
-        return self._reprocess.preview_undo(epoch)
-
-    def undo_reprocess(
-        self, epoch: int | None = None, *, expected: ReprocessPlan | str | None = None, requested_by: str | None = None
-    ) -> ReprocessResult:
-        """Undo reprocess ``epoch`` (default: the latest): its checkpoints are done again, exactly as
-        before, and its files are copied back to the output (the quarantine keeps its copies until
-        :meth:`purge_quarantine`). Only before the next run: once a run began, its keys may have been
-        reprocessed. Fenced by its own epoch; a retry finishes an interrupted undo.
-        Raises :class:`NotFoundError` (``reprocess``), :class:`RefusedError` (``undo_unavailable``) (a later run,
-        deleted
-        files), :class:`RefusedError` (``quarantine_missing``), :class:`EpochConflictError`
-        (``reprocess_in_progress``) — nothing changed.
-        """
-        return self._reprocess.undo(epoch, expected=expected, requested_by=requested_by)
-
-    def preview_purge(self, epoch: int) -> ReprocessPlan:
-        """What :meth:`purge_quarantine` would delete for reprocess ``epoch``. Reads only."""
-        return self._reprocess.preview_purge(epoch)
-
-    def purge_quarantine(self, epoch: int | None = None, *, requested_by: str | None = None) -> ReprocessResult:
-        """Delete the quarantined files of reprocess ``epoch`` (default: every finished reprocess) for
-        good; undo is impossible afterwards. Deletes only under ``quarantine/`` in the store root.
-        Idempotent. Raises :class:`NotFoundError` (``reprocess``), :class:`EpochConflictError`
-        (``reprocess_in_progress``).
-        """
-        return self._reprocess.purge(epoch, requested_by=requested_by)
-
-    def preview_resume(self) -> ReprocessPlan | None:
-        """The unfinished reprocess, rewind, undo or purge as its maintenance epoch records it (every
-        file), with ``refused_paths`` outside the output roots; None when nothing is unfinished. Reads only."""
-        return self._reprocess.preview_resume()
-
-    def resume_reprocess(self, *, expected: ReprocessPlan | str | None = None) -> ReprocessResult | None:
-        """Finish an interrupted reprocess, rewind, undo or purge; None when nothing is unfinished.
-        Idempotent. ``expected``: the :meth:`preview_resume` (or its fingerprint) a person confirmed;
-        anything else is refused (:class:`EpochConflictError` (``store_changed``)). A plan naming files outside the
-        output
-        roots is never run (:class:`RefusedError` (``unsafe_path``), nothing changed): abandon it instead."""
-        return self._reprocess.resume(expected=expected)
-
-    def abandon_maintenance(self, *, expected: ReprocessPlan | str, requested_by: str | None = None) -> ReprocessPlan:
-        """End the unfinished reprocess, rewind, undo or purge as failed without running its plan (a
-        forged or unwanted intent), so submits and commits are no longer refused. Files it already
-        moved stay in ``quarantine/{epoch}/``. ``expected``: the confirmed :meth:`preview_resume`.
-        Returns the abandoned plan. Raises :class:`EpochConflictError` (``store_changed``)."""
-        return self._reprocess.abandon(expected=expected, requested_by=requested_by)
-
-    def list_reprocesses(self) -> list[ReprocessRecord]:
-        """Every reprocess and rewind of the store (finished ones, and an unfinished one), oldest first."""
-        return self._reprocess.records()
 
     # ------------------------------------------------------------------ inspection (store/inspection.py)
 

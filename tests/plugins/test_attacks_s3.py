@@ -264,7 +264,7 @@ def test_a_forged_maintenance_epoch_is_abandoned_from_the_tab_not_run(scene: Sce
         )
         assert abandoned.status_code == 200, abandoned.text
     scene.untouched()
-    assert scene.store().preview_resume() is None
+    assert scene.store().reprocessing.preview_resume() is None
     events = [e["event"] for e in scene.server.audit_entries(scene.run_id)]
     assert "checkpoints.abandon_maintenance" in events and "checkpoints.resume_reprocess.failed" in events, events
 

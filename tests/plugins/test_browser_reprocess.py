@@ -56,7 +56,7 @@ def test_reprocess_from_the_dialog_with_the_store_s_preview(ui_server: ApiServer
     ui_server.trigger_run(run_id)
     root, out = _committed_store(ui_server, run_id)
     keys = ["key-0-4", "key-2-9"]
-    expected = open_store(root).preview_reprocess(Selection(keys=keys))
+    expected = open_store(root).reprocessing.preview(Selection(keys=keys))
     wait = WebDriverWait(browser, 60)
 
     log_in(browser, ui_server, "admin")
@@ -140,7 +140,7 @@ def test_resume_and_abandon_open_the_unfinished_plan_s_preview_first(ui_server: 
     failpoints.enable("store.reprocess.after_epoch", kind="raise")  # the maintenance epoch opens, nothing moves
     try:
         with pytest.raises(failpoints.InjectedFault):
-            store.reprocess(selection, expected=store.preview_reprocess(selection))
+            store.reprocessing.run(selection, expected=store.reprocessing.preview(selection))
     finally:
         failpoints.disable_all()
     wait = WebDriverWait(browser, 60)

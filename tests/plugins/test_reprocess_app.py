@@ -67,7 +67,7 @@ def test_viewer_can_read_the_history_but_not_preview_or_act(ui_server: ApiServer
 def test_preview_then_reprocess_then_undo_then_purge_all_audited(ui_server: ApiServer) -> None:
     run_id, root, out = committed_run(ui_server)
     selection = {"keys": ["key-0-7", "key-2-1"]}
-    expected = open_store(root.as_uri()).preview_reprocess(Selection(keys=["key-0-7", "key-2-1"]))
+    expected = open_store(root.as_uri()).reprocessing.preview(Selection(keys=["key-0-7", "key-2-1"]))
     with ui_server.client("admin") as admin:
         preview = admin.post(
             "/checkpoints/api/task/reprocess/preview", json=body(run_id, selection=selection), headers=HEADERS

@@ -73,7 +73,7 @@ for uri in sys.argv[1:]:
     store, _ = open_for_view(ref, Deadline.after(300), CheckpointConfig.load())
     try:
         build_task_store_view(store)
-        [record.to_json() for record in store.list_reprocesses()]
+        [record.to_json() for record in store.reprocessing.records()]
     finally:
         store.close()
 print(json.dumps(sorted(set(sys.modules) - before)))

@@ -103,7 +103,7 @@ def _assert_exactly_once(target: Target, inputs: Sequence[str]) -> None:
 
 def _reprocess(store: CheckpointStore, selection: Selection) -> set[Any]:
     before = done_keys(store)
-    store.reprocess(selection)
+    store.reprocessing.run(selection)
     pending = before - done_keys(store)
     assert pending
     return pending

@@ -59,8 +59,8 @@ def test_reprocess_three_keys_then_the_next_run_redoes_exactly_their_checkpoints
     keys_before = done_keys(store)
     files_before = _output_bytes(target)
 
-    plan = store.preview_reprocess(Selection(keys=CHOSEN))
-    result = store.reprocess(Selection(keys=CHOSEN), expected=plan)
+    plan = store.reprocessing.preview(Selection(keys=CHOSEN))
+    result = store.reprocessing.run(Selection(keys=CHOSEN), expected=plan)
 
     pending = keys_before - done_keys(store)
     assert set(CHOSEN) <= pending and len(pending) == plan.keys  # whole checkpoints, nothing else
@@ -92,9 +92,9 @@ def test_undo_before_the_next_run_restores_files_and_checkpoints_exactly(
     keys_before = done_keys(store)
     files_before = _output_bytes(target)
 
-    store.reprocess(Selection(keys=CHOSEN))
+    store.reprocessing.run(Selection(keys=CHOSEN))
     assert done_keys(store) != keys_before and _output_bytes(target) != files_before
-    store.undo_reprocess()
+    store.reprocessing.undo()
 
     assert done_keys(store) == keys_before
     assert _output_bytes(target) == files_before  # same files, same bytes

@@ -308,9 +308,9 @@ def _forge_lineage(backend: Backend, commit: int, paths: list[str]) -> None:
 
 
 ACTIONS: dict[str, Callable[[CheckpointStore, int], Any]] = {
-    "reprocess_quarantine": lambda store, commit: store.reprocess(Selection(commits=[commit])),
-    "reprocess_delete": lambda store, commit: store.reprocess(Selection(commits=[commit]), delete=True),
-    "rewind": lambda store, commit: store.rewind(0),
+    "reprocess_quarantine": lambda store, commit: store.reprocessing.run(Selection(commits=[commit])),
+    "reprocess_delete": lambda store, commit: store.reprocessing.run(Selection(commits=[commit]), delete=True),
+    "rewind": lambda store, commit: store.reprocessing.rewind(0),
 }
 
 
@@ -326,7 +326,7 @@ def test_reprocess_and_rewind_never_move_or_delete_a_victim(backend: Backend, tm
     output_local = backend.output_uri if backend.name == "local" else f"file://{tmp_path}/out"
     named = [victims.local[0].as_uri(), f"{output_local}/../victim3.txt", *victims.remote]
     _forge_lineage(backend, epoch, named)
-    plan = store.preview_reprocess(Selection(commits=[epoch]))
+    plan = store.reprocessing.preview(Selection(commits=[epoch]))
     assert set(plan.refused_paths) == set(named), plan.refused_paths
     names_before = backend.output_names()
     with raises_reason(RefusedError, "unsafe_path", match="never touched"):

@@ -150,8 +150,8 @@ def test_a_reprocess_never_counts_output_a_rerun_replaced(backend: Backend) -> N
     _, second, _ = _run(store, backend, DAY, "run2")
     _commit(store, backend, RetentionPolicy.DELETE_AFTER_SUCCESS)
 
-    stale = store.preview_reprocess(Selection(commits=(1,)))
+    stale = store.reprocessing.preview(Selection(commits=(1,)))
     assert (stale.checkpoints, stale.files, stale.refused_paths, stale.new_epoch) == ((), (), (), None)
-    live = store.preview_reprocess(Selection(commits=(2,)))
+    live = store.reprocessing.preview(Selection(commits=(2,)))
     assert len(live.checkpoints) == len(KEYS) and all(f.present for f in live.files)
     assert names([f.path for f in live.files] + list(live.refused_paths)) == second

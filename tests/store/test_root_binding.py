@@ -135,8 +135,8 @@ def test_clear_discard_commit_retention_keep_what_forged_roots_name(forged: Forg
 def test_reprocess_never_moves_a_file_the_store_does_not_own(forged: Forged) -> None:
     store = forged.store(trusted_output_roots=[forged.own_output])
     with pytest.raises(CheckpointError):
-        plan = store.preview_reprocess(Selection(epochs=[1]))
-        store.reprocess(Selection(epochs=[1]), expected=plan)
+        plan = store.reprocessing.preview(Selection(epochs=[1]))
+        store.reprocessing.run(Selection(epochs=[1]), expected=plan)
     forged.untouched()
     assert not list(store.blobs.list("quarantine/")), "nothing of the host may reach the bucket"
 
@@ -154,7 +154,9 @@ def _legit_reprocess(forged: Forged) -> tuple[CheckpointStore, int, str]:
     store.checkpoint(checkpoint_id, epoch=epoch, partition=0)
     store.end_epoch(epoch, status=EpochStatus.SUCCEEDED)
     store.commit()
-    result = store.reprocess(Selection(epochs=[epoch]), expected=store.preview_reprocess(Selection(epochs=[epoch])))
+    result = store.reprocessing.run(
+        Selection(epochs=[epoch]), expected=store.reprocessing.preview(Selection(epochs=[epoch]))
+    )
     assert result.epoch is not None
     return store, result.epoch, path
 
@@ -172,13 +174,13 @@ def test_undo_never_overwrites_and_never_creates_outside_the_retraction(forged: 
     )
     store.blobs.put(record_key(number), json.dumps(record).encode())
     with pytest.raises(CheckpointError):
-        store.undo_reprocess(number)
+        store.reprocessing.undo(number)
     assert not planted.exists() and not planted.parent.exists(), "undo must not create files on the host"
     # Overwrite: the record is honest again, but the DAG wrote a new file where the old one was.
     record["files"].pop()
     store.blobs.put(record_key(number), json.dumps(record).encode())
     open_blobs(forged.own_output, **forged.options).put("part-0.parquet", b"newer rows written since")
-    result = store.undo_reprocess(number)
+    result = store.reprocessing.undo(number)
     assert open_blobs(forged.own_output, **forged.options).get("part-0.parquet")[0] == b"newer rows written since"
     assert path in result.missing and path not in result.restored
 
@@ -233,7 +235,7 @@ def _forged_maintenance(forged: Forged, *, outside: bool) -> tuple[CheckpointSto
     store.checkpoint(checkpoint_id, epoch=epoch, partition=0)
     store.end_epoch(epoch, status=EpochStatus.SUCCEEDED)
     store.commit()
-    plan = store.preview_reprocess(Selection(epochs=[epoch]), delete=True)
+    plan = store.reprocessing.preview(Selection(epochs=[epoch]), delete=True)
     data = plan.to_json()
     if outside:
         data["files"].append(dict(data["files"][0], path=forged.host_file.as_uri()))
@@ -256,21 +258,21 @@ def test_a_forged_maintenance_epoch_is_not_run_without_its_preview_and_can_be_ab
 ) -> None:
     store, name = _forged_maintenance(forged, outside=outside)
     output = open_blobs(forged.own_output, **forged.options)
-    plan = store.preview_resume()
+    plan = store.reprocessing.preview_resume()
     assert plan is not None and plan.action == "reprocess" and len(plan.files) == (2 if outside else 1)
     assert bool(plan.refused_paths) == outside
     with pytest.raises(CheckpointError):
-        store.resume_reprocess(expected="0" * 64)  # not what a person saw
+        store.reprocessing.resume(expected="0" * 64)  # not what a person saw
     if outside:
         with pytest.raises(CheckpointError, match="outside the output roots"):
-            store.resume_reprocess(expected=plan)
+            store.reprocessing.resume(expected=plan)
     assert output.get(name)[0] == b"committed rows"
     forged.untouched()
     with pytest.raises(CheckpointError):
         store.begin_epoch(owner="dag_a/t/R2")  # the unfinished intent blocks the DAG...
-    abandoned = store.abandon_maintenance(expected=plan, requested_by="editor")
+    abandoned = store.reprocessing.abandon(expected=plan, requested_by="editor")
     assert abandoned.new_epoch == plan.new_epoch
-    assert store.preview_resume() is None
+    assert store.reprocessing.preview_resume() is None
     store.begin_epoch(owner="dag_a/t/R2", output_roots=[forged.own_output])  # ...until it is abandoned
     assert output.get(name)[0] == b"committed rows"
     forged.untouched()
