@@ -253,7 +253,7 @@ class StoreHistory(RuleBasedStateMachine):
         def begin() -> int:
             # The operator declares its output root at the submit; so do histories (a store on S3 may then
             # write its output to local disk).
-            return self.store.begin_epoch(owner="histories", metadata=metadata, output_roots=[self.output]).number
+            return self.store.epochs.begin(owner="histories", metadata=metadata, output_roots=[self.output]).number
 
         epoch = self._crashing(begin, begin)  # a crashed submit is submitted again (it takes over its epoch)
         job = CheckpointedJob(spark, self.store_uri, epoch=epoch, **self.options)
@@ -270,10 +270,10 @@ class StoreHistory(RuleBasedStateMachine):
         except Exception:
             if not poison:
                 raise
-            self.store.end_epoch(epoch, status=EpochStatus.FAILED)
+            self.store.epochs.end(epoch, status=EpochStatus.FAILED)
             self.windows[epoch] = (before, _now())
             return None
-        self.store.end_epoch(epoch, status=EpochStatus.SUCCEEDED)
+        self.store.epochs.end(epoch, status=EpochStatus.SUCCEEDED)
         self.windows[epoch] = (before, _now())
         assert not poison, "the run with a bad record succeeded"
         self._epoch = epoch
@@ -318,7 +318,7 @@ class StoreHistory(RuleBasedStateMachine):
         pending = self._input_keys() - set(self.done)
         replacing = self.latest == "deleted"
         if replacing:  # a new run of the same job after its output was committed and its keys deleted
-            assert self.store.rerun_plan(JOB).action is RerunAction.REPLACE
+            assert self.store.inspection.rerun_plan(JOB).action is RerunAction.REPLACE
         processed = self._run(frozenset())
         epoch = self._epoch
         assert processed == len(pending), (
@@ -340,10 +340,10 @@ class StoreHistory(RuleBasedStateMachine):
     def fail_on(self, bad: Any) -> None:
         """A run whose user code fails on the row(s) of the pending key ``bad``."""
         order = next(row[0] for row, (_, key) in self.rows.items() if key == bad)
-        epoch = self.store.current_epoch()
+        epoch = self.store.epochs.current()
         before = set(self.done)
         assert self._run(frozenset({order})) is None
-        number = self.store.current_epoch()
+        number = self.store.epochs.current()
         assert number is not None and (epoch is None or number.number > epoch.number)
         done = self._store_done()
         assert before <= done <= self._input_keys(), "a failed run lost done keys or invented some"
@@ -373,7 +373,7 @@ class StoreHistory(RuleBasedStateMachine):
         self.commits.append(number)
         self.orphans_possible = False
         self.latest = "committed"
-        report = self.store.check()
+        report = self.store.inspection.check()
         assert report.ok, report
         if self.replaceable:  # the earlier commits of this job no longer count: their files were retracted
             assert result.replaced_files, "the commit of a re-run did not replace the committed output"
@@ -425,7 +425,7 @@ class StoreHistory(RuleBasedStateMachine):
 
     def _cleanup(self, policy: RetentionPolicy) -> None:
         def cleanup() -> None:
-            self.store.cleanup(policy)
+            self.store.housekeeping.cleanup(policy)
 
         self._crashing(cleanup, cleanup)  # a crashed cleanup is run again
 
@@ -573,7 +573,7 @@ class StoreHistory(RuleBasedStateMachine):
     @rule()
     def discard_uncommitted(self) -> None:
         try:
-            self.store.discard_uncommitted()
+            self.store.housekeeping.discard_uncommitted()
         except CheckpointError as exc:
             TALLY.refused[f"discard_uncommitted: {type(exc).__name__}"] += 1
             return
@@ -585,7 +585,7 @@ class StoreHistory(RuleBasedStateMachine):
     @rule()
     def clear(self) -> None:
         try:
-            self.store.clear()
+            self.store.housekeeping.clear()
         except CheckpointError as exc:
             TALLY.refused[f"clear: {type(exc).__name__}"] += 1
             return

@@ -147,7 +147,7 @@ def _run(
     for round_number in (1, 2):
         run_job(store, output_uri, inputs_of_round(inputs, round_number))
         store.commit([output_uri])
-        store.cleanup(RetentionPolicy.RETAIN)
+        store.housekeeping.cleanup(RetentionPolicy.RETAIN)
     if trial.action in ("undo", "purge"):
         store.reprocessing.run(_selection(inputs))
     before = _everywhere(store, output)
@@ -187,6 +187,6 @@ def _run(
 
     run_job(store, output_uri, inputs)
     store.commit([output_uri])
-    store.cleanup(RetentionPolicy.RETAIN)
+    store.housekeeping.cleanup(RetentionPolicy.RETAIN)
     audit = audit_after_commit(store, output, inputs, mode="files", policy=RetentionPolicy.RETAIN, store_faults=False)
     return violations + audit.violations

@@ -78,8 +78,8 @@ def test_reprocess_by_keys_then_next_run_then_exactly_once(backend: Backend, ret
     # Their files left the output and wait in the quarantine, byte for byte.
     assert backend.output_names() == {name(p) for p in run.all_files} - {name(p) for p in retracted}
     assert quarantined_names(backend) == {name(p) for p in retracted}
-    assert store.check().ok, store.check()
-    epoch = store.current_epoch()
+    assert store.inspection.check().ok, store.inspection.check()
+    epoch = store.epochs.current()
     assert epoch is not None and epoch.status is EpochStatus.RETRACTED
 
     # The next run processes exactly those keys; after its commit every key is there once.
@@ -89,7 +89,7 @@ def test_reprocess_by_keys_then_next_run_then_exactly_once(backend: Backend, ret
     assert backend.output_names() == kept | {name(p) for p in rerun.all_files}
     committed = store.commit([backend.output_uri])  # already committed: idempotent
     assert committed.already_committed and {f.path for f in committed.committed_files} >= set(rerun.all_files)
-    report = store.check()
+    report = store.inspection.check()
     assert report.ok, report
 
 
@@ -100,8 +100,8 @@ def test_undo_before_the_next_run_restores_files_and_checkpoints_exactly(
     run = run_and_commit(store, backend, PARTITIONS, policy=retention, files=2)
     before = Picture.take(backend)
     keys_before = done_keys(store)
-    valid_before = sorted(c.checkpoint_id for c in store.valid_checkpoints())
-    status_before = {c.checkpoint_id: c.status for c in store.valid_checkpoints()}
+    valid_before = sorted(c.checkpoint_id for c in store.inspection.valid_checkpoints())
+    status_before = {c.checkpoint_id: c.status for c in store.inspection.valid_checkpoints()}
 
     store.reprocessing.run(Selection(keys=["c2"]))
     assert done_keys(store) != keys_before
@@ -109,19 +109,19 @@ def test_undo_before_the_next_run_restores_files_and_checkpoints_exactly(
 
     assert sorted(undone.restored) == sorted(run.files[run.checkpoint_of("c2")])
     assert done_keys(store) == keys_before
-    assert sorted(c.checkpoint_id for c in store.valid_checkpoints()) == valid_before
-    assert {c.checkpoint_id: c.status for c in store.valid_checkpoints()} == status_before
+    assert sorted(c.checkpoint_id for c in store.inspection.valid_checkpoints()) == valid_before
+    assert {c.checkpoint_id: c.status for c in store.inspection.valid_checkpoints()} == status_before
     after = Picture.take(backend)
     assert after.output == before.output  # every file back, same bytes
-    assert store.progress().keys_done == len(keys_before)
-    assert store.check().ok, store.check()
+    assert store.inspection.progress().keys_done == len(keys_before)
+    assert store.inspection.check().ok, store.inspection.check()
     # Undo keeps the quarantine copies until purge; purge deletes exactly them.
     assert quarantined_names(backend) == {name(p) for p in run.files[run.checkpoint_of("c2")]}
     purged = store.reprocessing.purge()
     assert quarantined_names(backend) == set() and len(purged.purged) == 2
     # And the store goes on as before: a new run skips every key, commits, check is clean.
     rerun_pending(store, backend, [])
-    assert done_keys(store) == keys_before and store.check().ok
+    assert done_keys(store) == keys_before and store.inspection.check().ok
 
 
 def test_undo_is_refused_after_the_next_run_began(backend: Backend) -> None:
@@ -147,7 +147,7 @@ def test_delete_instead_of_quarantine_cannot_be_undone(backend: Backend) -> None
     with raises_reason(RefusedError, "undo_unavailable", match="deleted"):
         store.reprocessing.undo()
     assert Picture.take(backend) == before
-    assert store.check().ok
+    assert store.inspection.check().ok
 
 
 def test_purge_while_undo_is_possible_fences_and_then_undo_is_refused(backend: Backend) -> None:
@@ -161,7 +161,7 @@ def test_purge_while_undo_is_possible_fences_and_then_undo_is_refused(backend: B
         store.reprocessing.undo(first.epoch)
     records = {r.epoch: r for r in store.reprocessing.records()}
     assert records[first.epoch].purged and not records[first.epoch].undone
-    assert store.check().ok
+    assert store.inspection.check().ok
     assert store.reprocessing.purge(first.epoch).purged == ()  # idempotent
 
 
@@ -219,7 +219,7 @@ def test_reprocess_retracts_committed_output_of_a_delete_after_success_store(bac
     assert backend.output_names() == set()
     rerun = rerun_pending(store, backend, run.keys)
     assert backend.output_names() == {name(p) for p in rerun.all_files}
-    assert store.check().ok
+    assert store.inspection.check().ok
 
 
 # ---------------------------------------------------------------- rewind
@@ -241,11 +241,11 @@ def test_rewind_to_commit_2_of_4(backend: Backend, retention: RetentionPolicy | 
     assert done_keys(store) == sorted(k for run in runs[:2] for k in run.keys)
     assert backend.output_names() == {name(p) for run in runs[:2] for p in run.all_files}
     assert quarantined_names(backend) == {name(p) for p in later_files}
-    assert store.check().ok, store.check()
+    assert store.inspection.check().ok, store.inspection.check()
     rerun = rerun_pending(store, backend, later_keys)
     assert done_keys(store) == sorted(k for run in runs for k in run.keys)
     kept = {name(p) for run in runs[:2] for p in run.all_files}
-    assert backend.output_names() == kept | {name(p) for p in rerun.all_files} and store.check().ok
+    assert backend.output_names() == kept | {name(p) for p in rerun.all_files} and store.inspection.check().ok
 
 
 def test_rewind_to_the_latest_commit_is_nothing_to_do(backend: Backend) -> None:

@@ -47,7 +47,7 @@ def _no_failpoints() -> None:
 def test_reprocess_while_an_epoch_is_open_changes_nothing(backend: Backend) -> None:
     store = backend.store()
     run_and_commit(store, backend, PARTITIONS)
-    running = store.begin_epoch(owner="dag/task/run2")  # a submit is running
+    running = store.epochs.begin(owner="dag/task/run2")  # a submit is running
     write_task(store, backend, epoch=running.number, partition=0, keys=["e1"])
     before = Picture.take(backend)
     with raises_reason(EpochConflictError, "epoch_open", match="open"):
@@ -70,10 +70,10 @@ def test_submit_commit_clear_are_refused_during_an_unfinished_reprocess(backend:
     failpoints.disable_all()
     before = Picture.take(backend)
     for attempt in (
-        lambda: store.begin_epoch(owner="dag/task/run"),
-        lambda: store.begin_epoch(owner="other", takeover=True),  # not even with takeover
-        lambda: store.clear(),
-        lambda: store.discard_uncommitted(),
+        lambda: store.epochs.begin(owner="dag/task/run"),
+        lambda: store.epochs.begin(owner="other", takeover=True),  # not even with takeover
+        lambda: store.housekeeping.clear(),
+        lambda: store.housekeeping.discard_uncommitted(),
         lambda: store.reprocessing.run(Selection(keys=["a1"])),  # another selection
     ):
         with raises_reason(EpochConflictError, "reprocess_in_progress", match="resume"):
@@ -81,12 +81,12 @@ def test_submit_commit_clear_are_refused_during_an_unfinished_reprocess(backend:
     with raises_reason(EpochConflictError, "reprocess_in_progress", match="reprocess"):
         store.commit([backend.output_uri])
     assert Picture.take(backend) == before
-    report = store.check()
+    report = store.inspection.check()
     assert not report.ok and any("unfinished" in p and "resume" in p for p in report.problems)
 
     finished = store.reprocessing.run(Selection(keys=["c1"]))  # the same request finishes it
     assert finished.resumed and sorted(finished.moved) == run.files[run.checkpoint_of("c1")]
-    assert store.check().ok
+    assert store.inspection.check().ok
 
 
 def test_commit_refuses_a_finished_reprocess_epoch_until_a_run(backend: Backend) -> None:
@@ -98,7 +98,7 @@ def test_commit_refuses_a_finished_reprocess_epoch_until_a_run(backend: Backend)
         store.commit([backend.output_uri])
     assert Picture.take(backend) == before
     rerun_pending(store, backend, ["b1"])
-    assert store.check().ok
+    assert store.inspection.check().ok
 
 
 def _racer(args: tuple[str, dict[str, Any], str, Any]) -> str:
@@ -110,7 +110,7 @@ def _racer(args: tuple[str, dict[str, Any], str, Any]) -> str:
     barrier.wait()
     try:
         if what == "submit":
-            return f"submit:{store.begin_epoch(owner='dag/task/run').number}"
+            return f"submit:{store.epochs.begin(owner='dag/task/run').number}"
         return f"reprocess:{store.reprocessing.run(Selection(keys=['a1'])).epoch}"
     except EpochConflictError:
         return "conflict"
@@ -132,11 +132,11 @@ def test_racing_a_submit_or_another_reprocess_exactly_one_wins(backend: Backend,
                 sorted(["conflict", other]),
             ), results
             winner = next(r for r in results if r != "conflict")
-            epochs = store.list_epochs()
+            epochs = store.epochs.all()
             assert epochs[-1].number == run.epoch + 1  # exactly one new epoch
             files_a1 = {name(p) for p in run.files[run.checkpoint_of("a1")]}
             if winner.startswith("reprocess"):
-                assert quarantined_names(sub) == files_a1 and store.check().ok
+                assert quarantined_names(sub) == files_a1 and store.inspection.check().ok
             else:
                 assert quarantined_names(sub) == set() and files_a1 <= sub.output_names()
 
@@ -206,11 +206,11 @@ def test_crash_at_every_step_then_a_rerun_finishes(backend: Backend, action: str
     if point.endswith("before_epoch"):
         assert finished is None  # nothing had happened: nothing to finish; do it again
         _operate(store, action)
-    assert store.check().ok, store.check()
+    assert store.inspection.check().ok, store.inspection.check()
     ours, reference = Picture.take(backend), _reference(backend, action)
     assert _shape(ours.output) == _shape(reference.output)
     assert _shape(ours.quarantine()) == _shape(reference.quarantine())
-    current = store.current_epoch()
+    current = store.epochs.current()
     assert current is not None and current.status is not EpochStatus.OPEN
 
 
@@ -232,11 +232,11 @@ def test_a_killed_process_is_finished_by_the_next_call(backend: Backend, point: 
     env = {**os.environ, "CKPT_FAILPOINTS": f"{point}=exit"}
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == failpoints.EXIT_CODE, proc.stderr
-    assert not store.check().ok
+    assert not store.inspection.check().ok
     result = store.reprocessing.run(Selection(keys=["c2"]))
     assert result.resumed
     assert quarantined_names(backend) == {name(p) for p in run.files[run.checkpoint_of("c2")]}
-    assert "c1" not in done_keys(store) and store.check().ok
+    assert "c1" not in done_keys(store) and store.inspection.check().ok
 
 
 # ---------------------------------------------------------------- killed in the middle of a local write
@@ -286,16 +286,16 @@ def test_an_undo_killed_mid_restore_leaves_no_second_copy(backend: Backend, tmp_
 
     _kill_before_a_rename(backend, out, "store.reprocessing.undo()")
     assert _temporaries(out), "the kill did not happen mid-restore"
-    assert not store.check().ok  # the undo is unfinished
+    assert not store.inspection.check().ok  # the undo is unfinished
 
     result = store.reprocessing.resume()
     assert result is not None and result.resumed and len(result.restored) == 2
     assert _temporaries(out) == []
     assert sorted(p.name for p in out.iterdir()) == sorted(name(p) for p in run.all_files)
-    assert store.check().ok, store.check()
+    assert store.inspection.check().ok, store.inspection.check()
     rerun_pending(store, backend, [])  # nothing is pending after the undo: the next run adds nothing
     assert sorted(p.name for p in out.iterdir()) == sorted(name(p) for p in run.all_files)
-    assert store.check().ok, store.check()
+    assert store.inspection.check().ok, store.inspection.check()
 
 
 def test_a_reprocess_killed_mid_copy_leaves_nothing_in_the_quarantine(tmp_path: Path) -> None:
@@ -314,7 +314,7 @@ def test_a_reprocess_killed_mid_copy_leaves_nothing_in_the_quarantine(tmp_path: 
     assert _temporaries(quarantine) == []
     store.reprocessing.purge()
     assert [p for p in quarantine.rglob("*") if p.is_file()] == []
-    assert store.check().ok, store.check()
+    assert store.inspection.check().ok, store.inspection.check()
 
 
 # ---------------------------------------------------------------- bad input
@@ -426,4 +426,4 @@ def test_undo_after_a_cleanup_deleted_the_checkpoints_is_refused(backend: Backen
     # and its row, if a segment holds it (the commit compacted the run's checkpoints)
     store.compactor.rewrite_without(frozenset({run.checkpoint_of("a1")}))
     _refused(backend, lambda: store.reprocessing.undo(), RefusedError, "undo_unavailable", "deleted since")
-    assert store.check().ok
+    assert store.inspection.check().ok
