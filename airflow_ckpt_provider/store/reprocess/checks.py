@@ -96,28 +96,27 @@ def check_fence(view: StoreView, takeover: bool) -> None:
         )
 
 
-def check_touchable(view: StoreView, plan: ReprocessPlan) -> None:
-    """Refuse a reprocess or rewind whose plan names files outside the store root and the output roots."""
-    if plan.refused_paths:
-        raise RefusedError(
-            f"the records of {view.parts.uri} name {len(plan.refused_paths)} file(s) outside its root and the "
-            f"output roots (e.g. {list(plan.refused_paths[:3])}); they are never touched, so this {plan.action} "
-            "cannot make the output exactly-once. Nothing was changed; run `airflow-ckpt check`, and declare "
-            "the job's real output roots if those files are yours",
-            reason="unsafe_path",
+def check_paths(view: StoreView, plan: ReprocessPlan, *, resuming: bool = False) -> None:
+    """Refuse a plan naming files outside the store root and the output roots (``refused_paths``):
+    they are never touched, so the action could not make the output exactly-once. A purge names
+    only the store's own quarantine. Raises :class:`RefusedError` (``unsafe_path``), nothing changed."""
+    if not plan.refused_paths or plan.action == PURGE:
+        return
+    count, some = len(plan.refused_paths), list(plan.refused_paths[:3])
+    if resuming:
+        message = (
+            f"the unfinished {plan.action} of {view.parts.uri} (epoch {plan.new_epoch}) names {count} file(s) "
+            f"outside the output roots (e.g. {some}): it was not made by this store's DAG and is not resumed. "
+            "Nothing was changed; abandon it (`airflow-ckpt abandon`, or Abandon in the Checkpoints tab) and run "
+            "`airflow-ckpt check`"
         )
-
-
-def check_resumable(view: StoreView, plan: ReprocessPlan) -> None:
-    """Refuse to resume a recorded plan naming files outside the output roots (see :func:`with_refusals`)."""
-    if plan.refused_paths and plan.action != PURGE:
-        raise RefusedError(
-            f"the unfinished {plan.action} of {view.parts.uri} (epoch {plan.new_epoch}) names "
-            f"{len(plan.refused_paths)} file(s) outside the output roots (e.g. {list(plan.refused_paths[:3])}): "
-            "it was not made by this store's DAG and is not resumed. Nothing was changed; abandon it "
-            "(`airflow-ckpt abandon`, or Abandon in the Checkpoints tab) and run `airflow-ckpt check`",
-            reason="unsafe_path",
+    else:
+        message = (
+            f"the records of {view.parts.uri} name {count} file(s) outside its root and the output roots (e.g. "
+            f"{some}); they are never touched, so this {plan.action} cannot make the output exactly-once. Nothing "
+            "was changed; run `airflow-ckpt check`, and declare the job's real output roots if those files are yours"
         )
+    raise RefusedError(message, reason="unsafe_path")
 
 
 def with_refusals(view: StoreView, plan: ReprocessPlan) -> ReprocessPlan:

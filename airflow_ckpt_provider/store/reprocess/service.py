@@ -18,8 +18,7 @@ from airflow_ckpt_provider.store.reprocess.checks import (
     Expected,
     check_expected,
     check_fence,
-    check_resumable,
-    check_touchable,
+    check_paths,
     empty_purge,
     in_progress,
     same_unfinished,
@@ -214,7 +213,7 @@ class Reprocessing:
             return None
         plan = with_refusals(view, pending)
         check_expected(view, plan, expected)
-        check_resumable(view, plan)
+        check_paths(view, plan, resuming=True)
         return _finish(view, pending)
 
     def abandon(self, *, expected: ReprocessPlan | str, requested_by: str | None = None) -> ReprocessPlan:
@@ -269,7 +268,7 @@ class Reprocessing:
         check_expected(view, plan, expected)
         if plan.nothing_to_do and not plan.refused_paths:
             return ReprocessResult(action=action, epoch=None, plan=plan)
-        check_touchable(view, plan)
+        check_paths(view, plan)
         check_fence(view, takeover)
         failpoint("store.reprocess.before_epoch")
         steps = _steps(view)
