@@ -47,12 +47,16 @@ def measure(backend: str, uri: str, output: str, options: dict[str, Any], n: int
     chosen = Selection(keys=[5, (n // 2) * keys + 1, n * keys - 1])  # 3 keys in 3 checkpoints
     row: dict[str, Any] = {"backend": backend, "checkpoints": n, "keys": n * keys}
     row["commit_and_retain"] = _measure(
-        opener, lambda s: (s.commit([output]).summary()["files_committed"], len(s.cleanup(RetentionPolicy.RETAIN)))
+        opener,
+        lambda s: (
+            s.commit([output]).summary()["files_committed"],
+            len(s.housekeeping.cleanup(RetentionPolicy.RETAIN)),
+        ),
     )
-    row["preview"] = _measure(opener, lambda s: len(s.preview_reprocess(chosen).files))
-    row["reprocess"] = _measure(opener, lambda s: len(s.reprocess(chosen).moved))
-    row["undo"] = _measure(opener, lambda s: len(s.undo_reprocess().restored))
-    row["rewind"] = _measure(opener, lambda s: len(s.rewind(0).moved))
+    row["preview"] = _measure(opener, lambda s: len(s.reprocessing.preview(chosen).files))
+    row["reprocess"] = _measure(opener, lambda s: len(s.reprocessing.run(chosen).moved))
+    row["undo"] = _measure(opener, lambda s: len(s.reprocessing.undo().restored))
+    row["rewind"] = _measure(opener, lambda s: len(s.reprocessing.rewind(0).moved))
     assert row["preview"]["value"] == row["reprocess"]["value"] == row["undo"]["value"] == 3, row
     assert row["rewind"]["value"] == n, row["rewind"]
     base = row["commit_and_retain"]["seconds"]

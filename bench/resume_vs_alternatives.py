@@ -574,7 +574,7 @@ class Checkpointed(Variant):
 
     def before_submit(self) -> dict[str, str]:
         store = open_store(self.store_uri)
-        self.epoch = store.begin_epoch(owner=OWNER).number
+        self.epoch = store.epochs.begin(owner=OWNER).number
         return {
             "spark.ckpt.store.uri": self.store_uri,
             "spark.ckpt.epoch": str(self.epoch),
@@ -583,7 +583,7 @@ class Checkpointed(Variant):
 
     def after_submit(self, result: Submit) -> None:
         status = EpochStatus.SUCCEEDED if result.returncode == 0 else EpochStatus.FAILED
-        open_store(self.store_uri).end_epoch(self.epoch, status=status)
+        open_store(self.store_uri).epochs.end(self.epoch, status=status)
 
     def units_done(self) -> int:
         with contextlib.suppress(FileNotFoundError):
@@ -596,7 +596,7 @@ class Checkpointed(Variant):
         started = time.monotonic()
         store = open_store(self.store_uri)
         store.commit([str(self.output)])
-        store.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS)
+        store.housekeeping.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS)
         return time.monotonic() - started
 
 

@@ -158,7 +158,7 @@ def row_key_run(
         "failed": failed,
         "engine": summary.engine if summary else None,
         "partitions": summary.partitions if summary else None,
-        "keys_done": job.store.progress().keys_done,
+        "keys_done": job.store.inspection.progress().keys_done,
         "keys_written": summary.keys if summary else 0,
     }
 
@@ -262,7 +262,7 @@ def measure_store_read(spark: SparkSession, millions: list[int], run_dir: Path) 
     for count in millions:
         store_dir = _fresh(run_dir / f"keys-{count}m")
         store = open_store(f"file://{store_dir}")
-        epoch = store.begin_epoch(owner="bench-keys").number
+        epoch = store.epochs.begin(owner="bench-keys").number
         total = count * 1_000_000
         for start in range(0, total, per_checkpoint):
             checkpoint_id = new_checkpoint_id()

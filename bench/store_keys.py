@@ -44,7 +44,7 @@ def timed(fn: Callable[[], Any], repeat: int = 3) -> tuple[float, Any]:
 
 
 def fill(store: CheckpointStore, checkpoints: int, keys: int) -> float:
-    epoch = store.begin_epoch(owner="bench")
+    epoch = store.epochs.begin(owner="bench")
     start = time.perf_counter()
 
     def one(index: int) -> None:
@@ -55,7 +55,7 @@ def fill(store: CheckpointStore, checkpoints: int, keys: int) -> float:
 
     with ThreadPoolExecutor(32) as pool:
         list(pool.map(one, range(checkpoints)))
-    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch.number, status=EpochStatus.SUCCEEDED)
     return time.perf_counter() - start
 
 
@@ -95,7 +95,7 @@ def run(name: str, uri: str, options: dict[str, Any], checkpoints: int, keys: in
     store.commit([f"{uri}-out"])
     commit_seconds = time.perf_counter() - start
     start = time.perf_counter()
-    store.cleanup(RetentionPolicy.RETAIN)
+    store.housekeeping.cleanup(RetentionPolicy.RETAIN)
     compact_seconds = time.perf_counter() - start
 
     before = store.blobs.request_count

@@ -6,7 +6,7 @@ output file (a few bytes, written to the output directory), its file metadata,
 ``keys_per_checkpoint`` keys and the seal. One attempt in a hundred fails before its
 seal (intent and output file, no manifest), so the commit has orphans to delete.
 While the tasks seal, a second store client compacts every two seconds, as the Spark
-driver does while a job runs (``store.compact(min_loose=500, delete_retired=False)``,
+driver does while a job runs (``store.housekeeping.compact(min_loose=500, delete_retired=False)``,
 then once more when the job ends); code without compaction skips that.
 
 Then, each on a freshly opened store (no cache carried over):
@@ -96,8 +96,9 @@ from bench import quiet  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 FAILED_EVERY = 100
-#: The driver's compaction while the job runs: store.background_compaction()'s min_loose (spark/job/write_pipeline.py
-#: runs it around each write), every 2 s rather than its 10 s, so that a fill of minutes compacts as a long job does.
+#: The driver's compaction while the job runs: store.housekeeping.background_compaction()'s min_loose
+#: (spark/job/write_pipeline.py runs it around each write), every 2 s rather than its 10 s, so that a
+#: fill of minutes compacts as a long job does.
 COMPACT_EVERY_SECONDS = 2.0
 COMPACT_MIN_LOOSE = 500
 OPERATIONS = ("keys_read", "progress", "begin_epoch", "commit", "cleanup")
@@ -132,7 +133,7 @@ class DriverCompaction:
 
     def __init__(self, store: CheckpointStore) -> None:
         self.store = store
-        self.enabled = hasattr(store, "compact")
+        self.enabled = hasattr(store, "housekeeping")
         self.rounds = 0
         self.checkpoints = 0
         self.seconds = 0.0
@@ -147,7 +148,7 @@ class DriverCompaction:
 
     def _once(self, min_loose: int) -> None:
         started = time.perf_counter()
-        result = self.store.compact(min_loose=min_loose, delete_retired=False)  # type: ignore[attr-defined]
+        result = self.store.housekeeping.compact(min_loose=min_loose, delete_retired=False)  # type: ignore[attr-defined]
         self.seconds += time.perf_counter() - started
         self.rounds += 1
         self.checkpoints += result.checkpoints
@@ -190,9 +191,9 @@ def fill(
 
 def _begin(store: CheckpointStore, owner: str, output: str) -> int:
     """Open an epoch declaring ``output`` as its output root (code before declared roots: without)."""
-    if "output_roots" in inspect.signature(store.begin_epoch).parameters:
-        return store.begin_epoch(owner=owner, output_roots=[output]).number
-    return store.begin_epoch(owner=owner).number
+    if "output_roots" in inspect.signature(store.epochs.begin).parameters:
+        return store.epochs.begin(owner=owner, output_roots=[output]).number
+    return store.epochs.begin(owner=owner).number
 
 
 def fill_compacting(
@@ -230,7 +231,7 @@ def fill_compacting(
     driver = DriverCompaction(compactor_store) if compactor_store is not None else contextlib.nullcontext(None)
     with driver as compaction, ThreadPoolExecutor(workers) as pool:
         list(pool.map(one, range(checkpoints)))
-    store.end_epoch(epoch, status=status)
+    store.epochs.end(epoch, status=status)
     after, _ = _requests(counted)
     result: dict[str, Any] = {"seconds": time.perf_counter() - started}
     if compaction is not None:
@@ -324,14 +325,16 @@ def measure(
     reads = [_measure(opener, lambda s: s.get_checkpointed_keys().num_rows) for _ in range(2)]
     row["keys_read"] = min(reads, key=lambda r: r["seconds"])
     row["floor"] = _floor(opener(), output, n * keys)
-    row["progress"] = _measure(opener, lambda s: s.progress().valid_checkpoints)
-    row["begin_epoch"] = _measure(opener, lambda s: len(s.begin_epoch(owner="bench-2").base))
-    opener().end_epoch(2, status=EpochStatus.SUCCEEDED)
+    row["progress"] = _measure(opener, lambda s: s.inspection.progress().valid_checkpoints)
+    row["begin_epoch"] = _measure(opener, lambda s: len(s.epochs.begin(owner="bench-2").base))
+    opener().epochs.end(2, status=EpochStatus.SUCCEEDED)
     if "commit" not in skip:
         row["commit"] = _measure(opener, lambda s: s.commit([output]).summary())
         assert row["commit"]["value"]["orphans_deleted"] == len(range(0, n, FAILED_EVERY)), row["commit"]["value"]
         if "cleanup" not in skip:
-            row["cleanup"] = _measure(opener, lambda s: len(s.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS)))
+            row["cleanup"] = _measure(
+                opener, lambda s: len(s.housekeeping.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS))
+            )
     row["not_measured"] = [op for op in OPERATIONS if op not in row]
     assert row["keys_read"]["value"] == n * keys, row["keys_read"]
     assert row["progress"]["value"] == n, row["progress"]
@@ -434,7 +437,7 @@ def seal_plain(store: CheckpointStore, output: str, checkpoints: int, keys: int,
     started = time.perf_counter()
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(one, range(checkpoints)))
-    store.end_epoch(epoch, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch, status=EpochStatus.SUCCEEDED)
     return time.perf_counter() - started
 
 
@@ -478,10 +481,10 @@ def tail_reads(
 
     row["loose_before"] = loose_now(opener())
     row["keys_read"] = _measure(opener, lambda s: s.get_checkpointed_keys().num_rows)
-    row["progress"] = _measure(opener, lambda s: s.progress().valid_checkpoints)
-    row["begin_epoch"] = _measure(opener, lambda s: len(s.begin_epoch(owner="resume", takeover=True).base))
+    row["progress"] = _measure(opener, lambda s: s.inspection.progress().valid_checkpoints)
+    row["begin_epoch"] = _measure(opener, lambda s: len(s.epochs.begin(owner="resume", takeover=True).base))
     row["loose_after_begin"] = loose_now(opener())
-    opener().end_epoch(2, status=EpochStatus.SUCCEEDED)
+    opener().epochs.end(2, status=EpochStatus.SUCCEEDED)
     row["commit"] = _measure(opener, lambda s: len(s.commit([]).committed_checkpoints))
     for op in ("keys_read",):
         assert row[op]["value"] == n * keys, row[op]
@@ -555,7 +558,7 @@ def concurrent_seal(
         "folded": sum(c.loose_tail.folded for c in clients),
         "lost_races": sum(c.loose_tail.lost_races for c in clients),
     }
-    progress = open_store(uri, **options).progress()
+    progress = open_store(uri, **options).inspection.progress()
     assert progress.valid_checkpoints == n, progress
     print(
         f"[tail] {backend} {n:,} by {sealers}: {seconds:.1f} s, {requests:,} req ({row['requests_per_checkpoint']:.1f}"

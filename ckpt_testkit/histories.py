@@ -253,7 +253,7 @@ class StoreHistory(RuleBasedStateMachine):
         def begin() -> int:
             # The operator declares its output root at the submit; so do histories (a store on S3 may then
             # write its output to local disk).
-            return self.store.begin_epoch(owner="histories", metadata=metadata, output_roots=[self.output]).number
+            return self.store.epochs.begin(owner="histories", metadata=metadata, output_roots=[self.output]).number
 
         epoch = self._crashing(begin, begin)  # a crashed submit is submitted again (it takes over its epoch)
         job = CheckpointedJob(spark, self.store_uri, epoch=epoch, **self.options)
@@ -270,10 +270,10 @@ class StoreHistory(RuleBasedStateMachine):
         except Exception:
             if not poison:
                 raise
-            self.store.end_epoch(epoch, status=EpochStatus.FAILED)
+            self.store.epochs.end(epoch, status=EpochStatus.FAILED)
             self.windows[epoch] = (before, _now())
             return None
-        self.store.end_epoch(epoch, status=EpochStatus.SUCCEEDED)
+        self.store.epochs.end(epoch, status=EpochStatus.SUCCEEDED)
         self.windows[epoch] = (before, _now())
         assert not poison, "the run with a bad record succeeded"
         self._epoch = epoch
@@ -318,7 +318,7 @@ class StoreHistory(RuleBasedStateMachine):
         pending = self._input_keys() - set(self.done)
         replacing = self.latest == "deleted"
         if replacing:  # a new run of the same job after its output was committed and its keys deleted
-            assert self.store.rerun_plan(JOB).action is RerunAction.REPLACE
+            assert self.store.inspection.rerun_plan(JOB).action is RerunAction.REPLACE
         processed = self._run(frozenset())
         epoch = self._epoch
         assert processed == len(pending), (
@@ -340,10 +340,10 @@ class StoreHistory(RuleBasedStateMachine):
     def fail_on(self, bad: Any) -> None:
         """A run whose user code fails on the row(s) of the pending key ``bad``."""
         order = next(row[0] for row, (_, key) in self.rows.items() if key == bad)
-        epoch = self.store.current_epoch()
+        epoch = self.store.epochs.current()
         before = set(self.done)
         assert self._run(frozenset({order})) is None
-        number = self.store.current_epoch()
+        number = self.store.epochs.current()
         assert number is not None and (epoch is None or number.number > epoch.number)
         done = self._store_done()
         assert before <= done <= self._input_keys(), "a failed run lost done keys or invented some"
@@ -373,7 +373,7 @@ class StoreHistory(RuleBasedStateMachine):
         self.commits.append(number)
         self.orphans_possible = False
         self.latest = "committed"
-        report = self.store.check()
+        report = self.store.inspection.check()
         assert report.ok, report
         if self.replaceable:  # the earlier commits of this job no longer count: their files were retracted
             assert result.replaced_files, "the commit of a re-run did not replace the committed output"
@@ -404,7 +404,7 @@ class StoreHistory(RuleBasedStateMachine):
     @rule(point=st.sampled_from(CRASH_POINTS))
     def arm_crash(self, point: str) -> None:
         """Crash (``raise`` at ``point``) the next operation that meets it; the operation is then recovered
-        as documented (the same call again, or ``resume_reprocess``) and the oracle judges the result."""
+        as documented (the same call again, or ``reprocessing.resume``) and the oracle judges the result."""
         self.armed = point
         self.log.append(f"arm:{point}")
 
@@ -425,13 +425,13 @@ class StoreHistory(RuleBasedStateMachine):
 
     def _cleanup(self, policy: RetentionPolicy) -> None:
         def cleanup() -> None:
-            self.store.cleanup(policy)
+            self.store.housekeeping.cleanup(policy)
 
         self._crashing(cleanup, cleanup)  # a crashed cleanup is run again
 
     def _resume(self, action: Callable[[], Any]) -> Any:
         """Finish a crashed reprocess, rewind, undo or purge: resume it, or (crashed before it began) run it again."""
-        resumed = self.store.resume_reprocess()
+        resumed = self.store.reprocessing.resume()
         return action() if resumed is None else resumed
 
     def _done_step(self, name: str) -> None:
@@ -476,7 +476,7 @@ class StoreHistory(RuleBasedStateMachine):
 
     def reprocess_one_key(self, key: Any) -> None:
         selected = {"tenant": key[0], "order_id": key[1]} if self.mode == "composite" else key
-        pending = self._maintenance("reprocess_key", lambda: self.store.reprocess(Selection(keys=[selected])))
+        pending = self._maintenance("reprocess_key", lambda: self.store.reprocessing.run(Selection(keys=[selected])))
         if pending is not None:
             assert key in pending
 
@@ -487,7 +487,7 @@ class StoreHistory(RuleBasedStateMachine):
 
     def reprocess_input_file(self, key: Any) -> None:
         path = next(p for p, k in self.rows.values() if k == key)
-        pending = self._maintenance("reprocess_file", lambda: self.store.reprocess(Selection(files=[path])))
+        pending = self._maintenance("reprocess_file", lambda: self.store.reprocessing.run(Selection(files=[path])))
         if pending is not None:
             assert pending == {key}
 
@@ -508,7 +508,7 @@ class StoreHistory(RuleBasedStateMachine):
         else:
             selection = Selection(epochs=[number])
         name = "reprocess_time" if by_time else "reprocess_epoch"
-        pending = self._maintenance(name, lambda: self.store.reprocess(selection))
+        pending = self._maintenance(name, lambda: self.store.reprocessing.run(selection))
         if pending is not None:
             assert pending == expected, f"{name} {number}: {len(pending)} pending, {len(expected)} want"
 
@@ -520,7 +520,9 @@ class StoreHistory(RuleBasedStateMachine):
 
     def reprocess_by_commit(self, number: int) -> None:
         expected = {k for k, c in self.committed_by.items() if c == number}
-        pending = self._maintenance("reprocess_commit", lambda: self.store.reprocess(Selection(commits=[number])))
+        pending = self._maintenance(
+            "reprocess_commit", lambda: self.store.reprocessing.run(Selection(commits=[number]))
+        )
         if pending is not None:
             assert pending == expected, f"reprocess of commit {number}: {len(pending)} pending, {len(expected)} want"
 
@@ -531,7 +533,7 @@ class StoreHistory(RuleBasedStateMachine):
 
     def rewind_to(self, to: int) -> None:
         expected = {k for k, e in self.done.items() if e > to}
-        pending = self._maintenance("rewind", lambda: self.store.rewind(to))
+        pending = self._maintenance("rewind", lambda: self.store.reprocessing.rewind(to))
         if pending is not None:
             assert pending == expected, f"rewind to {to}: {len(pending)} pending, {len(expected)} want"
 
@@ -541,7 +543,7 @@ class StoreHistory(RuleBasedStateMachine):
         assert self.undo_state is not None
         done, committed_by = self.undo_state
         try:
-            self._crashing(self.store.undo_reprocess, lambda: self._resume(self.store.undo_reprocess))
+            self._crashing(self.store.reprocessing.undo, lambda: self._resume(self.store.reprocessing.undo))
         except CheckpointError as exc:
             TALLY.refused[f"undo: {type(exc).__name__}"] += 1
             return
@@ -556,7 +558,7 @@ class StoreHistory(RuleBasedStateMachine):
         """Delete the quarantined files for good: nothing a reader or the store counts changes; undo ends."""
         before = self._store_done()
         try:
-            self._crashing(self.store.purge_quarantine, lambda: self._resume(self.store.purge_quarantine))
+            self._crashing(self.store.reprocessing.purge, lambda: self._resume(self.store.reprocessing.purge))
         except CheckpointError as exc:
             TALLY.refused[f"purge: {type(exc).__name__}"] += 1
             return
@@ -571,7 +573,7 @@ class StoreHistory(RuleBasedStateMachine):
     @rule()
     def discard_uncommitted(self) -> None:
         try:
-            self.store.discard_uncommitted()
+            self.store.housekeeping.discard_uncommitted()
         except CheckpointError as exc:
             TALLY.refused[f"discard_uncommitted: {type(exc).__name__}"] += 1
             return
@@ -583,7 +585,7 @@ class StoreHistory(RuleBasedStateMachine):
     @rule()
     def clear(self) -> None:
         try:
-            self.store.clear()
+            self.store.housekeeping.clear()
         except CheckpointError as exc:
             TALLY.refused[f"clear: {type(exc).__name__}"] += 1
             return

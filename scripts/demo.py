@@ -175,7 +175,7 @@ def main() -> None:
             continue
         handled_tries.add(tries)
         plan = xcom(home, SPARK_TASK, "checkpoint_plan")
-        progress = open_store(plan["checkpoint_uri"]).progress()
+        progress = open_store(plan["checkpoint_uri"]).inspection.progress()
         print(f"    try {tries}: failed after {time.monotonic() - started:.0f} s; Airflow retries it in 30 s")
         cause = _failure_cause(log_path)
         if cause:

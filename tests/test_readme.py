@@ -128,7 +128,7 @@ def test_cli_examples_run_against_a_real_store(tmp_path: Path) -> None:
     from tests.cli.sample_store import fill_store
 
     store_uri = (tmp_path / "store").as_uri()
-    checkpoint_id = fill_store(store_uri, (tmp_path / "out").as_uri()).list_checkpoints()[0].checkpoint_id
+    checkpoint_id = fill_store(store_uri, (tmp_path / "out").as_uri()).inspection.list_checkpoints()[0].checkpoint_id
     ran = 0
     for command in _cli_lines():
         argv = shlex.split(command)[1:]

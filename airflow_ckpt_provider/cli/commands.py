@@ -32,8 +32,8 @@ def _json(io: Io, data: Any) -> None:
 
 
 def list_checkpoints(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
-    checkpoints = store.list_checkpoints()
-    valid = {c.checkpoint_id for c in store.valid_checkpoints()}
+    checkpoints = store.inspection.list_checkpoints()
+    valid = {c.checkpoint_id for c in store.inspection.valid_checkpoints()}
     if args.json:
         _json(io, [c.to_json() | {"valid": c.checkpoint_id in valid} for c in checkpoints])
         return EXIT_OK
@@ -61,13 +61,13 @@ def list_checkpoints(store: CheckpointStore, args: argparse.Namespace, io: Io) -
 
 
 def show_checkpoint(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
-    checkpoint = store.get_checkpoint(args.checkpoint_id)
+    checkpoint = store.inspection.get_checkpoint(args.checkpoint_id)
     if checkpoint is None:
         raise NotFoundError(
             f"no sealed checkpoint {args.checkpoint_id!r} in {store.uri}; `airflow-ckpt list` shows the ids it holds",
             reason="checkpoint",
         )
-    valid = any(c.checkpoint_id == checkpoint.checkpoint_id for c in store.valid_checkpoints())
+    valid = any(c.checkpoint_id == checkpoint.checkpoint_id for c in store.inspection.valid_checkpoints())
     if args.json:
         _json(io, checkpoint.to_json() | {"valid": valid})
         return EXIT_OK
@@ -96,9 +96,9 @@ def show_checkpoint(store: CheckpointStore, args: argparse.Namespace, io: Io) ->
 
 
 def progress(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
-    state = store.progress()
+    state = store.inspection.progress()
     job = None if state.epoch is None else state.epoch.metadata.get(JOB_METADATA_KEY)
-    rerun = store.rerun_plan(job if isinstance(job, str) else None, progress=state)
+    rerun = store.inspection.rerun_plan(job if isinstance(job, str) else None, progress=state)
     if args.json:
         _json(io, state.to_json() | {"rerun": rerun.to_json() | {"job": job, "description": rerun.describe()}})
         return EXIT_OK
@@ -130,7 +130,7 @@ def progress(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
 
 
 def epochs(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
-    all_epochs = store.list_epochs()
+    all_epochs = store.epochs.all()
     if args.json:
         _json(
             io,
@@ -172,7 +172,7 @@ def keys(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
         shown.extend(column if limit is None else column[: limit - len(shown)])
         if limit is not None and len(shown) >= limit:
             break
-    total = store.progress().keys_done
+    total = store.inspection.progress().keys_done
     if args.json:
         _json(io, {"keys": shown, "shown": len(shown), "total": total})
         return EXIT_OK
@@ -253,10 +253,10 @@ def _destroy(store: CheckpointStore, args: argparse.Namespace, io: Io, *, discar
         else:
             io.out.write(what.describe() + "\n")
         return EXIT_OK
-    refused: Sequence[str] = () if args.json else store.refused_records()
+    refused: Sequence[str] = () if args.json else store.inspection.refused_records()
     if not _confirm(what, args, io, refused):
         return EXIT_FINDINGS
-    result = store.discard_uncommitted() if discard else store.clear()
+    result = store.housekeeping.discard_uncommitted() if discard else store.housekeeping.clear()
     if args.json:
         _json(io, {"preview": what.to_json(), "result": result.to_json()})
         return EXIT_OK
@@ -283,7 +283,7 @@ def discard(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
 
 def check(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
     """Exit 1 when the report holds problems (notes alone are expected leftovers)."""
-    run_check = getattr(store, "check", None)
+    run_check = getattr(getattr(store, "inspection", None), "check", None)
     if run_check is None:
         raise UnsupportedError(
             "this version of the store has no consistency check; upgrade airflow-ckpt-provider", reason="no_check"

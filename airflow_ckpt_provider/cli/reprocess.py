@@ -91,50 +91,54 @@ def _action_flags(cmd: argparse.ArgumentParser, *, retract: bool) -> None:
 
 def reprocess(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
     selection = selection_from(args)
-    plan = store.preview_reprocess(selection, delete=args.delete)
+    plan = store.reprocessing.preview(selection, delete=args.delete)
     return _run(
         plan,
         args,
         io,
-        lambda: store.reprocess(
+        lambda: store.reprocessing.run(
             selection, delete=args.delete, expected=plan, takeover=args.takeover, requested_by=_who()
         ),
     )
 
 
 def rewind(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
-    plan = store.preview_rewind(args.to_commit, delete=args.delete)
+    plan = store.reprocessing.preview_rewind(args.to_commit, delete=args.delete)
     return _run(
         plan,
         args,
         io,
-        lambda: store.rewind(
+        lambda: store.reprocessing.rewind(
             args.to_commit, delete=args.delete, expected=plan, takeover=args.takeover, requested_by=_who()
         ),
     )
 
 
 def undo(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
-    plan = store.preview_undo(args.epoch)
-    return _run(plan, args, io, lambda: store.undo_reprocess(args.epoch, expected=plan, requested_by=_who()))
+    plan = store.reprocessing.preview_undo(args.epoch)
+    return _run(plan, args, io, lambda: store.reprocessing.undo(args.epoch, expected=plan, requested_by=_who()))
 
 
 def purge(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
     if args.epoch is None:
-        plans = [store.preview_purge(r.epoch) for r in store.list_reprocesses() if r.finished and not r.purged]
+        plans = [
+            store.reprocessing.preview_purge(r.epoch)
+            for r in store.reprocessing.records()
+            if r.finished and not r.purged
+        ]
         files = tuple(f for p in plans for f in p.files)
         if not plans:
             _say(io, args, {"preview": None, "result": None}, "Nothing to purge.")
             return 0
         plan = plans[-1] if len(plans) == 1 else _merged(plans[-1], files)
     else:
-        plan = store.preview_purge(args.epoch)
-    return _run(plan, args, io, lambda: store.purge_quarantine(args.epoch, requested_by=_who()))
+        plan = store.reprocessing.preview_purge(args.epoch)
+    return _run(plan, args, io, lambda: store.reprocessing.purge(args.epoch, requested_by=_who()))
 
 
 def resume(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
     """Like the original action: the plan its maintenance epoch records (every file), confirmed, then run."""
-    plan = store.preview_resume()
+    plan = store.reprocessing.preview_resume()
     if plan is None:
         _say(io, args, {"result": None}, "Nothing to resume: no reprocess, rewind, undo or purge is unfinished.")
         return 0
@@ -145,17 +149,17 @@ def resume(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
             "`airflow-ckpt abandon` ends it without running it",
             reason="unsafe_path",
         )
-    return _run(plan, args, io, lambda: _resumed(store.resume_reprocess(expected=plan), plan), confirm="resume")
+    return _run(plan, args, io, lambda: _resumed(store.reprocessing.resume(expected=plan), plan), confirm="resume")
 
 
 def abandon(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
-    plan = store.preview_resume()
+    plan = store.reprocessing.preview_resume()
     if plan is None:
         _say(io, args, {"result": None}, "Nothing to abandon: no reprocess, rewind, undo or purge is unfinished.")
         return 0
 
     def act() -> ReprocessResult:
-        abandoned = store.abandon_maintenance(expected=plan, requested_by=_who())
+        abandoned = store.reprocessing.abandon(expected=plan, requested_by=_who())
         return ReprocessResult(action="abandon", epoch=abandoned.new_epoch, plan=abandoned)
 
     return _run(plan, args, io, act, confirm="abandon (its plan is not run)")
@@ -166,7 +170,7 @@ def _resumed(result: ReprocessResult | None, plan: ReprocessPlan) -> ReprocessRe
 
 
 def list_reprocesses(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
-    records = store.list_reprocesses()
+    records = store.reprocessing.records()
     if args.json:
         io.out.write(json.dumps([r.to_json() for r in records], indent=2, sort_keys=True, default=str) + "\n")
         return 0

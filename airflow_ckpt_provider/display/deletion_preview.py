@@ -154,5 +154,5 @@ def preview_discard(contents: StoreContents) -> DeletionPreview:
 
 def preview(store: CheckpointStore, action: str) -> DeletionPreview:
     """The preview of ``action`` (``"clear"`` or ``"discard"``) on ``store``, read now."""
-    contents = store.contents()
+    contents = store.inspection.contents()
     return preview_clear(contents) if action == "clear" else preview_discard(contents)

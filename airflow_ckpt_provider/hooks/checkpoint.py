@@ -179,11 +179,11 @@ class CheckpointHook(BaseHook):
 
     def get_progress(self) -> Progress:
         """Epoch, sealed/expected partitions, keys done, committed or not (see ``Progress``)."""
-        return self.get_store().progress()
+        return self.get_store().inspection.progress()
 
     def clear(self) -> ClearResult:
         """Reset the store: the next run reprocesses every key; committed output is kept."""
-        result = self.get_store().clear()
+        result = self.get_store().housekeeping.clear()
         self.log.info(
             "Cleared %s: %d checkpoints and %d uncommitted files deleted, %d bytes freed",
             self.uri,

@@ -171,7 +171,7 @@ class CheckpointCommitOperator(CheckpointStoreBaseOperator):
             if exc.reason != "unknown_output_files" or not hint:
                 raise
             raise RefusedError(f"{exc}{hint}", reason=exc.reason, paths=exc.paths) from exc
-        removed = store.cleanup(policy)
+        removed = store.housekeeping.cleanup(policy)
         elapsed = dt.timedelta(seconds=time.monotonic() - started)
 
         summary = {

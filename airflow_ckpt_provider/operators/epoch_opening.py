@@ -126,7 +126,7 @@ class EpochOpener:
 
     def rerun_plan(self, context: Context, store: CheckpointStore) -> RerunPlan:
         """What the job's committed output asks of this run (logged, and kept for the plan XCom)."""
-        rerun = store.rerun_plan(self.job(context).key(), OnRerun(str(self.on_rerun).strip().lower()))
+        rerun = store.inspection.rerun_plan(self.job(context).key(), OnRerun(str(self.on_rerun).strip().lower()))
         self.log.info("Job %s on %s: %s", self.job(context).key(), store.uri, rerun.describe())
         self.rerun = rerun
         return rerun
@@ -155,7 +155,7 @@ class EpochOpener:
         store = ckpt.get_store()
         ti = context.get("ti")
         owner = self.owner(context)
-        latest = store.current_epoch()
+        latest = store.epochs.current()
         self.refuse_sibling(store, owner, latest)
         # A run of this job killed earlier left its epoch open: taken over if its task instance has ended.
         took_over = None if self.takeover_open_epoch else takeover_of_ended_owner(latest, owner, ti)
@@ -168,7 +168,7 @@ class EpochOpener:
                 took_over["owner"],
                 took_over["reason"],
             )
-        epoch = store.begin_epoch(
+        epoch = store.epochs.begin(
             owner=owner.key(),
             takeover=self.takeover_open_epoch,
             takeover_epoch=None if took_over is None else int(took_over["epoch"]),
@@ -231,7 +231,7 @@ class EpochOpener:
             # Counted by begin_epoch from the state it just read: no second pass over every manifest.
             keys, rows = epoch.base_keys, epoch.base_rows
         else:
-            progress = store.progress()
+            progress = store.inspection.progress()
             keys, rows = progress.keys_done, progress.rows
         return {
             XCOM_STORE_URI: store.uri,
@@ -246,7 +246,7 @@ class EpochOpener:
 
     def degraded(self, store: CheckpointStore, epoch: int) -> bool:
         try:
-            return store.is_degraded(epoch)
+            return store.epochs.is_degraded(epoch)
         except Exception as exc:  # the store may be the thing that is down
             self.log.warning("Could not read the degraded state of epoch %d: %s", epoch, exc)
             return False
@@ -256,7 +256,7 @@ class EpochOpener:
     ) -> None:
         """Record how the job of ``handoff`` ended (best effort), and drop its result file."""
         try:
-            store.end_epoch(handoff.epoch, status=status, summary=dict(result or {}))
+            store.epochs.end(handoff.epoch, status=status, summary=dict(result or {}))
         except Exception as exc:
             # An unrecorded end only costs the UI its status; a later epoch supersedes it.
             self.log.warning("Could not record the end of epoch %d (%s): %s", handoff.epoch, status, exc)

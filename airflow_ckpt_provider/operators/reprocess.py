@@ -218,11 +218,11 @@ class ReprocessCheckpointsOperator(_StoreActionOperator):
             raise InvalidArgumentError(f"{self.task_id}: {exc}", reason="selection") from exc
 
     def _preview(self, store: CheckpointStore, delete: bool) -> ReprocessPlan:
-        return store.preview_reprocess(self.selection(), delete=delete)
+        return store.reprocessing.preview(self.selection(), delete=delete)
 
     def _run(self, store: CheckpointStore, plan: ReprocessPlan, delete: bool, requested_by: str) -> ReprocessResult:
         selection = self.selection()
-        return store.reprocess(selection, delete=delete, expected=plan, requested_by=requested_by)
+        return store.reprocessing.run(selection, delete=delete, expected=plan, requested_by=requested_by)
 
 
 class RewindCheckpointsOperator(_StoreActionOperator):
@@ -252,7 +252,7 @@ class RewindCheckpointsOperator(_StoreActionOperator):
             ) from None
 
     def _preview(self, store: CheckpointStore, delete: bool) -> ReprocessPlan:
-        return store.preview_rewind(self._to_commit(), delete=delete)
+        return store.reprocessing.preview_rewind(self._to_commit(), delete=delete)
 
     def _run(self, store: CheckpointStore, plan: ReprocessPlan, delete: bool, requested_by: str) -> ReprocessResult:
-        return store.rewind(self._to_commit(), delete=delete, expected=plan, requested_by=requested_by)
+        return store.reprocessing.rewind(self._to_commit(), delete=delete, expected=plan, requested_by=requested_by)

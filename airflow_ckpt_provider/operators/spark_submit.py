@@ -137,7 +137,7 @@ class CheckpointedSparkSubmitOperator(SubmitHookOperator):
             recorded = task_state_store.get(EPOCH_STATE_KEY)
         if isinstance(recorded, Mapping) and recorded.get("store_uri") == store.uri:
             return Handoff(store.uri, int(recorded["epoch"]), {}, {}, str(recorded.get("result_path") or ""))
-        current = store.current_epoch()
+        current = store.epochs.current()
         if current is not None and current.owner == self._opener().owner(context).key():
             return Handoff(store.uri, current.number, {}, {}, "")
         return None

@@ -20,7 +20,7 @@ takes over its own epoch, or re-attaches to its driver); ``success`` with an ope
 detached cluster driver (``wait_for_completion=False``) that a sensor and the commit still wait
 for; no state (just cleared) is about to run. When the DB cannot answer, nothing is taken over.
 
-Fencing stays the store's: the takeover is one ``begin_epoch(takeover_epoch=N)``, which opens
+Fencing stays the store's: the takeover is one ``store.epochs.begin(takeover_epoch=N)``, which opens
 N+1 only if N is still the latest epoch (create-if-absent), so an owner that came back and
 opened an epoch meanwhile is never superseded. From then on the old epoch's writers are fenced
 and their late seals never count; what it sealed before is the new epoch's base (skipped), and

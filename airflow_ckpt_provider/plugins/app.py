@@ -190,7 +190,9 @@ async def run_action(user: Any, action: str, body: ActionBody) -> Answer:
             return _ActionOutcome(what, stale=True)
         if what.nothing_to_do:
             return _ActionOutcome(what)  # no fencing epoch in a store that holds nothing
-        return _ActionOutcome(what, result=store.clear() if action == "clear" else store.discard_uncommitted())
+        return _ActionOutcome(
+            what, result=store.housekeeping.clear() if action == "clear" else store.housekeeping.discard_uncommitted()
+        )
 
     try:
         owned = await request.run(act, retries=2)

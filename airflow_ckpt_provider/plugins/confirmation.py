@@ -59,7 +59,7 @@ async def confirmation_payload(user: Any, action: str, body: ActionBody) -> Answ
         return 409, request.context | {"error": "task_active", "detail": detail}
 
     def read(store: CheckpointStore) -> _Read:
-        return _Read(preview(store, action), store.uri, tuple(store.refused_records()))
+        return _Read(preview(store, action), store.uri, tuple(store.inspection.refused_records()))
 
     try:  # every intent record is read (one per checkpoint): the actions' deadline, not the page's
         owned = await request.run(read)

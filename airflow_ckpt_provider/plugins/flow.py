@@ -293,7 +293,7 @@ class StoreRequest:
             self.secrets.extend(found)
             try:
                 if epochs_read is None:
-                    return self._owned(store.list_epochs(), lambda: work(store))
+                    return self._owned(store.epochs.all(), lambda: work(store))
                 value = work(store)
                 return self._owned(epochs_read(value), lambda: value)
             finally:

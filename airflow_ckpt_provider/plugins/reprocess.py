@@ -106,19 +106,19 @@ class ReprocessBody(TaskInstanceBody):
 
 def _preview(store: CheckpointStore, body: ReprocessBody) -> ReprocessPlan | None:
     if body.action == "reprocess":
-        return store.preview_reprocess(body.selection.selection(), delete=body.delete)
+        return store.reprocessing.preview(body.selection.selection(), delete=body.delete)
     if body.action == "rewind":
         if body.to_commit is None:
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, "a rewind needs to_commit (0: before the first)")
-        return store.preview_rewind(body.to_commit, delete=body.delete)
+        return store.reprocessing.preview_rewind(body.to_commit, delete=body.delete)
     if body.action == "undo":
-        return store.preview_undo(body.epoch)
+        return store.reprocessing.preview_undo(body.epoch)
     if body.action == "purge":
         if body.epoch is None:
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, "a purge from the view names its reprocess")
-        return store.preview_purge(body.epoch)
+        return store.reprocessing.preview_purge(body.epoch)
     # resume / abandon: the unfinished plan as the store records it, every file (a person confirms it).
-    return store.preview_resume()
+    return store.reprocessing.preview_resume()
 
 
 def _act(store: CheckpointStore, body: ReprocessBody, who: str) -> ReprocessResult | None:
@@ -127,23 +127,25 @@ def _act(store: CheckpointStore, body: ReprocessBody, who: str) -> ReprocessResu
             status.HTTP_422_UNPROCESSABLE_ENTITY, "preview first: the action runs only the plan a person confirmed"
         )
     if body.action == "resume":
-        return store.resume_reprocess(expected=body.expected)
+        return store.reprocessing.resume(expected=body.expected)
     if body.action == "abandon":
-        abandoned = store.abandon_maintenance(expected=body.expected, requested_by=who)
+        abandoned = store.reprocessing.abandon(expected=body.expected, requested_by=who)
         return ReprocessResult(action="abandon", epoch=abandoned.new_epoch, plan=abandoned)
     if body.action == "reprocess":
-        return store.reprocess(body.selection.selection(), delete=body.delete, expected=body.expected, requested_by=who)
+        return store.reprocessing.run(
+            body.selection.selection(), delete=body.delete, expected=body.expected, requested_by=who
+        )
     if body.action == "rewind":
         assert body.to_commit is not None
-        return store.rewind(body.to_commit, delete=body.delete, expected=body.expected, requested_by=who)
+        return store.reprocessing.rewind(body.to_commit, delete=body.delete, expected=body.expected, requested_by=who)
     if body.action == "undo":
-        return store.undo_reprocess(body.epoch, expected=body.expected, requested_by=who)
+        return store.reprocessing.undo(body.epoch, expected=body.expected, requested_by=who)
     plan = _preview(store, body)
     if plan is None or plan.fingerprint != body.expected:
         raise EpochConflictError(
             "the quarantine changed since the preview: nothing was deleted; look again", reason="store_changed"
         )
-    return store.purge_quarantine(body.epoch, requested_by=who)
+    return store.reprocessing.purge(body.epoch, requested_by=who)
 
 
 #: What a reprocess answer says of its task instance (a part of :func:`ref_json`).
@@ -243,7 +245,7 @@ async def get_history(user: GetUserDep, ti: TaskInstanceQuery) -> JSONResponse:
     if not isinstance(request, StoreRequest):
         return respond(request)
     try:
-        owned = await request.run(lambda store: [r.to_json() for r in store.list_reprocesses()])
+        owned = await request.run(lambda store: [r.to_json() for r in store.reprocessing.records()])
     except Exception as exc:
         problem = request.problem(exc)
         return JSONResponse(request.context | problem.to_json(), status_code=problem.status_code)

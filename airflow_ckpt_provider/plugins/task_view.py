@@ -92,7 +92,7 @@ def rerun_json(store: CheckpointStore, progress: Progress) -> dict[str, Any]:
     """Whose output is live and what the next run of the store's job does (resume / replace / skip...)."""
     latest = progress.epoch
     job = None if latest is None else latest.metadata.get(JOB_METADATA_KEY)
-    plan = store.rerun_plan(job if isinstance(job, str) else None, progress=progress)
+    plan = store.inspection.rerun_plan(job if isinstance(job, str) else None, progress=progress)
     body = plan.to_json()
     body["job"] = job
     body["description"] = plan.describe()
@@ -104,14 +104,14 @@ def rerun_json(store: CheckpointStore, progress: Progress) -> dict[str, Any]:
 def build_task_store_view(store: CheckpointStore) -> TaskStoreView:
     """Read the store (never changes it). Raises the store's typed errors."""
     uri = display_uri(store.uri)
-    contents = store.contents()  # one read of the store's records: progress comes with it
-    state = contents.progress if contents.progress is not None else store.progress()
+    contents = store.inspection.contents()  # one read of the store's records: progress comes with it
+    state = contents.progress if contents.progress is not None else store.inspection.progress()
     progress = state.to_json()
     progress["store_uri"] = uri
     progress["epoch"] = None if state.epoch is None else _epoch_json(state.epoch)
     _committed_figures(progress)
     progress["rerun"] = rerun_json(store, state)
-    records = store.list_epochs()
+    records = store.epochs.all()
     epochs = [_epoch_json(e) for e in reversed(records)]
     checkpoints = sorted(contents.checkpoints, key=lambda c: c.sealed_at, reverse=True)
     rows = [
@@ -144,7 +144,7 @@ def build_task_store_view(store: CheckpointStore) -> TaskStoreView:
 
 def summary_of(store: CheckpointStore) -> dict[str, Any]:
     """The short form the DAG view lists per store (one ``progress()`` read)."""
-    progress = store.progress()
+    progress = store.inspection.progress()
     epoch = progress.epoch
     return {
         "epoch": None if epoch is None else epoch.number,

@@ -278,8 +278,8 @@ def refuse_skipped_input(context: StoreContext, reader: StateReader, state: Stor
         "; ".join(described) + ". Committing would lose those keys' input, so nothing was committed or deleted. "
         "Ways out: run the job again (a run after such a finding checks the input it would skip and reads it "
         "exactly), then commit that run; if the run did not read its input exactly (said above), discard the "
-        "uncommitted work first (`airflow-ckpt discard`, or store.discard_uncommitted()) so that its keys are "
-        "read again whole. A shortcut that vouched for pending keys is a bug: please report it",
+        "uncommitted work first (`airflow-ckpt discard`, or store.housekeeping.discard_uncommitted()) so that its "
+        "keys are read again whole. A shortcut that vouched for pending keys is a bug: please report it",
         reason="input_skipped",
         findings=described,
     )

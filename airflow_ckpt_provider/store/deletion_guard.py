@@ -7,7 +7,7 @@ decides by itself what may be deleted. Only two kinds of objects ever are:
 * the store's own records, by key under the store root (``check_key`` refuses keys that
   climb out of it);
 * output files under an **output root declared by the side that opened an epoch**: the
-  operator (``begin_epoch(output_roots=...)``, recorded in the epoch record) or the Spark
+  operator (``store.epochs.begin(output_roots=...)``, recorded in the epoch record) or the Spark
   driver before a write (``declare_output_root``, never executors), and copied by each commit
   into its commit record. A path that does not climb out of the root.
 

@@ -1,4 +1,8 @@
-"""Inspection: where a store stands (``progress``) and whether it is consistent (``check``). Reads only."""
+"""``store.inspection``: where a store stands and whether it is consistent. Reads only.
+
+:class:`Inspection` is the public role (progress, contents, check, the checkpoints and epochs it
+holds, what the next submit of a job does); :class:`Inspector` does the reads and the audit.
+"""
 
 from __future__ import annotations
 
@@ -20,11 +24,19 @@ from airflow_ckpt_provider.store.errors import (
     RefusedError,
 )
 from airflow_ckpt_provider.store.input_audit import audit_findings
-from airflow_ckpt_provider.store.layout import attempt_prefix, epoch_key
+from airflow_ckpt_provider.store.layout import attempt_prefix, epoch_key, validate_checkpoint_id
 from airflow_ckpt_provider.store.listing import checkpoint_records
-from airflow_ckpt_provider.store.model import Checkpoint, ConsistencyReport, EpochStatus, Progress, StoreContents
+from airflow_ckpt_provider.store.model import (
+    Checkpoint,
+    ConsistencyReport,
+    EpochStatus,
+    Progress,
+    StoreContents,
+)
+from airflow_ckpt_provider.store.parts import StoreParts
 from airflow_ckpt_provider.store.records import commit_result_from_json
 from airflow_ckpt_provider.store.reprocess.maintenance import maintenance_problems, quarantine_notes
+from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, OnRerun, RerunPlan, plan_rerun
 from airflow_ckpt_provider.store.segments import keys_key as segment_keys_key
 from airflow_ckpt_provider.store.segments import read_owners as read_segment_owners
 from airflow_ckpt_provider.store.state import StateReader, StoreState, segment_intents
@@ -260,6 +272,93 @@ class Inspector:
                 continue  # cannot tell (unreachable, or not a location we can open): not a finding
             missing |= wanted - present
         return missing
+
+
+class Inspection:
+    """What a store holds and whether it is sound, without changing it: ``store.inspection`` of a
+    :class:`~airflow_ckpt_provider.store.store.CheckpointStore`. Every call reads only."""
+
+    def __init__(self, parts: StoreParts) -> None:
+        self._reader = parts.reader
+        self._inspector = Inspector(parts.context, parts.reader, parts.deleter)
+
+    def progress(self) -> Progress:
+        """Where the store stands: epoch, sealed/expected partitions, keys, files, commit.
+
+        Raises :class:`CorruptCheckpointError` if a record does not parse (``check`` reports which).
+        """
+        return self._inspector.progress()
+
+    def contents(self) -> StoreContents:
+        """Everything the store holds, from one read of its records: sealed checkpoints and which
+        are valid, directories of attempts that never sealed, key snapshots, keys done (what a
+        clear or discard preview counts). Idempotent.
+
+        Raises :class:`CorruptCheckpointError` if a record does not parse (``check`` reports which),
+        :class:`StoreUnavailableError` if the store cannot be reached.
+        """
+        return self._inspector.contents()
+
+    def check(self, *, verify_output: bool = True) -> ConsistencyReport:
+        """Audit the store without changing it (the consistency checker).
+
+        Problems (guarantees at risk): manifests, epoch, commit or snapshot records
+        that do not parse; parts a manifest names that are missing; base checkpoints
+        of an uncommitted epoch with no manifest; overlapping keys among valid
+        checkpoints; and (``verify_output``) output files missing from their location,
+        both of valid checkpoints and of every commit record. Notes (expected after
+        crashes, removed by the next commit): dangling unsealed checkpoint
+        directories, duplicate sealed attempts of one partition. Also problems: intent records
+        naming what no deletion may touch (outside the declared output roots, not a plain
+        location, a name marker shorter than the minimum); they are never acted on.
+        """
+        return self._inspector.check(verify_output=verify_output)
+
+    def refused_records(self) -> list[str]:
+        """The intent records no deletion will act on, each with why (outside the declared output
+        roots, not a plain ``file://``/``s3://`` location, a name marker shorter than the minimum):
+        what clear, discard and commit would skip, for a confirmation to show beforehand. Reads
+        every intent record. Raises :class:`StoreUnavailableError`."""
+        return self._inspector.refused_records()
+
+    def rerun_plan(
+        self, job: str | None, on_rerun: OnRerun | str = OnRerun.REPLACE, *, progress: Progress | None = None
+    ) -> RerunPlan:
+        """What the next submit of ``job`` (``JOB_METADATA_KEY`` of its epochs) does on this store —
+        first, resume, replace, skip or incremental — and which commit's output is live (store/rerun.py).
+        ``progress``: a :meth:`progress` the caller already read (then only the newest commit
+        record is read, not the state again)."""
+        if progress is not None:
+            latest = progress.epoch
+            kept = progress.valid_checkpoints > 0 or progress.keys_done > 0  # valid checkpoints or a snapshot
+            record = self._reader.newest_commit_record()
+        else:
+            state = self._reader.read(with_attempts=False)
+            latest = state.latest
+            kept = state.snapshot is not None or bool(state.valid_ids)
+            record = state.commit_record
+        latest_job = None if latest is None else latest.metadata.get(JOB_METADATA_KEY)
+        return plan_rerun(
+            None if latest is None else latest.status,
+            latest_job if isinstance(latest_job, str) else None,
+            kept,
+            record,
+            job,
+            OnRerun(on_rerun),
+        )
+
+    def get_checkpoint(self, checkpoint_id: str) -> Checkpoint | None:
+        """The manifest of a sealed checkpoint (valid or not), or None. Raises :class:`CorruptCheckpointError`."""
+        return self._reader.checkpoint(validate_checkpoint_id(checkpoint_id))
+
+    def list_checkpoints(self) -> list[Checkpoint]:
+        """Every sealed checkpoint in the store (valid or not), by seal time."""
+        manifests = self._reader.read(with_status=False, with_attempts=False).manifests.values()
+        return sorted(manifests, key=lambda c: (c.sealed_at, c.checkpoint_id))
+
+    def valid_checkpoints(self) -> list[Checkpoint]:
+        """The checkpoints whose keys count as done: base of the latest epoch + sealed in it, one per partition."""
+        return self._reader.read(with_status=False, with_attempts=False).valid
 
 
 def _duplicate_attempts(state: StoreState) -> list[tuple[tuple[int, int], list[str]]]:

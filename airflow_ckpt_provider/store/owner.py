@@ -1,6 +1,6 @@
 """Who opened an epoch: the Airflow task instance (dag_id, task_id, run_id, map_index).
 
-``begin_epoch(owner=...)`` compares owners as strings: an owner may take over its own
+``store.epochs.begin(owner=...)`` compares owners as strings: an owner may take over its own
 open epoch (a retry of the same task instance), any other owner fails fast with
 :class:`~airflow_ckpt_provider.store.errors.EpochConflictError`. :meth:`EpochOwner.key`
 is that string. It is exactly the owner 0.1 recorded (``dag/task/run``) for an unmapped

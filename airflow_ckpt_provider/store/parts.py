@@ -1,7 +1,8 @@
 """The store's parts, built once by :class:`~airflow_ckpt_provider.store.store.CheckpointStore`.
 
-What a service above the concerns (reprocess, rewind, undo, purge) works with, instead of
-reaching through the facade: the facade imports those services, never the other way round.
+What the store's role objects (``store.epochs``, ``store.inspection``, ``store.housekeeping``,
+``store.reprocessing``) are built from, instead of reaching through the facade: the facade imports
+them, never the other way round.
 """
 
 from __future__ import annotations

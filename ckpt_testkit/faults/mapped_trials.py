@@ -213,7 +213,7 @@ def _run(trial: MappedTrial, harness: Installation, where: Path, result: TrialRe
         # As the DAG's mapped commit task does (its output_roots are the instance's output directory).
         store = stores[i]
         store.commit([str(output / tenant)])
-        store.cleanup(RetentionPolicy.RETAIN)
+        store.housekeeping.cleanup(RetentionPolicy.RETAIN)
         result.violations += [f"map_index {i}: {v}" for v in _audit(store, output / tenant, rows, weight)]
 
 
@@ -246,7 +246,7 @@ def _kill_after_first_seal(proc: subprocess.Popen[str], store: CheckpointStore, 
     """SIGKILL the instance's process group ``delay`` s after its first checkpoint seals; False if it ended first."""
     while proc.poll() is None:
         try:
-            sealed = bool(store.valid_checkpoints())
+            sealed = bool(store.inspection.valid_checkpoints())
         except Exception:  # the store does not exist yet
             sealed = False
         if sealed:
@@ -273,7 +273,7 @@ def _check_progress(store: CheckpointStore, events: Path, output: Path, result: 
         finished = finished_write_tasks(events, f"file://{output}", timeout=30.0)
     except TimeoutError:
         return  # the write job never started
-    sealed = {c.partition for c in store.valid_checkpoints()}
+    sealed = {c.partition for c in store.inspection.valid_checkpoints()}
     result.progress_checks += 1
     result.finished_tasks += len(finished)
     lost = sorted(t.partition for t in finished if t.partition not in sealed)

@@ -9,7 +9,7 @@ empty list means the trial kept every promise:
 * no orphan after a successful commit: every file under the output root is in a
   commit record, or the commit reported it (``unknown_files``, ``kept_unprovable``);
 * without store faults, nothing is unknown or kept (every file was announced);
-* ``store.check()`` reports no problem;
+* ``store.inspection.check()`` reports no problem;
 * retention did what it says (``retain``: the done keys are exactly the input
   keys, once each; ``delete_after_success``: no checkpoint directory is left).
 
@@ -89,12 +89,12 @@ def file_violations(records: CommitRecords, on_disk: set[str]) -> list[str]:
 
 
 def check_store(store: CheckpointStore) -> list[str]:
-    """``store.check()`` problems (it must never raise either: a crash mid-way is its job to describe)."""
+    """``store.inspection.check()`` problems (it must never raise either: a crash mid-way is its job to describe)."""
     try:
-        report = store.check()
+        report = store.inspection.check()
     except Exception as exc:  # the checker itself failing is a finding
-        return [f"store.check() raised {type(exc).__name__}: {exc}"]
-    return [f"store.check(): {p}" for p in report.problems]
+        return [f"store.inspection.check() raised {type(exc).__name__}: {exc}"]
+    return [f"store.inspection.check(): {p}" for p in report.problems]
 
 
 def audit_after_commit(
@@ -122,7 +122,7 @@ def audit_after_commit(
     if deleted_committed:
         violations.append(f"a commit deleted committed files: {deleted_committed[:3]}")
     try:
-        epoch = store.current_epoch()
+        epoch = store.epochs.current()
         if epoch is None or records.latest_done_epoch != epoch.number:
             violations.append(f"the latest epoch ({epoch and epoch.number}) is not the committed one")
     except Exception as exc:  # an unreadable store is a finding, not a harness error

@@ -48,7 +48,7 @@ def _racer(
         started = time.perf_counter()
         number: int | None = None
         try:
-            number = store.begin_epoch(owner=f"submit-{side}").number
+            number = store.epochs.begin(owner=f"submit-{side}").number
             outcome, message = "won", ""
         except EpochConflictError as exc:
             outcome, message = "lost", str(exc)
@@ -60,7 +60,7 @@ def _racer(
             checkpoint_id = new_checkpoint_id()
             store.stage_keys(checkpoint_id, [rep])
             store.checkpoint(checkpoint_id, epoch=number, partition=0)
-            store.end_epoch(number, status=EpochStatus.SUCCEEDED)
+            store.epochs.end(number, status=EpochStatus.SUCCEEDED)
         results.put((rep, side, outcome, message, seconds))
         barrier.wait()  # the winner finished before the next race
 
@@ -101,7 +101,7 @@ def race_begin_epoch(name: str, store_uri: str, options: Mapping[str, Any], reps
             if "epoch" not in message or not any(step in message for step in NEXT_STEPS):
                 violations.append(f"race {rep}: unclear conflict message: {message!r}")
     store = open_store(store_uri, **options)
-    epochs = store.list_epochs()
+    epochs = store.epochs.all()
     if len(epochs) != reps:
         violations.append(f"{len(epochs)} epochs after {reps} races: exactly one per race must exist")
     keys = store.get_checkpointed_keys().column(0).to_pylist()
@@ -172,7 +172,7 @@ def race_spark_submits(
     store = open_store(store_uri, **options)
     if winners:
         store.commit([output_uri])
-        store.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS)
+        store.housekeeping.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS)
         violations += audit_after_commit(
             store,
             OutputLocation(output_uri, options),

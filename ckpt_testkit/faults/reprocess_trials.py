@@ -4,7 +4,7 @@ that finishes it, then the next run and its commit, judged by the campaign's ora
 A trial: two committed rounds of the workload (``retain``), then the action with one failpoint
 armed — ``raise`` in this process, or ``exit`` (``os._exit``, a killed process) in a child
 process — then checks: nothing was lost at the crash (every output file is in the output or in
-the quarantine), a re-run finishes the action (``resume_reprocess``), ``check()`` is clean, and
+the quarantine), a re-run finishes the action (``reprocessing.resume``), ``check()`` is clean, and
 after the next run's commit every input row is in the output exactly once (docs/reprocess.md).
 
 The workload's job is passed in (``run_job(store, output_uri, inputs) -> epoch``; default: the
@@ -76,13 +76,13 @@ def _selection(inputs: Sequence[str]) -> Selection:
 
 def _operate(store: CheckpointStore, action: str, inputs: Sequence[str]) -> None:
     if action == "reprocess":
-        store.reprocess(_selection(inputs))
+        store.reprocessing.run(_selection(inputs))
     elif action == "rewind":
-        store.rewind(1)
+        store.reprocessing.rewind(1)
     elif action == "undo":
-        store.undo_reprocess()
+        store.reprocessing.undo()
     else:
-        store.purge_quarantine()
+        store.reprocessing.purge()
 
 
 def _operate_in_child(store_uri: str, options: Mapping[str, Any], action: str, inputs: Sequence[str], spec: str) -> int:
@@ -147,9 +147,9 @@ def _run(
     for round_number in (1, 2):
         run_job(store, output_uri, inputs_of_round(inputs, round_number))
         store.commit([output_uri])
-        store.cleanup(RetentionPolicy.RETAIN)
+        store.housekeeping.cleanup(RetentionPolicy.RETAIN)
     if trial.action in ("undo", "purge"):
-        store.reprocess(_selection(inputs))
+        store.reprocessing.run(_selection(inputs))
     before = _everywhere(store, output)
     violations: list[str] = []
 
@@ -172,7 +172,7 @@ def _run(
         violations.append(
             f"{len(lost)} files neither in the output nor in the quarantine after the crash: {sorted(lost)[:3]}"
         )
-    if store.resume_reprocess() is None:
+    if store.reprocessing.resume() is None:
         if not trial.point.endswith("before_epoch"):
             violations.append(f"nothing to resume after a crash at {trial.point}")
         _operate(store, trial.action, inputs)  # nothing had happened: do it again
@@ -187,6 +187,6 @@ def _run(
 
     run_job(store, output_uri, inputs)
     store.commit([output_uri])
-    store.cleanup(RetentionPolicy.RETAIN)
+    store.housekeeping.cleanup(RetentionPolicy.RETAIN)
     audit = audit_after_commit(store, output, inputs, mode="files", policy=RetentionPolicy.RETAIN, store_faults=False)
     return violations + audit.violations

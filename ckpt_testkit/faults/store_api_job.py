@@ -41,10 +41,10 @@ def write_task(
 
 def run_job(store: CheckpointStore, output_dir: str, inputs: Sequence[str], *, owner: str = "store-api-job") -> int:
     """Open an epoch, write every input not yet done, end the epoch; returns the epoch number."""
-    epoch = store.begin_epoch(owner=owner, output_roots=[output_dir]).number
+    epoch = store.epochs.begin(owner=owner, output_roots=[output_dir]).number
     done = set(store.get_checkpointed_keys().column(0).to_pylist()) if store.key_type() else set()
     for partition, path in enumerate(inputs):
         if file_key(path) not in done:
             write_task(store, output_dir, path, epoch=epoch, partition=partition)
-    store.end_epoch(epoch, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch, status=EpochStatus.SUCCEEDED)
     return epoch

@@ -143,7 +143,7 @@ def run_store_fault_trial(
             **JOB_STORE_TUNING,
         }
         # The operator, before submitting, declaring where the job writes (docs/design.md, section 7).
-        epoch = admin.begin_epoch(owner=f"operator-{name}", output_roots=[output_uri]).number
+        epoch = admin.epochs.begin(owner=f"operator-{name}", output_roots=[output_uri]).number
         expected_marker = f"epochs/{epoch:08d}.expected.json"
 
         def revoke() -> None:
@@ -175,7 +175,7 @@ def run_store_fault_trial(
             result.violations.append(f"the fault could not be applied: {fault.error}")
         if not outcome.ok:
             result.violations.append(f"the job did not complete under the store fault: {outcome.short_error(800)}")
-            admin.end_epoch(epoch, status=EpochStatus.FAILED)
+            admin.epochs.end(epoch, status=EpochStatus.FAILED)
             return result
         job = outcome.result or {}
         degraded = bool(job.get("degraded"))
@@ -187,9 +187,9 @@ def run_store_fault_trial(
         if not degraded and sealed != partitions:
             result.violations.append(f"degraded=False but only {sealed} of {partitions} partitions sealed")
         # The operator: end the epoch, then (later, with its own credentials) commit with the job's flag.
-        admin.end_epoch(epoch, status=EpochStatus.SUCCEEDED, summary={"degraded": degraded})
+        admin.epochs.end(epoch, status=EpochStatus.SUCCEEDED, summary={"degraded": degraded})
         committed = admin.commit([output_uri], degraded=degraded)
-        admin.cleanup(plan.policy)
+        admin.housekeeping.cleanup(plan.policy)
         echo(
             f"  commit: {len(committed.committed_files)} files committed, {len(committed.deleted_files)} deleted, "
             f"{len(committed.unknown_files)} unknown, {len(committed.kept_unprovable)} kept"

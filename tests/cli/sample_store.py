@@ -30,7 +30,7 @@ def fill_store(
     store = open_store(uri, **options)
     output = open_blobs(output_dir, **options)
     # As the operator does: the output directory is declared, so clear/discard/commit may delete there.
-    epoch = store.begin_epoch(owner=owner, expected_partitions=expected_partitions, output_roots=[output.uri])
+    epoch = store.epochs.begin(owner=owner, expected_partitions=expected_partitions, output_roots=[output.uri])
     for partition in range(partitions):
         checkpoint_id = new_checkpoint_id()
         name = f"part-{partition:05d}.parquet"

@@ -148,5 +148,5 @@ def test_a_path_that_needs_escaping_names_exactly_that_store(tmp_path: Path) -> 
     assert Path(unquote(urlsplit(data["store_uri"]).path)) == odd  # the URI it prints names that store
     cleared = airflow_ckpt("clear", data["store_uri"], "--yes")
     assert cleared.code == 0, cleared.err
-    assert open_store(str(odd)).list_checkpoints() == []
-    assert len(open_store(str(sibling)).list_checkpoints()) == 3
+    assert open_store(str(odd)).inspection.list_checkpoints() == []
+    assert len(open_store(str(sibling)).inspection.list_checkpoints()) == 3

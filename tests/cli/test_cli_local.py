@@ -37,7 +37,7 @@ def store_uri(tmp_path: Path) -> str:
 def test_list_shows_every_checkpoint(store_uri: str) -> None:
     code, out, err = run("list", store_uri)
     assert (code, err) == (EXIT_OK, "")
-    ids = {c.checkpoint_id for c in open_store(store_uri).list_checkpoints()}
+    ids = {c.checkpoint_id for c in open_store(store_uri).inspection.list_checkpoints()}
     assert len(ids) == 3
     for checkpoint_id in ids:
         assert checkpoint_id in out
@@ -53,7 +53,7 @@ def test_list_json(store_uri: str) -> None:
 
 
 def test_show_one_checkpoint(store_uri: str) -> None:
-    checkpoint = open_store(store_uri).list_checkpoints()[0]
+    checkpoint = open_store(store_uri).inspection.list_checkpoints()[0]
     code, out, _ = run("show", store_uri, checkpoint.checkpoint_id)
     assert code == EXIT_OK
     assert f"checkpoint:   {checkpoint.checkpoint_id}" in out
@@ -114,10 +114,10 @@ def test_commit_deletes_orphans_and_reports(tmp_path: Path) -> None:
     orphan.write_bytes(b"half")
     stray = out_dir / "stray.parquet"  # written by nobody this store knows: refuses the commit unless kept
     stray.write_bytes(b"?")
-    store.end_epoch(1, status="succeeded")
+    store.epochs.end(1, status="succeeded")
     code, out, err = run("commit", uri, "--output-root", out_dir.as_uri())
     assert code != EXIT_OK and str(stray.as_uri()) in err and "--keep-unknown-files" in err, (code, out, err)
-    assert orphan.exists() and not open_store(uri).progress().committed  # nothing changed
+    assert orphan.exists() and not open_store(uri).inspection.progress().committed  # nothing changed
     code, out, err = run("commit", uri, "--output-root", out_dir.as_uri(), "--keep-unknown-files")
     assert (code, err) == (EXIT_OK, "")
     assert re.search(r"^checkpoints_committed: +2$", out, re.M), out
@@ -125,7 +125,7 @@ def test_commit_deletes_orphans_and_reports(tmp_path: Path) -> None:
     assert re.search(r"^refused_records: +0$", out, re.M), out  # nothing outside the declared root
     assert str(stray.as_uri()) in out
     assert not orphan.exists() and stray.exists()
-    assert open_store(uri).progress().committed
+    assert open_store(uri).inspection.progress().committed
 
 
 def test_clear_requires_confirmation_without_terminal(store_uri: str) -> None:
@@ -133,13 +133,13 @@ def test_clear_requires_confirmation_without_terminal(store_uri: str) -> None:
     assert code == EXIT_ERROR
     assert "Clear file://" in out and "delete all 3 checkpoint(s)" in out
     assert "pass --yes" in err
-    assert len(open_store(store_uri).list_checkpoints()) == 3  # nothing deleted
+    assert len(open_store(store_uri).inspection.list_checkpoints()) == 3  # nothing deleted
 
 
 def test_clear_declined_on_terminal_keeps_everything(store_uri: str) -> None:
     code, _, err = run("clear", store_uri, stdin=Terminal("no\n"))
     assert code == EXIT_FINDINGS and "nothing deleted" in err
-    assert len(open_store(store_uri).list_checkpoints()) == 3
+    assert len(open_store(store_uri).inspection.list_checkpoints()) == 3
 
 
 def test_clear_confirmed_on_terminal(store_uri: str, tmp_path: Path) -> None:
@@ -148,7 +148,7 @@ def test_clear_confirmed_on_terminal(store_uri: str, tmp_path: Path) -> None:
     assert code == EXIT_OK
     assert "checkpoints deleted: 3" in out and "files deleted:       3" in out
     store = open_store(store_uri)
-    assert store.list_checkpoints() == [] and store.progress().keys_done == 0
+    assert store.inspection.list_checkpoints() == [] and store.inspection.progress().keys_done == 0
     assert list((tmp_path / "out").iterdir()) == []  # the uncommitted output went with them
 
 
@@ -164,7 +164,7 @@ def test_without_an_output_root_clear_keeps_output_files_and_lists_them(store_ur
     assert "output files kept: no output root is declared (pass --output-root DIR" in out
     assert all(f"  {f}\n" in out for f in files), out
     assert sorted(p.as_uri() for p in (tmp_path / "out").iterdir()) == files
-    assert open_store(store_uri).progress().keys_done == 0
+    assert open_store(store_uri).inspection.progress().keys_done == 0
 
 
 def test_clear_yes_json(store_uri: str) -> None:
@@ -178,11 +178,11 @@ def test_clear_yes_json(store_uri: str) -> None:
 def test_discard_keeps_committed(tmp_path: Path) -> None:
     uri = (tmp_path / "store").as_uri()
     store = fill_store(uri, (tmp_path / "out").as_uri(), partitions=2)
-    store.end_epoch(1, status="succeeded")
+    store.epochs.end(1, status="succeeded")
     store.commit()
     later = open_store(uri)
-    epoch = later.begin_epoch(owner="second")
-    fill = later.list_checkpoints()
+    epoch = later.epochs.begin(owner="second")
+    fill = later.inspection.list_checkpoints()
     assert all(c.status.value == "committed" for c in fill)
     # A second submit seals one more checkpoint that is never committed.
     from airflow_ckpt_provider.store import FileMetadata, new_checkpoint_id
@@ -195,7 +195,7 @@ def test_discard_keeps_committed(tmp_path: Path) -> None:
     assert code == EXIT_OK
     assert "delete 1 uncommitted checkpoint(s)" in out and "2 committed checkpoint(s) are kept" in out
     assert "checkpoints deleted: 1" in out
-    remaining = open_store(uri).list_checkpoints()
+    remaining = open_store(uri).inspection.list_checkpoints()
     assert len(remaining) == 2 and all(c.status.value == "committed" for c in remaining)
 
 

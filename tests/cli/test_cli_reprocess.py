@@ -38,11 +38,11 @@ def committed(tmp_path: Path) -> tuple[str, str]:
     """A store with one committed run (3 checkpoints of 50 keys, one file each), retain policy."""
     uri, out = (tmp_path / "store").as_uri(), (tmp_path / "out").as_uri()
     store = fill_store(uri, out)
-    epoch = store.current_epoch()
+    epoch = store.epochs.current()
     assert epoch is not None
-    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch.number, status=EpochStatus.SUCCEEDED)
     store.commit([out])
-    store.cleanup(RetentionPolicy.RETAIN)
+    store.housekeeping.cleanup(RetentionPolicy.RETAIN)
     return uri, out
 
 
@@ -73,7 +73,7 @@ def test_confirmation_on_a_terminal_then_undo_then_purge(committed: tuple[str, s
     code, text, _ = run("reprocess", uri, "--output-root", out, "--key", "key-0-3", stdin=Terminal("yes\n"))
     assert code == EXIT_OK and "files moved to quarantine: 1" in text
     assert _outputs(out) == {"part-00001.parquet", "part-00002.parquet"}
-    assert open_store(uri).progress().keys_done == 100
+    assert open_store(uri).inspection.progress().keys_done == 100
 
     code, text, _ = run("reprocesses", uri, "--output-root", out)
     assert code == EXIT_OK and "reprocess" in text and "in quarantine" in text and "key-0-3" in text
@@ -81,11 +81,11 @@ def test_confirmation_on_a_terminal_then_undo_then_purge(committed: tuple[str, s
     code, text, _ = run("undo", uri, "--output-root", out, "--yes")
     assert code == EXIT_OK and "files restored:" in text
     assert _outputs(out) == {"part-00000.parquet", "part-00001.parquet", "part-00002.parquet"}
-    assert open_store(uri).progress().keys_done == 150
+    assert open_store(uri).inspection.progress().keys_done == 150
 
     code, text, _ = run("purge", uri, "--output-root", out, "--yes", "--json")
     assert code == EXIT_OK and json.loads(text)["result"]["purged"] == 1
-    assert open_store(uri).check().ok
+    assert open_store(uri).inspection.check().ok
 
 
 def test_without_a_terminal_yes_is_required(committed: tuple[str, str]) -> None:
@@ -96,7 +96,7 @@ def test_without_a_terminal_yes_is_required(committed: tuple[str, str]) -> None:
     assert len(_outputs(out)) == 3
     code, _, _ = run("rewind", uri, "--output-root", out, "--to-commit", "0", "--yes")
     assert code == EXIT_OK and _outputs(out) == set()
-    assert open_store(uri).progress().keys_done == 0
+    assert open_store(uri).inspection.progress().keys_done == 0
 
 
 def test_bad_input_exits_2_with_one_line(committed: tuple[str, str]) -> None:

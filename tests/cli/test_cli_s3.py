@@ -65,7 +65,7 @@ def test_console_script_reads_and_clears_an_s3_store(s3_bucket: str, s3_options:
     assert "checkpoints deleted: 3" in cleared.out and "files deleted:       3" in cleared.out
     for result in (progress, listing, keys, cleared):
         assert s3_options["aws_secret_access_key"] not in result.out + result.err
-    assert open_store(uri, **s3_options).list_checkpoints() == []
+    assert open_store(uri, **s3_options).inspection.list_checkpoints() == []
     assert output_objects(s3_options, s3_bucket, "out/") == []
 
 
@@ -82,12 +82,12 @@ def test_show_commit_check_discard_in_process(
         out, err = io.StringIO(), io.StringIO()
         return main([*argv, *flags], out=out, err=err, stdin=io.StringIO()), out.getvalue(), err.getvalue()
 
-    checkpoint = store.list_checkpoints()[0]
+    checkpoint = store.inspection.list_checkpoints()[0]
     code, out, _ = run("show", uri, checkpoint.checkpoint_id)
     assert code == EXIT_OK and checkpoint.checkpoint_id in out
     code, out, _ = run("check", uri)
     assert code == EXIT_OK and "consistent" in out
-    store.end_epoch(1, status="succeeded")
+    store.epochs.end(1, status="succeeded")
     code, out, err = run("commit", uri, "--output-root", f"s3://{s3_bucket}/out", "--json")
     assert code == EXIT_OK, err
     assert len(json.loads(out)["committed_checkpoints"]) == 2

@@ -17,9 +17,9 @@ from tests.support.errors import raises_reason
 def test_an_open_epoch_of_another_owner_names_remedies_that_exist(tmp_path: Path) -> None:
     uri = (tmp_path / "store").as_uri()
     store = open_store(uri)
-    store.begin_epoch(owner="dag/submit/run-1")
+    store.epochs.begin(owner="dag/submit/run-1")
     with raises_reason(EpochConflictError, "epoch_open") as raised:
-        store.begin_epoch(owner="dag/submit/run-2")
+        store.epochs.begin(owner="dag/submit/run-2")
     message = str(raised.value)
 
     parameters = re.findall(r"(\w+)=True", message)
@@ -34,4 +34,4 @@ def test_an_open_epoch_of_another_owner_names_remedies_that_exist(tmp_path: Path
         build_parser().parse_args(argv)  # exits (SystemExit) on an unknown subcommand or flag
         # ... and doing it really unblocks the store: the other owner's submit can open its epoch.
         assert main([*argv, "--yes"]) == 0
-    open_store(uri).begin_epoch(owner="dag/submit/run-2")
+    open_store(uri).epochs.begin(owner="dag/submit/run-2")

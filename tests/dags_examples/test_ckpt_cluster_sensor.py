@@ -108,7 +108,7 @@ def test_cluster_submit_then_deferrable_sensor_then_commit(
     assert (progress["sealed_partitions"], progress["expected_partitions"]) == (4, 4)
     commit = airflow_harness.xcom("ckpt_cluster_sensor", run.run_id, "commit")
     assert commit["rows_committed"] == 20_000 and commit["unknown_files"] == 0
-    epoch = open_store(submitted["checkpoint_uri"]).current_epoch()
+    epoch = open_store(submitted["checkpoint_uri"]).epochs.current()
     assert epoch is not None and epoch.status is EpochStatus.COMMITTED
     assert len(_event_ids(tmp_path / "lake" / "cluster_events")) == 20_000
 
@@ -136,7 +136,7 @@ def test_retry_reattaches_to_the_running_driver_and_keeps_its_epoch(
     result = airflow_harness.xcom("ckpt_reattach", run.run_id, "submit")
     assert result["reattached"] is True and result["epoch"] == 1
     store = open_store(result["checkpoint_uri"])
-    assert [e.number for e in store.list_epochs()] == [1]  # no second epoch: the live job was not fenced
+    assert [e.number for e in store.epochs.all()] == [1]  # no second epoch: the live job was not fenced
     new_drivers = [d for d in _drivers(cluster) if d["id"] not in drivers_before]
     assert len(new_drivers) == 1  # the retry did not submit again
     commit = airflow_harness.xcom("ckpt_reattach", run.run_id, "commit")

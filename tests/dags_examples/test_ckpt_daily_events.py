@@ -83,7 +83,7 @@ def test_the_retry_resumes_once_the_record_is_corrected_or_the_crash_passed(
 
     plan = airflow_harness.xcom("ckpt_daily_events", run.run_id, "process_events", "checkpoint_plan")
     store = open_store(plan["checkpoint_uri"])
-    epochs = store.list_epochs()
+    epochs = store.epochs.all()
     assert epochs[0].status is EpochStatus.FAILED and epochs[-1].number == plan["epoch"] == tries
     # The retry resumed (a try that failed again on the record sealed empty checkpoints for the done partitions).
     assert 0 < plan["keys_skipped"] < EVENTS and plan["checkpoints_skipped"] > 0
@@ -99,4 +99,4 @@ def test_the_retry_resumes_once_the_record_is_corrected_or_the_crash_passed(
         table = pq.read_table(output, columns=["event_id", "amount"]).to_pydict()
         amounts = dict(zip(table["event_id"], table["amount"], strict=True))
         assert amounts[int(corrected[0])] == 0.0  # the corrected record, as corrected
-    assert store.list_checkpoints() == []
+    assert store.inspection.list_checkpoints() == []

@@ -93,9 +93,9 @@ def test_rewind_to_commit_2_of_4_then_the_next_run_redoes_3_and_4(
         assert commit["retention_policy"] == "retain" and commit["unknown_files"] == 0
         lake_after.append(_lake(client, s3_bucket))
         assert _ids(lake_after[-1]) == _rows_of(range(landed))  # every landed row exactly once
-    assert store.progress().key_type == "string"
-    commits = [e.number for e in store.list_epochs() if e.status.value == "committed"]
-    assert commits == [1, 2, 3, 4], store.list_epochs()
+    assert store.inspection.progress().key_type == "string"
+    commits = [e.number for e in store.epochs.all() if e.status.value == "committed"]
+    assert commits == [1, 2, 3, 4], store.epochs.all()
     after_two = sum(FILES_PER_RUN[:2])
 
     rewind = airflow_harness.run_dag(
@@ -110,8 +110,8 @@ def test_rewind_to_commit_2_of_4_then_the_next_run_redoes_3_and_4(
     lake = _lake(client, s3_bucket)
     assert lake == lake_after[1]  # readers see the lake as it was after commit 2
     assert _ids(lake) == _rows_of(range(after_two))
-    assert store.check().ok, store.check()
-    assert store.progress().keys_done == after_two
+    assert store.inspection.check().ok, store.inspection.check()
+    assert store.inspection.progress().keys_done == after_two
 
     run = airflow_harness.run_dag(INGEST, logical_date=dt.datetime(2024, 7, 11, tzinfo=dt.UTC), env=env, timeout=900)
     assert run.state == "success", run.output[-5000:]
@@ -120,7 +120,7 @@ def test_rewind_to_commit_2_of_4_then_the_next_run_redoes_3_and_4(
     assert counts["input_pyarrow_files_read"] == landed - after_two, counts  # runs 3-4's files only
     assert counts["rows"] == (landed - after_two) * ROWS_PER_FILE
     assert _ids(_lake(client, s3_bucket)) == _rows_of(range(landed))  # every landed row exactly once
-    assert store.check().ok and store.progress().keys_done == landed
+    assert store.inspection.check().ok and store.inspection.progress().keys_done == landed
     quarantined = [
         o["Key"] for o in client.list_objects_v2(Bucket=s3_bucket, Prefix="checkpoints/").get("Contents", [])
     ]

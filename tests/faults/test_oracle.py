@@ -25,11 +25,11 @@ def committed(tmp_path: Path, fault_inputs: list[str]) -> tuple[CheckpointStore,
     store = open_store(f"file://{tmp_path / 'store'}")
     out = tmp_path / "out"
     out.mkdir()
-    first = store.begin_epoch(owner="job", output_roots=[f"file://{out}"]).number
+    first = store.epochs.begin(owner="job", output_roots=[f"file://{out}"]).number
     write_task(store, f"file://{out}", fault_inputs[0], epoch=first, partition=0, seal=False)  # a crashed task
     run_job(store, f"file://{out}", fault_inputs, owner="job")
     store.commit([f"file://{out}"])
-    store.cleanup(RetentionPolicy.RETAIN)
+    store.housekeeping.cleanup(RetentionPolicy.RETAIN)
     return store, OutputLocation(f"file://{out}", {}), out
 
 
@@ -73,7 +73,7 @@ def test_a_corrupt_snapshot_is_caught(
     snapshot = next((tmp_path / "store" / "snapshots").iterdir())
     (snapshot / "manifest.json").write_text("{not json")
     found = " | ".join(_audit(store, output, fault_inputs))
-    assert "store.check(): corrupt store record" in found
+    assert "store.inspection.check(): corrupt store record" in found
     assert "done keys cannot be read" in found
 
 

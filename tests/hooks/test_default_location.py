@@ -81,9 +81,9 @@ def _one_store_each(base: str, options: dict[str, Any]) -> None:
         for map_index in (-1, 0, 1)
     }
     for (run, map_index), location in locations.items():
-        open_store(location, **options).begin_epoch(owner=f"{run}#{map_index}")
+        open_store(location, **options).epochs.begin(owner=f"{run}#{map_index}")
     for (run, map_index), location in locations.items():
-        epochs = open_store(location, **options).list_epochs()
+        epochs = open_store(location, **options).epochs.all()
         assert [(e.number, e.owner) for e in epochs] == [(1, f"{run}#{map_index}")], location
 
 

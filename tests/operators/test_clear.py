@@ -33,14 +33,14 @@ def test_clear_resets_the_store_and_keeps_committed_output(airflow_harness: Airf
     output = tmp_path / "out"
     output.mkdir()
     store = open_store(uri)
-    first = store.begin_epoch(owner="job", output_roots=[f"file://{output}"]).number
+    first = store.epochs.begin(owner="job", output_roots=[f"file://{output}"]).number
     committed_file = _seal(uri, first, 0, output)
-    store.end_epoch(first, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(first, status=EpochStatus.SUCCEEDED)
     store.commit([f"file://{output}"])
-    store.cleanup(RetentionPolicy.RETAIN)
-    second = store.begin_epoch(owner="job", output_roots=[f"file://{output}"]).number
+    store.housekeeping.cleanup(RetentionPolicy.RETAIN)
+    second = store.epochs.begin(owner="job", output_roots=[f"file://{output}"]).number
     uncommitted_file = _seal(uri, second, 1, output)
-    assert store.progress().keys_done == 20
+    assert store.inspection.progress().keys_done == 20
 
     run = airflow_harness.run_dag(
         "ckpt_clear",
@@ -51,7 +51,7 @@ def test_clear_resets_the_store_and_keeps_committed_output(airflow_harness: Airf
     summary = airflow_harness.xcom("ckpt_clear", run.run_id, "clear")
     assert summary["checkpoint_uri"] == uri and summary["files_deleted"] == 1
     assert summary["output_kept_because"] is None and summary["output_files_kept"] == []
-    progress = store.progress()
+    progress = store.inspection.progress()
     assert progress.keys_done == 0 and progress.valid_checkpoints == 0
     assert committed_file.exists() and not uncommitted_file.exists()
 
@@ -69,7 +69,7 @@ def test_where_the_dag_declares_nothing_configured_roots_bound_what_the_store_re
     host.mkdir()
     store = open_store(uri)
     # A writer of the store records two roots: the job's output in the lake, and a directory on the host.
-    epoch = store.begin_epoch(owner="job", output_roots=[f"file://{lake / 'events'}", f"file://{host}"]).number
+    epoch = store.epochs.begin(owner="job", output_roots=[f"file://{lake / 'events'}", f"file://{host}"]).number
     in_lake = _seal(uri, epoch, 0, lake / "events")
     on_host = _seal(uri, epoch, 1, host)
     configured = f"file://{tmp_path / 'elsewhere'}, file://{lake}"
@@ -89,4 +89,4 @@ def test_where_the_dag_declares_nothing_configured_roots_bound_what_the_store_re
     summary = airflow_harness.xcom("ckpt_clear", run.run_id, "clear")
     assert not in_lake.exists() and on_host.read_bytes() == b"not really parquet"
     assert summary["files_deleted"] == 1 and summary["output_kept_because"] is None
-    assert store.progress().keys_done == 0
+    assert store.inspection.progress().keys_done == 0

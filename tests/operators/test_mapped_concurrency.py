@@ -67,7 +67,7 @@ def test_two_instances_at_once_on_their_default_stores_both_succeed(
     epochs = {}
     for i, rows in ROWS.items():
         uri = airflow_harness.default_store_uri(DAG_ID, "tenants", run_id, i)
-        store_epochs = open_store(uri).list_epochs()
+        store_epochs = open_store(uri).epochs.all()
         assert [(e.number, e.status) for e in store_epochs] == [(1, EpochStatus.SUCCEEDED)], logs[i]
         assert store_epochs[0].metadata["owner"]["map_index"] == i
         epochs[i] = store_epochs[0]
@@ -89,7 +89,7 @@ def test_a_shared_checkpoint_uri_fences_the_other_instance_and_only_the_owner_ta
 
     first = start_instance(airflow_harness, run_id, 0, env, tmp_path / "first.log")
     try:
-        _wait_until(lambda: len(store.valid_checkpoints()) >= 1, "map index 0 sealed a checkpoint")
+        _wait_until(lambda: len(store.inspection.valid_checkpoints()) >= 1, "map index 0 sealed a checkpoint")
         # Map index 1 starts while map index 0 is running: it must fail fast, not take over.
         second = start_instance(airflow_harness, run_id, 1, env, tmp_path / "second.log")
         second.wait(timeout=600)
@@ -99,7 +99,7 @@ def test_a_shared_checkpoint_uri_fences_the_other_instance_and_only_the_owner_ta
             -3000:
         ]
         assert not instance_succeeded(tmp_path / "second.log")
-        epochs = store.list_epochs()
+        epochs = store.epochs.all()
         assert [(e.number, e.status) for e in epochs] == [(1, EpochStatus.OPEN)]
         assert epochs[0].metadata["owner"]["map_index"] == 0
 
@@ -116,7 +116,7 @@ def test_a_shared_checkpoint_uri_fences_the_other_instance_and_only_the_owner_ta
     again = start_instance(airflow_harness, run_id, 1, env, tmp_path / "again.log")
     again.wait(timeout=600)
     assert "Give each mapped instance its own store" in (tmp_path / "again.log").read_text()
-    assert [(e.number, e.status) for e in store.list_epochs()] == [(1, EpochStatus.OPEN)]
+    assert [(e.number, e.status) for e in store.epochs.all()] == [(1, EpochStatus.OPEN)]
     assert _valid_keys(shared) == sealed  # nothing lost
 
     # Map index 0's retry is the same owner: it takes over its epoch and finishes the rest. At the
@@ -130,7 +130,7 @@ def test_a_shared_checkpoint_uri_fences_the_other_instance_and_only_the_owner_ta
     assert codes == {"retry": 0, "own": 0}, log[-3000:] + (tmp_path / "own.log").read_text()[-3000:]
     assert instance_succeeded(tmp_path / "retry.log") and instance_succeeded(tmp_path / "own.log"), log[-3000:]
     assert f"skipping {len(sealed)} keys already done" in log, log[-3000:]
-    epochs = store.list_epochs()
+    epochs = store.epochs.all()
     assert [(e.number, e.status) for e in epochs] == [(1, EpochStatus.FAILED), (2, EpochStatus.SUCCEEDED)]
     assert _valid_keys(shared) == list(range(ROWS[0]))  # each of map index 0's keys exactly once, none of 1's
     assert _valid_keys(shared + "-1") == list(range(ROWS[1]))

@@ -104,7 +104,7 @@ def _record_first_run(harness: AirflowHarness, first: DagRunOutcome, output: Pat
         outcome=first,
         states=states,
         xcoms=xcoms,
-        epochs={name: open_store(uri).current_epoch() if uri else None for name, uri in uris.items()},
+        epochs={name: open_store(uri).epochs.current() if uri else None for name, uri in uris.items()},
         done_b=_done_keys(uris["b"]) if uris["b"] else set(),
         group_done_b=_done_keys(group_b) if group_b else set(),
         group_orders={name: _orders(output / "group" / name) for name in GROUP_TENANTS},
@@ -238,8 +238,8 @@ def test_mapped_task_group_commits_each_tenant_and_resumes_the_failed_one(
     assert commit_a["already_committed"] and commit_a["rows_committed"] == GROUP_TENANTS["a"]
     assert set((output / "group" / "a").glob("*.parquet")) == first.group_files["a"]  # untouched
     store_a = open_store(result_a["checkpoint_uri"])
-    assert [e.number for e in store_a.list_epochs()] == [1]  # nothing was submitted
-    assert (current := store_a.current_epoch()) is not None and current.status is EpochStatus.COMMITTED
+    assert [e.number for e in store_a.epochs.all()] == [1]  # nothing was submitted
+    assert (current := store_a.epochs.current()) is not None and current.status is EpochStatus.COMMITTED
     plan_b = airflow_harness.xcom(DAG_ID, second.run_id, "tenant.submit", "checkpoint_plan", map_index=1)
     result_b = airflow_harness.xcom(DAG_ID, second.run_id, "tenant.submit", map_index=1)
     assert (plan_b["rerun"]["action"], plan_b["epoch"], plan_b["keys_skipped"]) == ("resume", 2, len(done_b))

@@ -36,7 +36,7 @@ def _store_with_one_checkpoint_and_one_orphan(store_uri: str, output: Path) -> N
     """What a failed and then resumed job leaves: one sealed checkpoint, one file of a dead attempt."""
     output.mkdir(parents=True)
     store = open_store(store_uri)
-    epoch = store.begin_epoch(owner="ckpt_lineage/submit/r")
+    epoch = store.epochs.begin(owner="ckpt_lineage/submit/r")
     for name, sealed in (("part-0.parquet", True), ("part-1-dead.parquet", False)):
         checkpoint_id, path = new_checkpoint_id(), f"file://{output}/{name}"
         store.record_intent(checkpoint_id, [path], epoch=epoch.number)
@@ -45,7 +45,7 @@ def _store_with_one_checkpoint_and_one_orphan(store_uri: str, output: Path) -> N
             store.stage_keys(checkpoint_id, [1, 2, 3])
             store.stage_files(checkpoint_id, [FileMetadata(path, (output / name).stat().st_size, 3)])
             store.checkpoint(checkpoint_id, epoch=epoch.number, partition=0)
-    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch.number, status=EpochStatus.SUCCEEDED)
 
 
 def _file_transport(events: Path) -> dict[str, str]:

@@ -89,7 +89,7 @@ def test_a_day_failed_killed_taken_over_and_run_again_holds_each_key_once(
     assert failed.state == "failed", failed.output[-4000:]
     plan = airflow_harness.xcom(DAG_ID, failed.run_id, "submit", "checkpoint_plan")
     assert (plan["checkpoint_uri"], plan["rerun"]["action"]) == (uri, "first")
-    assert store.progress().keys_done == 20 and _keys_a_reader_sees(output) == KEYS[:30]  # 20-29: the orphan
+    assert store.inspection.progress().keys_done == 20 and _keys_a_reader_sees(output) == KEYS[:30]  # 20-29: the orphan
     orphans = set(output.glob("part-00002-*.parquet"))  # partition 2's file, written but never sealed
     assert len(orphans) == 1
 
@@ -123,9 +123,9 @@ def test_a_day_failed_killed_taken_over_and_run_again_holds_each_key_once(
     assert killed_run != failed.run_id and state == "running"
     plan = airflow_harness.xcom(DAG_ID, killed_run, "submit", "checkpoint_plan")
     assert (plan["rerun"]["action"], plan["epoch"], plan["keys_skipped"]) == ("resume", 2, 20)
-    epoch = store.current_epoch()
+    epoch = store.epochs.current()
     assert epoch is not None and epoch.number == 2 and epoch.status is EpochStatus.OPEN
-    assert epoch.owner == f"{DAG_ID}/submit/{killed_run}" and store.progress().keys_done == 30
+    assert epoch.owner == f"{DAG_ID}/submit/{killed_run}" and store.inspection.progress().keys_done == 30
     assert _keys_a_reader_sees(output) == sorted(KEYS + KEYS[20:30])  # uncommitted: 20-29 twice
     orphans |= set(output.glob("part-00003-*.parquet"))  # the held partition's file
     assert len(orphans) == 2
@@ -154,8 +154,8 @@ def test_a_day_failed_killed_taken_over_and_run_again_holds_each_key_once(
     commit = airflow_harness.xcom(DAG_ID, second_run, "commit")
     assert (commit["rows_committed"], commit["files_replaced"], commit["unknown_files"]) == (40, 4, 0)
     assert _keys_a_reader_sees(output) == KEYS and not committed_files & set(output.glob("*.parquet"))
-    assert store.check().ok, store.check().problems
-    assert store.rerun_plan("ckpt_handoff/submit/date=2024-06-01").action.value == "replace"
+    assert store.inspection.check().ok, store.inspection.check().problems
+    assert store.inspection.rerun_plan("ckpt_handoff/submit/date=2024-06-01").action.value == "replace"
 
 
 def test_unknown_files_in_the_output_fail_the_commit(airflow_harness: AirflowHarness, tmp_path: Path) -> None:
@@ -177,7 +177,7 @@ def test_unknown_files_in_the_output_fail_the_commit(airflow_harness: AirflowHar
     assert "triggered by hand with logical date 2024-06-04T10:30:00+00:00" in run.output
     assert stray.exists()
     plan = airflow_harness.xcom(DAG_ID, run.run_id, "submit", "checkpoint_plan")
-    assert not open_store(plan["checkpoint_uri"]).progress().committed  # nothing committed
+    assert not open_store(plan["checkpoint_uri"]).inspection.progress().committed  # nothing committed
 
     # Kept knowingly: the commit goes through and says so.
     kept = airflow_harness.run_dag(DAG_ID, logical_date=day, env={**env, "HANDOFF_UNKNOWN_FILES": "keep"})

@@ -57,7 +57,7 @@ def test_cleared_run_resumes_and_commit_removes_orphans(
     assert airflow_harness.task_instances(DAG_ID, first.run_id)["submit"][0] == "failed"
     plan = airflow_harness.xcom(DAG_ID, first.run_id, "submit", "checkpoint_plan")
     store = open_store(plan["checkpoint_uri"])
-    epoch = store.current_epoch()
+    epoch = store.epochs.current()
     assert epoch is not None and epoch.number == 1 and epoch.status is EpochStatus.FAILED
     assert epoch.owner == f"{DAG_ID}/submit/{first.run_id}"
     assert sorted(store.get_checkpointed_keys().column("key").to_pylist()) == list(range(20))
@@ -80,7 +80,7 @@ def test_cleared_run_resumes_and_commit_removes_orphans(
     assert commit["orphans_deleted"] == 1 and commit["unknown_files"] == 0
     assert not any(path.exists() for path in orphans)
     assert _output_keys(output) == list(range(40))  # each key exactly once
-    assert store.list_checkpoints() == []  # delete_after_success
+    assert store.inspection.list_checkpoints() == []  # delete_after_success
 
     # Metrics went out through Airflow's Stats (StatsD here), one set per submit and commit.
     assert statsd.metrics("airflow.ckpt.submits:1|c") and statsd.metrics("airflow.ckpt.keys_skipped:20|c")

@@ -71,7 +71,7 @@ def test_secret_never_shows(airflow_harness: AirflowHarness, s3_server: Any, s3_
 
     # The job reached the store with the keys: its checkpoints were sealed, then committed.
     store = open_store(store_uri, **s3_server.options())
-    assert store.progress().committed
+    assert store.inspection.progress().committed
     assert airflow_harness.xcom("ckpt_handoff", run.run_id, "commit")["rows_committed"] == 40
 
     # We did watch the real spark-submit, with the store conf on its command line ...

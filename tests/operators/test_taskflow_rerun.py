@@ -60,9 +60,9 @@ def test_a_killed_taskflow_try_is_taken_over_by_the_next_run_of_its_day(
     assert state == "running"
     plan = airflow_harness.xcom(DAG_ID, killed_run, "handoff", "checkpoint_plan")
     store = open_store(plan["checkpoint_uri"], trusted_output_roots=[str(output)])
-    epoch = store.current_epoch()
+    epoch = store.epochs.current()
     assert epoch is not None and epoch.number == 1 and epoch.status is EpochStatus.OPEN
-    assert epoch.owner == f"{DAG_ID}/handoff/{killed_run}" and store.progress().keys_done == 30
+    assert epoch.owner == f"{DAG_ID}/handoff/{killed_run}" and store.inspection.progress().keys_done == 30
 
     # 2. The next run of the day takes the killed run's epoch over and skips what it sealed.
     done = airflow_harness.airflow("dags", "test", DAG_ID, day.date().isoformat(), env=env, timeout=900)
@@ -78,4 +78,4 @@ def test_a_killed_taskflow_try_is_taken_over_by_the_next_run_of_its_day(
     commit = airflow_harness.xcom(DAG_ID, run_id, "commit")
     assert commit["rows_committed"] == 40, commit
     assert _keys_a_reader_sees(output) == KEYS  # each key once after the commit
-    assert store.check().ok, store.check().problems
+    assert store.inspection.check().ok, store.inspection.check().problems

@@ -55,7 +55,7 @@ def action_body(run_id: str, task_id: str = SPARK_TASK, **extra: Any) -> dict[st
 
 
 def checkpoints_left(root: Path) -> int:
-    return len(open_store(root.as_uri()).list_checkpoints())
+    return len(open_store(root.as_uri()).inspection.list_checkpoints())
 
 
 def test_plugin_is_registered_with_both_views(ui_server: ApiServer) -> None:

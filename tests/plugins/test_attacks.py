@@ -58,7 +58,7 @@ def params(dag_id: str, run_id: str, task_id: str = SPARK_TASK) -> dict[str, str
 
 
 def checkpoints_in(root: Path) -> int:
-    return len(open_store(root.as_uri()).list_checkpoints())
+    return len(open_store(root.as_uri()).inspection.list_checkpoints())
 
 
 @pytest.fixture
@@ -69,7 +69,7 @@ def team_b_store(ui_server: ApiServer) -> Iterator[tuple[str, Path]]:
     out = ui_server.home / "team_b" / f"out-{run_b}"
     fill_store(root.as_uri(), out.as_uri(), owner=f"{TEAM_B}/{SPARK_TASK}/{run_b}")
     yield run_b, out
-    open_store(root.as_uri()).clear()
+    open_store(root.as_uri()).housekeeping.clear()
 
 
 def test_an_xcom_entry_cannot_point_the_view_at_another_dags_store(
@@ -175,7 +175,7 @@ def test_a_poisoned_intent_record_deletes_nothing_on_the_servers_host(ui_server:
         # The previews changed nothing and wrote no audit entry.
         assert sorted(p.name for p in victims.iterdir()) == ["a.b", "important.txt"]
         assert sorted(p.name for p in out.iterdir()) == outputs_before and len(outputs_before) == 3
-        assert checkpoints_in(root) == 3 and len(open_store(root.as_uri()).list_epochs()) == 1
+        assert checkpoints_in(root) == 3 and len(open_store(root.as_uri()).epochs.all()) == 1
         assert ui_server.audit_entries(run_id) == []
         cleared = admin.post("/checkpoints/api/task/clear", json=where, headers=ACTION_HEADERS)
     assert cleared.status_code == 200, cleared.text
@@ -280,8 +280,8 @@ def test_a_store_path_needing_escapes_shows_and_clears_exactly_that_store(ui_ser
         assert checkpoints_in(odd) == 0
         assert checkpoints_in(sibling) == 3 and len(list(sibling_out.iterdir())) == 3
     finally:
-        open_store(sibling.as_uri()).clear()
-        open_store(odd.as_uri()).clear()
+        open_store(sibling.as_uri()).housekeeping.clear()
+        open_store(odd.as_uri()).housekeeping.clear()
 
 
 # ---------------------------------------------------------------------- the API server stays up

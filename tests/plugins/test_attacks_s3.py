@@ -111,7 +111,7 @@ def scene(ui_server: ApiServer, s3_server: SeaweedServer, tmp_path: Path) -> Sce
         ],
     )
     store.checkpoint(checkpoint_id, epoch=1, partition=0)
-    store.end_epoch(1, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(1, status=EpochStatus.SUCCEEDED)
     return scene
 
 
@@ -147,7 +147,7 @@ def _reprocessed_own_output(scene: Scene) -> tuple[int, str]:
     """A legitimate committed file under the DAG's root, reprocessed from the tab (into quarantine)."""
     store = scene.store()
     store.blobs.delete_many([i.key for i in store.blobs.list("")])
-    epoch = store.begin_epoch(owner=f"{TEAM_A}/{S3_TASK}/{scene.run_id}", output_roots=[scene.own_output]).number
+    epoch = store.epochs.begin(owner=f"{TEAM_A}/{S3_TASK}/{scene.run_id}", output_roots=[scene.own_output]).number
     checkpoint_id = new_checkpoint_id()
     name = f"part-{uuid.uuid4().hex[:8]}.parquet"
     path = f"{scene.own_output}/{name}"
@@ -156,7 +156,7 @@ def _reprocessed_own_output(scene: Scene) -> tuple[int, str]:
     store.stage_keys(checkpoint_id, ["k"])
     store.stage_files(checkpoint_id, [FileMetadata(path=path, size_bytes=13, num_rows=1)])
     store.checkpoint(checkpoint_id, epoch=epoch, partition=0)
-    store.end_epoch(epoch, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch, status=EpochStatus.SUCCEEDED)
     store.commit()
     with scene.server.client("alice") as alice:
         preview = alice.post(
@@ -217,8 +217,8 @@ def test_a_forged_maintenance_epoch_is_abandoned_from_the_tab_not_run(scene: Sce
     fingerprint and refuses it anyway (outside the DAG's roots); an editor abandons it, audited."""
     store = scene.store()
     store.blobs.delete_many([i.key for i in store.blobs.list("")])
-    epoch = store.begin_epoch(owner=f"{TEAM_A}/{S3_TASK}/{scene.run_id}", output_roots=[scene.own_output]).number
-    store.end_epoch(epoch, status=EpochStatus.SUCCEEDED)
+    epoch = store.epochs.begin(owner=f"{TEAM_A}/{S3_TASK}/{scene.run_id}", output_roots=[scene.own_output]).number
+    store.epochs.end(epoch, status=EpochStatus.SUCCEEDED)
     path = scene.host_file.as_uri()
     plan = {
         "action": "reprocess",
@@ -264,7 +264,7 @@ def test_a_forged_maintenance_epoch_is_abandoned_from_the_tab_not_run(scene: Sce
         )
         assert abandoned.status_code == 200, abandoned.text
     scene.untouched()
-    assert scene.store().preview_resume() is None
+    assert scene.store().reprocessing.preview_resume() is None
     events = [e["event"] for e in scene.server.audit_entries(scene.run_id)]
     assert "checkpoints.abandon_maintenance" in events and "checkpoints.resume_reprocess.failed" in events, events
 

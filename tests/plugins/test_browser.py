@@ -87,7 +87,7 @@ def test_clear_from_the_task_instance_view(ui_server: ApiServer, browser: WebDri
     ui_server.trigger_run(run_id)
     root = ui_server.default_store_path(run_id)
     store = fill_store(root.as_uri(), (ui_server.home / "out" / run_id).as_uri(), partitions=3)
-    progress = store.progress()
+    progress = store.inspection.progress()
     wait = WebDriverWait(browser, 60, ignored_exceptions=(StaleElementReferenceException,))
 
     log_in(browser, ui_server, "admin")
@@ -132,7 +132,7 @@ def test_clear_from_the_task_instance_view(ui_server: ApiServer, browser: WebDri
 
     # The store is empty and the audit log names the user.
     after = open_store(root.as_uri())
-    assert after.list_checkpoints() == [] and after.progress().keys_done == 0
+    assert after.inspection.list_checkpoints() == [] and after.inspection.progress().keys_done == 0
     [entry] = ui_server.audit_entries(run_id)
     assert (entry["event"], entry["owner"], entry["task_id"]) == ("checkpoints.clear", "admin", SPARK_TASK)
     assert entry["extra"]["deleted_checkpoints"] == 3
@@ -198,7 +198,7 @@ def test_the_dialog_lists_the_records_the_guard_refuses_before_anything_is_delet
     # Opening the dialog and cancelling changes nothing.
     dialog.find_element(By.CSS_SELECTOR, "[data-testid=confirm-cancel]").click()
     wait.until(ec.invisibility_of_element_located((By.CSS_SELECTOR, "[data-testid=confirm-dialog]")))
-    assert len(open_store(root.as_uri()).list_checkpoints()) == 2 and len(list(out.iterdir())) == 2
+    assert len(open_store(root.as_uri()).inspection.list_checkpoints()) == 2 and len(list(out.iterdir())) == 2
     assert ui_server.audit_entries(run_id) == []
 
     dialog = open_dialog()
@@ -238,7 +238,7 @@ def test_dag_view_and_viewer_cannot_clear(ui_server: ApiServer, browser: WebDriv
     browser.switch_to.frame(frame)
     wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "[data-testid=read-only]")))
     assert not browser.find_element(By.CSS_SELECTOR, "[data-testid=clear-button]").is_enabled()
-    assert len(open_store(root.as_uri()).list_checkpoints()) == 2
+    assert len(open_store(root.as_uri()).inspection.list_checkpoints()) == 2
 
 
 def test_the_tab_url_has_no_unfilled_placeholder_and_a_mapped_tab_shows_its_own_store(

@@ -34,11 +34,11 @@ def _committed_store(server: ApiServer, run_id: str) -> tuple[str, str]:
     root = server.default_store_path(run_id).as_uri()
     out = (server.home / "out" / run_id).as_uri()
     store = fill_store(root, out)
-    epoch = store.current_epoch()
+    epoch = store.epochs.current()
     assert epoch is not None
-    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch.number, status=EpochStatus.SUCCEEDED)
     store.commit([out])
-    store.cleanup(RetentionPolicy.RETAIN)
+    store.housekeeping.cleanup(RetentionPolicy.RETAIN)
     return root, out
 
 
@@ -56,7 +56,7 @@ def test_reprocess_from_the_dialog_with_the_store_s_preview(ui_server: ApiServer
     ui_server.trigger_run(run_id)
     root, out = _committed_store(ui_server, run_id)
     keys = ["key-0-4", "key-2-9"]
-    expected = open_store(root).preview_reprocess(Selection(keys=keys))
+    expected = open_store(root).reprocessing.preview(Selection(keys=keys))
     wait = WebDriverWait(browser, 60)
 
     log_in(browser, ui_server, "admin")
@@ -91,7 +91,7 @@ def test_reprocess_from_the_dialog_with_the_store_s_preview(ui_server: ApiServer
     browser.save_screenshot(str(OUTPUT / "reprocess-done.png"))
 
     # The store and the output changed as the preview said; the audit log names the user.
-    assert open_store(root).progress().keys_done == 50
+    assert open_store(root).inspection.progress().keys_done == 50
     assert {i.key for i in open_blobs(out).list("")} == {"part-00001.parquet"}
     [entry] = [e for e in ui_server.audit_entries(run_id) if e["event"] == "checkpoints.reprocess"]
     assert entry["owner"] == "admin" and entry["extra"]["result"]["moved"] == 2
@@ -127,7 +127,7 @@ def test_a_viewer_cannot_reprocess(ui_server: ApiServer, browser: WebDriver) -> 
         run_id,
     )
     assert status == 403
-    assert open_store(root).progress().keys_done == 150 and len(list(open_blobs(out).list(""))) == 3
+    assert open_store(root).inspection.progress().keys_done == 150 and len(list(open_blobs(out).list(""))) == 3
 
 
 def test_resume_and_abandon_open_the_unfinished_plan_s_preview_first(ui_server: ApiServer, browser: WebDriver) -> None:
@@ -140,7 +140,7 @@ def test_resume_and_abandon_open_the_unfinished_plan_s_preview_first(ui_server: 
     failpoints.enable("store.reprocess.after_epoch", kind="raise")  # the maintenance epoch opens, nothing moves
     try:
         with pytest.raises(failpoints.InjectedFault):
-            store.reprocess(selection, expected=store.preview_reprocess(selection))
+            store.reprocessing.run(selection, expected=store.reprocessing.preview(selection))
     finally:
         failpoints.disable_all()
     wait = WebDriverWait(browser, 60)
@@ -169,7 +169,7 @@ def test_resume_and_abandon_open_the_unfinished_plan_s_preview_first(ui_server: 
     confirm.click()
     wait.until(lambda d: text_of(d, "reprocess-result").startswith("Done (resume)"))
     assert "3 file(s) moved to the quarantine" in text_of(browser, "reprocess-result")
-    assert list(open_blobs(out).list("")) == [] and open_store(root).progress().keys_done == 0
+    assert list(open_blobs(out).list("")) == [] and open_store(root).inspection.progress().keys_done == 0
     assert [e["owner"] for e in ui_server.audit_entries(run_id) if e["event"] == "checkpoints.resume_reprocess"] == [
         "admin"
     ]

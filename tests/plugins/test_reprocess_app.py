@@ -26,11 +26,11 @@ def committed_run(server: ApiServer) -> tuple[str, Path, str]:
     root = server.default_store_path(run_id)
     out = (server.home / "out" / run_id).as_uri()
     store = fill_store(root.as_uri(), out)
-    epoch = store.current_epoch()
+    epoch = store.epochs.current()
     assert epoch is not None
-    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch.number, status=EpochStatus.SUCCEEDED)
     store.commit([out])
-    store.cleanup(RetentionPolicy.RETAIN)
+    store.housekeeping.cleanup(RetentionPolicy.RETAIN)
     return run_id, root, out
 
 
@@ -57,7 +57,7 @@ def test_viewer_can_read_the_history_but_not_preview_or_act(ui_server: ApiServer
                 headers=HEADERS,
             )
             assert response.status_code == 403, response.text
-    assert len(outputs(out)) == 3 and open_store(root.as_uri()).progress().keys_done == 150
+    assert len(outputs(out)) == 3 and open_store(root.as_uri()).inspection.progress().keys_done == 150
     assert not any(
         e["event"].startswith("checkpoints.reprocess") and "result" in e["extra"]
         for e in ui_server.audit_entries(run_id)
@@ -67,7 +67,7 @@ def test_viewer_can_read_the_history_but_not_preview_or_act(ui_server: ApiServer
 def test_preview_then_reprocess_then_undo_then_purge_all_audited(ui_server: ApiServer) -> None:
     run_id, root, out = committed_run(ui_server)
     selection = {"keys": ["key-0-7", "key-2-1"]}
-    expected = open_store(root.as_uri()).preview_reprocess(Selection(keys=["key-0-7", "key-2-1"]))
+    expected = open_store(root.as_uri()).reprocessing.preview(Selection(keys=["key-0-7", "key-2-1"]))
     with ui_server.client("admin") as admin:
         preview = admin.post(
             "/checkpoints/api/task/reprocess/preview", json=body(run_id, selection=selection), headers=HEADERS
@@ -108,7 +108,7 @@ def test_preview_then_reprocess_then_undo_then_purge_all_audited(ui_server: ApiS
         assert done.status_code == 200, done.text
         assert done.json()["result"]["moved"] == 2 and done.json()["result"]["keys"] == 100
         assert outputs(out) == {"part-00001.parquet"}
-        assert open_store(root.as_uri()).progress().keys_done == 50
+        assert open_store(root.as_uri()).inspection.progress().keys_done == 50
 
         history = admin.get(
             "/checkpoints/api/task/reprocesses", params={"dag_id": DAG_ID, "run_id": run_id, "task_id": SPARK_TASK}
@@ -127,7 +127,7 @@ def test_preview_then_reprocess_then_undo_then_purge_all_audited(ui_server: ApiS
             headers=HEADERS,
         )
         assert undone.status_code == 200 and undone.json()["result"]["restored"] == 2
-        assert len(outputs(out)) == 3 and open_store(root.as_uri()).progress().keys_done == 150
+        assert len(outputs(out)) == 3 and open_store(root.as_uri()).inspection.progress().keys_done == 150
 
         purge_plan = admin.post(
             "/checkpoints/api/task/reprocess/preview", json=body(run_id, action="purge", epoch=epoch), headers=HEADERS

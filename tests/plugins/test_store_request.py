@@ -41,7 +41,7 @@ def test_the_deadline_covers_the_store_call_only(tmp_path: Path) -> None:
 
     async def page() -> int | None:
         await asyncio.sleep(1.5)  # the access checks and DB reads of a request, longer than its deadline
-        return (await request.run(lambda store: store.progress().keys_done)).value
+        return (await request.run(lambda store: store.inspection.progress().keys_done)).value
 
     assert asyncio.run(page()) == 150
 
@@ -73,7 +73,7 @@ for uri in sys.argv[1:]:
     store, _ = open_for_view(ref, Deadline.after(300), CheckpointConfig.load())
     try:
         build_task_store_view(store)
-        [record.to_json() for record in store.list_reprocesses()]
+        [record.to_json() for record in store.reprocessing.records()]
     finally:
         store.close()
 print(json.dumps(sorted(set(sys.modules) - before)))
@@ -84,11 +84,11 @@ def test_a_fresh_apps_first_store_call_loads_nothing(tmp_path: Path) -> None:
     page, history = (tmp_path / "page").as_uri(), (tmp_path / "history").as_uri()
     fill_store(page, (tmp_path / "out-page").as_uri())
     store = fill_store(history, (tmp_path / "out-history").as_uri())
-    epoch = store.current_epoch()
+    epoch = store.epochs.current()
     assert epoch is not None
-    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch.number, status=EpochStatus.SUCCEEDED)
     store.commit([(tmp_path / "out-history").as_uri()])
-    store.cleanup(RetentionPolicy.RETAIN)
+    store.housekeeping.cleanup(RetentionPolicy.RETAIN)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env.update({"PYTHONPATH": str(ROOT), "AIRFLOW_HOME": str(tmp_path / "airflow")})
     proc = subprocess.run(

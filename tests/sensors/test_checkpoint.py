@@ -26,8 +26,8 @@ def test_deferrable_sensor_waits_in_the_trigger(airflow_harness: AirflowHarness,
     airflow_harness.install_dag(DAGS / "sensor_dag.py")
     uri = f"file://{tmp_path / 'store'}"
     store = open_store(uri)
-    epoch = store.begin_epoch(owner="a job in cluster mode").number
-    store.set_expected_partitions(epoch, 3)
+    epoch = store.epochs.begin(owner="a job in cluster mode").number
+    store.epochs.set_expected_partitions(epoch, 3)
     sealed_at: list[float] = []
 
     def write_partitions(proc: subprocess.Popen[str], output: Path) -> None:

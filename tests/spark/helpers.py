@@ -147,7 +147,7 @@ class FakeOperator:
         self.store = target.store()
 
     def begin(self) -> int:
-        return self.store.begin_epoch(owner=OPERATOR).number
+        return self.store.epochs.begin(owner=OPERATOR).number
 
     def confs(self, epoch: int) -> dict[str, str]:
         public = {k: v for k, v in self.target.options.items() if not k.startswith("aws_")}
@@ -168,7 +168,7 @@ class FakeOperator:
 
     def end(self, epoch: int, returncode: int) -> None:
         status = EpochStatus.SUCCEEDED if returncode == 0 else EpochStatus.FAILED
-        self.store.end_epoch(epoch, status=status)
+        self.store.epochs.end(epoch, status=status)
 
 
 def job_spec(

@@ -67,7 +67,7 @@ def test_classic_only_options_fail_before_anything_is_written(
     monkeypatch.undo()
 
     job = CheckpointedJob(connect_spark, store_uri)
-    epoch = job.store.current_epoch()
+    epoch = job.store.epochs.current()
     assert epoch is not None and epoch.metadata["spark_session"] == "connect"
     assert epoch.metadata["spark_server"].startswith("127.0.0.1:")
     before = _store_files(store_dir)
@@ -240,7 +240,7 @@ def test_a_server_that_goes_away_mid_write_fails_clearly_and_loses_nothing(
             df = source.withColumn("event_id", F.udf(slow, "long")("event_id"))
 
             def cut_when_a_task_sealed() -> None:
-                wait_for(lambda: operator.store.progress().valid_checkpoints > 0, 120, "a sealed task")
+                wait_for(lambda: operator.store.inspection.progress().valid_checkpoints > 0, 120, "a sealed task")
                 proxy.stop()
 
             cutter = threading.Thread(target=cut_when_a_task_sealed, daemon=True)
@@ -297,7 +297,11 @@ def test_a_killed_client_leaves_the_server_running_and_the_rerun_is_exact(
         text=True,
     )
     try:
-        wait_for(lambda: operator.store.progress().valid_checkpoints > 0, 180, "a sealed task of the client's write")
+        wait_for(
+            lambda: operator.store.inspection.progress().valid_checkpoints > 0,
+            180,
+            "a sealed task of the client's write",
+        )
     finally:
         client.kill()  # SIGKILL: no clean-up runs in the client
         client.wait(timeout=30)

@@ -30,9 +30,11 @@ def test_a_write_folds_its_checkpoints_from_the_drivers_threshold(
     operator = FakeOperator(target)
     epoch = operator.begin()
     job = CheckpointedJob(spark, target.store_uri, epoch=epoch, **target.options)  # type: ignore[arg-type]
-    opened = type(job.store).background_compaction
+    opened = type(job.store.housekeeping).background_compaction
     monkeypatch.setattr(
-        type(job.store), "background_compaction", lambda store, **kw: opened(store, **{**kw, "min_loose": min_loose})
+        type(job.store.housekeeping),
+        "background_compaction",
+        lambda housekeeping, **kw: opened(housekeeping, **{**kw, "min_loose": min_loose}),
     )
     summary = run_pipeline(spark, job, mode=mode, inputs=inputs, output=target.output_uri)
     store = target.store()
@@ -44,7 +46,7 @@ def test_a_write_folds_its_checkpoints_from_the_drivers_threshold(
         assert sum(s.checkpoints for s in segments) == summary.sealed_partitions
     else:  # a few seals, under the threshold: loose, and read as they are
         assert len(sealed_loose) == summary.sealed_partitions and not segments
-    assert store.progress().sealed_partitions == summary.sealed_partitions
+    assert store.inspection.progress().sealed_partitions == summary.sealed_partitions
     operator.end(epoch, 0)
     store.commit([target.output_uri])
     assert not target.store().state_reader.read().catalog.loose  # the commit folded them

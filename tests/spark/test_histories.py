@@ -119,7 +119,7 @@ def test_every_operation_on_s3_with_file_keys_and_crashes(s3_options: dict[str, 
     undo, purge, new input, rewind, retain, discard, delete_after_success and the re-run that replaces the
     committed output, clear. Five of its steps crash at a driver-side failpoint (the fault campaign's
     histories: a crash at step k, not on a fresh store) and are recovered as documented (the same call
-    again, or ``resume_reprocess``) before the oracle judges them."""
+    again, or ``reprocessing.resume``) before the oracle judges them."""
     use_s3(s3_options, s3_bucket)
     before = dict(TALLY.crashes)
     machine = StoreHistory()

@@ -63,7 +63,7 @@ def test_the_audit_catches_a_wrong_shortcut_and_the_rerun_reads_exactly(mode: st
         pending = len(machine._input_keys() - set(machine.done))
         machine.run()  # the oracle: it processed exactly the pending keys, the store and output agree
         machine.store_and_output_agree_with_the_model()
-        assert machine.store.skip_audit_epochs(since=1) == [machine._epoch]
+        assert machine.store.epochs.skip_audit_epochs(since=1) == [machine._epoch]
         assert pending > 0
         machine.commit()  # resolved: the keys it found are done, so the commit goes through and check is ok
     finally:
@@ -83,7 +83,7 @@ def test_the_commit_refuses_when_the_run_did_not_read_exactly(
         with raises_reason(RefusedError, "input_skipped", match="did not read its input exactly") as refused:
             machine.store.commit(output_roots=[machine.output])
         assert "airflow-ckpt discard" in str(refused.value)
-        report = machine.store.check()
+        report = machine.store.inspection.check()
         assert any("pending input keys skipped" in p for p in report.problems), report.problems
 
         machine.discard_uncommitted()

@@ -29,7 +29,7 @@ def _job(spark: SparkSession, target: Target, **kwargs: object) -> CheckpointedJ
 
 def _nothing_written(target: Target) -> None:
     assert target.output_files() == []
-    assert target.store().list_checkpoints() == []
+    assert target.store().inspection.list_checkpoints() == []
 
 
 def test_null_key_fails_before_any_output(spark: SparkSession, local_target: Target, tmp_path: Path) -> None:
@@ -300,7 +300,7 @@ def test_the_driver_declares_its_output_root_and_cannot_leave_the_operators(
 
     inputs = make_inputs(tmp_path / "in", files=1)
     store = local_target.store()
-    epoch = store.begin_epoch(owner="op").number
+    epoch = store.epochs.begin(owner="op").number
     assert store.deletion_guard().root_uris == ()
     job = _job(spark, local_target, epoch=epoch)
     job.write_parquet(job.skip_completed(spark.read.parquet(*inputs), "event_id"), local_target.output_uri)
@@ -308,7 +308,7 @@ def test_the_driver_declares_its_output_root_and_cannot_leave_the_operators(
     assert store.deletion_guard().root_uris == (local_target.output_uri,)
 
     elsewhere = tmp_path / "elsewhere"
-    declared = store.begin_epoch(owner="op", output_roots=[(tmp_path / "only-here").as_uri()]).number
+    declared = store.epochs.begin(owner="op", output_roots=[(tmp_path / "only-here").as_uri()]).number
     job = _job(spark, local_target, epoch=declared)
     with raises_reason(RefusedError, "output_root_not_declared", match="output_roots"):
         job.write_parquet(job.skip_completed(spark.read.parquet(*inputs), "event_id"), elsewhere.as_uri())

@@ -103,7 +103,7 @@ def _assert_exactly_once(target: Target, inputs: Sequence[str]) -> None:
 
 def _reprocess(store: CheckpointStore, selection: Selection) -> set[Any]:
     before = done_keys(store)
-    store.reprocess(selection)
+    store.reprocessing.run(selection)
     pending = before - done_keys(store)
     assert pending
     return pending
@@ -125,7 +125,7 @@ def test_reprocess_after_an_incremental_run_rewrites_every_pending_key(
     summary = _run(spark, operator, inputs, unique=False)
     assert summary.keys == len(pending), f"the rerun processed {summary.keys} of {len(pending)} pending keys"
     _assert_exactly_once(target, inputs)
-    assert store.check().ok, store.check()
+    assert store.inspection.check().ok, store.inspection.check()
 
     # The variant: a second reprocess, by the first commit, after the first one was rerun.
     pending = _reprocess(store, Selection(commits=[1]))
@@ -145,7 +145,7 @@ def test_reprocess_by_commit_after_a_run_with_nothing_pending_on_a_retain_store(
     store = operator.store
     inputs = _write_orders(tmp_path / "in", 0, ORDERS, FILES, unique=unique, name="orders")
     assert _run(spark, operator, inputs, unique=unique).keys == ORDERS
-    store.cleanup(RetentionPolicy.RETAIN)
+    store.housekeeping.cleanup(RetentionPolicy.RETAIN)
     assert _run(spark, operator, inputs, unique=unique, commit=False).keys == 0  # nothing pending, not committed
     _assert_exactly_once(target, inputs)
 
@@ -153,6 +153,6 @@ def test_reprocess_by_commit_after_a_run_with_nothing_pending_on_a_retain_store(
     assert len(pending) == ORDERS
     summary = _run(spark, operator, inputs, unique=unique)
     assert summary.keys == len(pending), f"the rerun processed {summary.keys} of {len(pending)} pending keys"
-    store.cleanup(RetentionPolicy.RETAIN)
+    store.housekeeping.cleanup(RetentionPolicy.RETAIN)
     _assert_exactly_once(target, inputs)
-    assert store.check().ok, store.check()
+    assert store.inspection.check().ok, store.inspection.check()

@@ -36,7 +36,7 @@ def _committed_run(spark: SparkSession, target: Target, tmp_path: Path) -> tuple
     run_pipeline(spark, _job(spark, target, epoch), mode="rows", inputs=inputs, output=target.output_uri)
     operator.end(epoch, 0)
     operator.store.commit(output_roots=[target.output_uri])
-    operator.store.cleanup(RetentionPolicy.RETAIN)
+    operator.store.housekeeping.cleanup(RetentionPolicy.RETAIN)
     assert_exactly_once(target, inputs)
     return operator, inputs
 
@@ -59,8 +59,8 @@ def test_reprocess_three_keys_then_the_next_run_redoes_exactly_their_checkpoints
     keys_before = done_keys(store)
     files_before = _output_bytes(target)
 
-    plan = store.preview_reprocess(Selection(keys=CHOSEN))
-    result = store.reprocess(Selection(keys=CHOSEN), expected=plan)
+    plan = store.reprocessing.preview(Selection(keys=CHOSEN))
+    result = store.reprocessing.run(Selection(keys=CHOSEN), expected=plan)
 
     pending = keys_before - done_keys(store)
     assert set(CHOSEN) <= pending and len(pending) == plan.keys  # whole checkpoints, nothing else
@@ -71,16 +71,16 @@ def test_reprocess_three_keys_then_the_next_run_redoes_exactly_their_checkpoints
     # A reader of the output now sees exactly the rows of the keys still done (no half checkpoint).
     pending_accounts = {a.strip().upper() for a in pending}
     assert target.read_output() == [r for r in reference(inputs) if r[1] not in pending_accounts]
-    assert store.check().ok, store.check()
+    assert store.inspection.check().ok, store.inspection.check()
 
     epoch = operator.begin()
     summary = run_pipeline(spark, _job(spark, target, epoch), mode="rows", inputs=inputs, output=target.output_uri)
     operator.end(epoch, 0)
     assert summary.keys == len(pending)  # exactly the pending checkpoints' keys were processed
     store.commit(output_roots=[target.output_uri])
-    store.cleanup(RetentionPolicy.RETAIN)
+    store.housekeeping.cleanup(RetentionPolicy.RETAIN)
     assert_exactly_once(target, inputs)  # every input row once, by a plain pyarrow reader
-    assert done_keys(store) == keys_before and store.check().ok
+    assert done_keys(store) == keys_before and store.inspection.check().ok
 
 
 @pytest.mark.parametrize("target", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
@@ -92,13 +92,13 @@ def test_undo_before_the_next_run_restores_files_and_checkpoints_exactly(
     keys_before = done_keys(store)
     files_before = _output_bytes(target)
 
-    store.reprocess(Selection(keys=CHOSEN))
+    store.reprocessing.run(Selection(keys=CHOSEN))
     assert done_keys(store) != keys_before and _output_bytes(target) != files_before
-    store.undo_reprocess()
+    store.reprocessing.undo()
 
     assert done_keys(store) == keys_before
     assert _output_bytes(target) == files_before  # same files, same bytes
-    assert store.check().ok, store.check()
+    assert store.inspection.check().ok, store.inspection.check()
     epoch = operator.begin()
     summary = run_pipeline(spark, _job(spark, target, epoch), mode="rows", inputs=inputs, output=target.output_uri)
     operator.end(epoch, 0)

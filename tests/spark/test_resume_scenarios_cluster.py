@@ -97,7 +97,7 @@ def test_cluster_driver_killed_then_rerun_resumes(
     proc = start(_argv(spark_cluster, operator, epoch1, spec), operator.env(faults=slow))
 
     def sealed() -> int:
-        return sum(1 for c in operator.store.valid_checkpoints() if c.epoch == epoch1)
+        return sum(1 for c in operator.store.inspection.valid_checkpoints() if c.epoch == epoch1)
 
     try:
         wait_for(lambda: sealed() >= 2 or proc.poll() is not None, 240, "two sealed partitions")
@@ -147,9 +147,9 @@ def test_speculative_duplicates_seal_and_only_one_counts(
     }
     submitted = _submit(spark_cluster, operator, epoch, spec, conf=speculation)
     assert submitted.returncode == 0, submitted.tail()
-    attempts = [c for c in operator.store.list_checkpoints() if c.partition == 1]
+    attempts = [c for c in operator.store.inspection.list_checkpoints() if c.partition == 1]
     assert sorted(c.metadata["attempt"] for c in attempts) == [0, 1], "the speculative copy sealed too"
-    valid = [c for c in operator.store.valid_checkpoints() if c.partition == 1]
+    valid = [c for c in operator.store.inspection.valid_checkpoints() if c.partition == 1]
     # Usually attempt 0 seals first (the copy starts during its post-seal pause), but a slow S3 write can
     # let the scheduler launch the copy earlier and the copy win: the first seal is the valid one either way.
     first = min(attempts, key=lambda c: (c.sealed_at, c.checkpoint_id))
@@ -182,9 +182,9 @@ def test_speculative_copy_with_spark_writer_wins_and_the_lingering_attempt_leave
     assert submitted.returncode == 0, submitted.tail()
     summary = json.loads(next(line for line in submitted.stdout.splitlines() if line.startswith("SUMMARY "))[8:])
     assert summary["engine"] == "spark"
-    sealed = [c for c in operator.store.list_checkpoints() if c.partition == 1]
+    sealed = [c for c in operator.store.inspection.list_checkpoints() if c.partition == 1]
     assert [c.metadata["attempt"] for c in sealed] == [1], "only the speculative copy, reported by Spark, is sealed"
     assert [c.metadata["writer"] for c in sealed] == ["spark"]
     operator.store.commit(output_roots=[target.output_uri])
     assert_exactly_once(target, inputs)
-    assert operator.store.check().ok
+    assert operator.store.inspection.check().ok

@@ -97,7 +97,7 @@ def test_failed_write_task_deletes_its_own_files(spark: SparkSession, local_targ
     intents = [b.key for b in operator.store.blobs.list("attempts/") if "/intents/" in b.key]
     assert intents, "the task recorded its intent before writing"
     assert local_target.output_files() == [], "the failed attempt's files must be deleted by the task itself"
-    assert operator.store.list_checkpoints() == [], "a failed attempt seals nothing"
+    assert operator.store.inspection.list_checkpoints() == [], "a failed attempt seals nothing"
 
 
 def test_resume_with_skewed_partitions(spark: SparkSession, local_target: Target, tmp_path: Path) -> None:
@@ -124,7 +124,7 @@ def test_resume_with_skewed_partitions(spark: SparkSession, local_target: Target
     operator.end(epoch2, 0)
     assert summary.partitions == summary.sealed_partitions == 8, "empty partitions seal empty checkpoints"
     assert summary.keys == 3 - len(done_before)
-    assert operator.store.progress().sealed_partitions == 8
+    assert operator.store.inspection.progress().sealed_partitions == 8
     operator.store.commit(output_roots=[target.output_uri])
     assert_exactly_once(target, inputs)
 

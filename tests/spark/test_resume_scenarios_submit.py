@@ -44,7 +44,7 @@ def _rerun(
 
 
 def _sealed(operator: FakeOperator, epoch: int) -> int:
-    return sum(1 for c in operator.store.valid_checkpoints() if c.epoch == epoch)
+    return sum(1 for c in operator.store.inspection.valid_checkpoints() if c.epoch == epoch)
 
 
 @pytest.mark.parametrize(
@@ -115,7 +115,7 @@ def test_flaky_tasks_are_retried_within_one_run(tmp_path: Path, target: Target, 
     engine = submitted.result["writes"][0]["engine"]
     assert engine == ("arrow" if target.name == "s3" else "spark")
     assert not submitted.result["degraded"]
-    sealed = operator.store.list_checkpoints()
+    sealed = operator.store.inspection.list_checkpoints()
     assert sorted(c.partition for c in sealed) == list(range(8)), "failed attempts seal nothing"
     assert {c.metadata["attempt"] for c in sealed if c.partition in (1, 3)} == {1}
     assert next(c for c in sealed if c.partition == 5).metadata["attempt"] == 2
@@ -154,21 +154,23 @@ def test_zombie_attempt_sealing_after_the_rerun_began_is_ignored(
 
         def a_zombie_is_waiting() -> bool:
             staged = {b.key.split("/")[1] for b in store.blobs.list("attempts/") if "/keys/" in b.key}
-            sealed = {c.checkpoint_id for c in store.list_checkpoints()}
+            sealed = {c.checkpoint_id for c in store.inspection.list_checkpoints()}
             stuck.update(staged - sealed)
             return bool(stuck) and _sealed(operator, epoch1) >= 2
 
         wait_for(a_zombie_is_waiting, 150, "the third seal to wait before its manifest (one reused Python worker)")
         epoch2 = operator.begin()  # the rerun's submit: from here, epoch 1 is fenced
         base = done_keys(store)
-        wait_for(lambda: bool(stuck & {c.checkpoint_id for c in store.list_checkpoints()}), 60, "the zombie seal")
+        wait_for(
+            lambda: bool(stuck & {c.checkpoint_id for c in store.inspection.list_checkpoints()}), 60, "the zombie seal"
+        )
         submitted = finish(proc, timeout=120)
     finally:
         kill_group(proc)
     assert submitted.returncode != 0, "the old run's next task is fenced, so it fails"
-    zombies = [c for c in store.list_checkpoints() if c.checkpoint_id in stuck]
+    zombies = [c for c in store.inspection.list_checkpoints() if c.checkpoint_id in stuck]
     assert len(zombies) == 1 and zombies[0].epoch == epoch1
-    valid = {c.checkpoint_id for c in store.valid_checkpoints()}
+    valid = {c.checkpoint_id for c in store.inspection.valid_checkpoints()}
     assert not valid & stuck, "a checkpoint sealed in an old epoch after a new one began is never valid"
 
     # Through the state reader: the driver's compaction may have folded the manifest into a segment.

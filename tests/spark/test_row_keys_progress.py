@@ -147,7 +147,7 @@ def test_user_udf_failure_keeps_finished_tasks_local(
     epoch2 = operator.begin()  # its base is what counts as done
     sealed = done_keys(operator.store)
     _check_progress(sealed, finished_keys, scenario, len(finished))
-    assert len([c for c in operator.store.valid_checkpoints() if c.epoch == epoch1]) >= len(finished)
+    assert len([c for c in operator.store.inspection.valid_checkpoints() if c.epoch == epoch1]) >= len(finished)
 
     scenario.marker.unlink()  # the bad record is fixed
     second_log = scenario.key_log("run2")

@@ -92,7 +92,7 @@ def test_a_key_declared_unique_that_repeats_fails_before_sealing(
     operator = FakeOperator(local_target)
     with raises_reason(InvalidArgumentError, "key_not_unique", match="unique=True"):
         _run(spark, local_target, operator, inputs, unique=True, engine=engine)
-    assert operator.store.list_checkpoints() == [], "nothing of the task that met the repeated key is sealed"
+    assert operator.store.inspection.list_checkpoints() == [], "nothing of the task that met the repeated key is sealed"
 
 
 @pytest.mark.parametrize("engine", ["spark", "arrow"])

@@ -41,7 +41,7 @@ def write_task(
 def begin(store: CheckpointStore, backend: Backend, **kwargs: Any) -> Epoch:
     """Open an epoch the way the operator does: declaring the backend's output root, so that
     deletions (commit, discard, clear) may reach the files written there (docs/design.md, section 7)."""
-    return store.begin_epoch(output_roots=[backend.output_uri], **kwargs)
+    return store.epochs.begin(output_roots=[backend.output_uri], **kwargs)
 
 
 def done_keys(store: CheckpointStore) -> list[object]:

@@ -40,31 +40,31 @@ def run_and_commit(
     files: int = 1,
 ) -> Run:
     """A submit that seals one checkpoint per partition, then the commit task (commit + retention)."""
-    epoch = store.begin_epoch(owner="dag/task/run").number
+    epoch = store.epochs.begin(owner="dag/task/run").number
     run = Run(epoch)
     for partition, keys in enumerate(partitions):
         cid, paths, _ = write_task(store, backend, epoch=epoch, partition=partition, keys=list(keys), files=files)
         run.checkpoints[cid] = list(keys)
         run.files[cid] = paths
-    store.end_epoch(epoch, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch, status=EpochStatus.SUCCEEDED)
     store.commit([backend.output_uri])
     if policy is not None:
-        store.cleanup(policy)
+        store.housekeeping.cleanup(policy)
     return run
 
 
 def rerun_pending(store: CheckpointStore, backend: Backend, pending: Sequence[object], *, commit: bool = True) -> Run:
     """The next run: processes exactly ``pending`` (one key per partition), then commits with retain."""
-    epoch = store.begin_epoch(owner="dag/task/run").number
+    epoch = store.epochs.begin(owner="dag/task/run").number
     run = Run(epoch)
     for partition, key in enumerate(pending):
         cid, paths, _ = write_task(store, backend, epoch=epoch, partition=partition, keys=[key])
         run.checkpoints[cid] = [key]
         run.files[cid] = paths
-    store.end_epoch(epoch, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch, status=EpochStatus.SUCCEEDED)
     if commit:
         store.commit([backend.output_uri])
-        store.cleanup(RetentionPolicy.RETAIN)
+        store.housekeeping.cleanup(RetentionPolicy.RETAIN)
     return run
 
 

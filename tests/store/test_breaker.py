@@ -29,7 +29,7 @@ def test_outage_degrades_the_run_and_the_commit_deletes_nothing_unprovable(
     out.mkdir()
     options = server.options() | {"timeout_seconds": 1.0, "max_attempts": 1, "breaker_max_failures": 3}
     store = open_store(uri, **options)
-    epoch = store.begin_epoch(owner="job").number
+    epoch = store.epochs.begin(owner="job").number
 
     def task(partition: int, *, stop_server_after_intent: bool = False) -> tuple[Path, object]:
         checkpoint_id = new_checkpoint_id()
@@ -61,9 +61,9 @@ def test_outage_degrades_the_run_and_the_commit_deletes_nothing_unprovable(
 
     server.start()
     driver = open_store(uri, **server.options())
-    current = driver.current_epoch()
+    current = driver.epochs.current()
     assert current is not None and not current.degraded  # the store could not even record it...
-    driver.end_epoch(epoch, status=EpochStatus.SUCCEEDED)
+    driver.epochs.end(epoch, status=EpochStatus.SUCCEEDED)
     result_of_commit = driver.commit([f"file://{out}"], degraded=True)  # ...so the job result carries it
     assert result_of_commit.degraded
     assert result_of_commit.deleted_files == ()
@@ -79,13 +79,13 @@ def test_without_the_degraded_flag_the_half_done_task_is_an_orphan(
 ) -> None:
     """The contrast: a failed attempt (intent, file, no seal) in a healthy run is deleted."""
     store = open_store(f"s3://{s3_bucket}/store", **s3_server.options())
-    epoch = store.begin_epoch(owner="job").number
+    epoch = store.epochs.begin(owner="job").number
     checkpoint_id = new_checkpoint_id()
     path = tmp_path / "out" / f"part-0-{checkpoint_id}.parquet"
     path.parent.mkdir()
     store.record_intent(checkpoint_id, [f"file://{path}"], epoch=epoch)
     path.write_bytes(b"rows")
-    store.end_epoch(epoch, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch, status=EpochStatus.SUCCEEDED)
     result = store.commit([f"file://{path.parent}"])
     assert result.deleted_files == (f"file://{path}",)
     assert not path.exists()

@@ -43,14 +43,14 @@ def test_staged_data_is_invisible_until_sealed(backend: Backend) -> None:
     checkpoint_id, _, _ = write_task(store, backend, epoch=epoch.number, partition=0, keys=["a", "b"], seal=False)
     assert done_keys(store) == []
     assert store.get_checkpointed_files() == []
-    assert store.get_checkpoint(checkpoint_id) is None
-    assert store.list_checkpoints() == []
+    assert store.inspection.get_checkpoint(checkpoint_id) is None
+    assert store.inspection.list_checkpoints() == []
 
     sealed = store.checkpoint(checkpoint_id, epoch=epoch.number, partition=0)
     assert sealed is not None and sealed.status is CheckpointStatus.CHECKPOINTED
     assert done_keys(store) == ["a", "b"]
     assert [f.num_rows for f in store.get_checkpointed_files()] == [2]
-    again = store.get_checkpoint(checkpoint_id)
+    again = store.inspection.get_checkpoint(checkpoint_id)
     assert again is not None and again.num_keys == 2 and again.key_type == "string"
 
 
@@ -66,17 +66,17 @@ def test_every_call_is_idempotent_where_documented(backend: Backend) -> None:
     with raises_reason(EpochConflictError, "already_sealed"):
         store.stage_keys(checkpoint_id, [4])
 
-    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch.number, status=EpochStatus.SUCCEEDED)
     first = store.commit([backend.output_uri])
     second = store.commit([backend.output_uri])
     assert not first.already_committed and second.already_committed
-    committed = store.get_checkpoint(checkpoint_id)
+    committed = store.inspection.get_checkpoint(checkpoint_id)
     assert committed is not None and committed.status is CheckpointStatus.COMMITTED
     assert store.get_checkpointed_files() == []  # committed files are no longer pending
     assert done_keys(store) == [1, 2, 3]  # but the keys stay done
     assert second.committed_checkpoints == first.committed_checkpoints
-    assert store.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS) == [checkpoint_id]
-    assert store.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS) == []
+    assert store.housekeeping.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS) == [checkpoint_id]
+    assert store.housekeeping.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS) == []
     assert done_keys(store) == []
     # The output stays: cleanup never deletes output files.
     assert len(backend.output_names()) == 1
@@ -102,9 +102,9 @@ def test_crash_between_parts_and_manifest_leaves_nothing_visible(backend: Backen
     assert proc.returncode == failpoints.EXIT_CODE, proc.stderr
     checkpoint_id = proc.stdout.strip()
     assert any(checkpoint_id in key for key in backend.store_keys())  # the key part is there...
-    assert store.get_checkpoint(checkpoint_id) is None  # ...but nothing is visible
+    assert store.inspection.get_checkpoint(checkpoint_id) is None  # ...but nothing is visible
     assert done_keys(store) == []
-    report = store.check()
+    report = store.inspection.check()
     assert report.ok and any(checkpoint_id in note for note in report.notes)
 
 
@@ -125,7 +125,7 @@ def _race(args: tuple[str, dict[str, object], str, object]) -> str:
     store = open_store(uri, **options)  # type: ignore[arg-type]
     barrier.wait()  # type: ignore[attr-defined]
     try:
-        return f"won:{store.begin_epoch(owner=owner).number}"
+        return f"won:{store.epochs.begin(owner=owner).number}"
     except EpochConflictError:
         return "conflict"
 
@@ -139,7 +139,7 @@ def test_racing_begin_epoch_exactly_one_wins(backend: Backend) -> None:
             barrier = manager.Barrier(2)
             results = pool.map(_race, [(uri, backend.options, f"run-{i}", barrier) for i in range(2)])
             assert sorted(r.split(":")[0] for r in results) == ["conflict", "won"], (rep, results)
-            assert [e.number for e in open_store(uri, **backend.options).list_epochs()] == [1]
+            assert [e.number for e in open_store(uri, **backend.options).epochs.all()] == [1]
 
 
 def test_open_epoch_blocks_other_owners_but_not_own_retry(backend: Backend) -> None:
@@ -149,10 +149,10 @@ def test_open_epoch_blocks_other_owners_but_not_own_retry(backend: Backend) -> N
         begin(store, backend, owner="dag/task/run2")
     retry = begin(store, backend, owner="dag/task/run1")  # a retry of the same task takes over
     assert retry.number == first.number + 1
-    assert store.list_epochs()[0].status is EpochStatus.FAILED  # superseded
+    assert store.epochs.all()[0].status is EpochStatus.FAILED  # superseded
     forced = begin(store, backend, owner="other", takeover=True)
     assert forced.number == retry.number + 1
-    store.end_epoch(forced.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(forced.number, status=EpochStatus.SUCCEEDED)
     assert begin(store, backend, owner="someone-else").number == forced.number + 1
 
 
@@ -164,23 +164,23 @@ def test_an_epoch_records_what_its_base_holds(backend: Backend) -> None:
     write_task(store, backend, epoch=first.number, partition=0, keys=["a", "b", "c"])
     write_task(store, backend, epoch=first.number, partition=1, keys=["d"])
     write_task(store, backend, epoch=first.number, partition=2, keys=["e"], seal=False)  # not done
-    store.end_epoch(first.number, status=EpochStatus.FAILED)
-    progress = store.progress()
+    store.epochs.end(first.number, status=EpochStatus.FAILED)
+    progress = store.inspection.progress()
     second = begin(store, backend, owner="t")
     assert (second.base_keys, second.base_rows) == (progress.keys_done, progress.rows) == (4, 4)
-    reread = store.current_epoch()
+    reread = store.epochs.current()
     assert reread is not None and (reread.base_keys, reread.base_rows) == (4, 4)
 
 
 def test_is_degraded_reads_only_the_epochs_markers(backend: Backend) -> None:
     store = backend.store()
     first = begin(store, backend, owner="t")
-    store.end_epoch(first.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(first.number, status=EpochStatus.SUCCEEDED)
     second = begin(store, backend, owner="t")
-    store.mark_degraded(second.number, "breaker tripped in a test")
-    assert not store.is_degraded(first.number)
-    assert store.is_degraded(second.number)
-    assert store.progress().degraded_epochs == (second.number,)
+    store.epochs.mark_degraded(second.number, "breaker tripped in a test")
+    assert not store.epochs.is_degraded(first.number)
+    assert store.epochs.is_degraded(second.number)
+    assert store.inspection.progress().degraded_epochs == (second.number,)
 
 
 def test_zombie_sealed_in_old_epoch_is_never_valid(backend: Backend) -> None:
@@ -217,9 +217,9 @@ def test_duplicate_attempts_of_a_partition_count_once(backend: Backend) -> None:
     first, first_paths, _ = write_task(store, backend, epoch=epoch.number, partition=3, keys=["k1", "k2"])
     second, second_paths, _ = write_task(store, backend, epoch=epoch.number, partition=3, keys=["k1", "k2"])
     assert done_keys(store) == ["k1", "k2"]
-    valid = [c.checkpoint_id for c in store.valid_checkpoints()]
+    valid = [c.checkpoint_id for c in store.inspection.valid_checkpoints()]
     assert valid == [first]
-    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch.number, status=EpochStatus.SUCCEEDED)
     result = store.commit([backend.output_uri])
     assert names(result.deleted_files) == names(second_paths)
     assert backend.output_names() == names(first_paths)
@@ -231,7 +231,7 @@ def test_resume_base_carries_done_checkpoints_forward(backend: Backend) -> None:
     first = begin(store, backend, owner="t")
     done_id, _, _ = write_task(store, backend, epoch=first.number, partition=0, keys=["a"])
     write_task(store, backend, epoch=first.number, partition=1, keys=["b"], seal=False)  # the failed task
-    store.end_epoch(first.number, status=EpochStatus.FAILED)
+    store.epochs.end(first.number, status=EpochStatus.FAILED)
     with raises_reason(RefusedError, "epoch_failed", match="failed"):
         store.commit([backend.output_uri])
     second = begin(store, backend, owner="t")
@@ -255,7 +255,7 @@ def _scenario(backend: Backend) -> tuple[set[str], set[str], str]:
         good |= names(paths)
     _, paths, _ = write_task(store, backend, epoch=first.number, partition=3, keys=["a3"], seal=False)
     orphans |= names(paths)
-    store.end_epoch(first.number, status=EpochStatus.FAILED)
+    store.epochs.end(first.number, status=EpochStatus.FAILED)
     second = begin(store, backend, owner="t")
     _, paths, _ = write_task(store, backend, epoch=second.number, partition=0, keys=["a3"], seal=False)
     orphans |= names(paths)  # a Spark retry of the task inside the run
@@ -264,7 +264,7 @@ def _scenario(backend: Backend) -> tuple[set[str], set[str], str]:
     _, paths, _ = write_task(store, backend, epoch=second.number, partition=0, keys=["a3"])
     orphans |= names(paths)  # a speculative duplicate that sealed second
     foreign = backend.write_output("not-ours.parquet")
-    store.end_epoch(second.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(second.number, status=EpochStatus.SUCCEEDED)
     return good, orphans, foreign.rsplit("/", 1)[-1]
 
 
@@ -279,8 +279,8 @@ def test_commit_deletes_exactly_the_orphans(backend: Backend) -> None:
     assert backend.output_names() == good | {foreign}
     assert names(result.unknown_files) == {foreign}
     assert result.bytes_freed > 0
-    assert store.check().ok
-    assert all(c.status is CheckpointStatus.COMMITTED for c in store.valid_checkpoints())
+    assert store.inspection.check().ok
+    assert all(c.status is CheckpointStatus.COMMITTED for c in store.inspection.valid_checkpoints())
     assert done_keys(store) == ["a0", "a1", "a2", "a3"]
 
 
@@ -299,7 +299,7 @@ def test_unknown_files_refuse_the_commit_and_change_nothing(backend: Backend) ->
         assert way_out in message
     assert backend.output_names() == before_output == good | orphans | {foreign}
     assert not [k for k in backend.store_keys() if k.startswith(("commits/", "lineage/"))]  # nothing committed
-    assert store.current_epoch() is not None and store.current_epoch().status is EpochStatus.SUCCEEDED
+    assert store.epochs.current() is not None and store.epochs.current().status is EpochStatus.SUCCEEDED
     # Moved away: the same commit goes through.
     backend.output_blobs().delete_many([foreign])
     result = store.commit([backend.output_uri])
@@ -332,19 +332,19 @@ def test_commit_killed_between_phases_then_resumed(backend: Backend, failpoint: 
     assert not result.already_committed
     assert backend.output_names() == good | {foreign}
     assert backend.store().commit([backend.output_uri]).already_committed
-    assert backend.store().check().ok
+    assert backend.store().inspection.check().ok
 
 
 def test_commit_never_deletes_committed_files_of_earlier_runs(backend: Backend) -> None:
     store = backend.store()
     first = begin(store, backend, owner="run1")
     _, first_paths, _ = write_task(store, backend, epoch=first.number, partition=0, keys=["old"])
-    store.end_epoch(first.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(first.number, status=EpochStatus.SUCCEEDED)
     store.commit([backend.output_uri])
-    store.cleanup(RetentionPolicy.RETAIN)
+    store.housekeeping.cleanup(RetentionPolicy.RETAIN)
     second = begin(store, backend, owner="run2")
     _, second_paths, _ = write_task(store, backend, epoch=second.number, partition=0, keys=["new"])
-    store.end_epoch(second.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(second.number, status=EpochStatus.SUCCEEDED)
     result = store.commit([backend.output_uri])
     assert result.deleted_files == ()
     assert result.unknown_files == ()  # earlier committed output is known, not "unknown"
@@ -358,27 +358,27 @@ def test_overlapping_keys_refuse_the_commit_and_delete_nothing(backend: Backend)
     write_task(store, backend, epoch=epoch.number, partition=1, keys=["b", "c"])
     write_task(store, backend, epoch=epoch.number, partition=2, keys=["z"], seal=False)  # an orphan
     before = backend.output_names()
-    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch.number, status=EpochStatus.SUCCEEDED)
     with raises_reason(RefusedError, "overlapping_keys", match="overlap"):
         store.commit([backend.output_uri])
     assert backend.output_names() == before
-    assert not store.check().ok
+    assert not store.inspection.check().ok
 
 
 def test_discard_uncommitted_and_clear(backend: Backend) -> None:
     store = backend.store()
     first = begin(store, backend, owner="t")
     _, committed_paths, _ = write_task(store, backend, epoch=first.number, partition=0, keys=["a"])
-    store.end_epoch(first.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(first.number, status=EpochStatus.SUCCEEDED)
     store.commit([backend.output_uri])
     second = begin(store, backend, owner="t")
     _, pending_paths, _ = write_task(store, backend, epoch=second.number, partition=0, keys=["b"])
     _, failed_paths, _ = write_task(store, backend, epoch=second.number, partition=1, keys=["c"], seal=False)
-    discarded = store.discard_uncommitted()
+    discarded = store.housekeeping.discard_uncommitted()
     assert names(discarded.deleted_files) == names(pending_paths) | names(failed_paths)
     assert done_keys(store) == ["a"]
     assert backend.output_names() == names(committed_paths)
-    cleared = store.clear()
+    cleared = store.housekeeping.clear()
     assert done_keys(store) == []
     assert backend.output_names() == names(committed_paths)  # committed output is never deleted
     assert cleared.epoch > discarded.epoch
@@ -391,14 +391,14 @@ def test_retain_compacts_into_one_snapshot(backend: Backend) -> None:
         epoch = begin(store, backend, owner=f"run{run}")
         for partition in range(4):
             write_task(store, backend, epoch=epoch.number, partition=partition, keys=[f"r{run}p{partition}"])
-        store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+        store.epochs.end(epoch.number, status=EpochStatus.SUCCEEDED)
         store.commit([backend.output_uri])
-        store.cleanup(RetentionPolicy.RETAIN)
-        assert store.list_checkpoints() == []
+        store.housekeeping.cleanup(RetentionPolicy.RETAIN)
+        assert store.inspection.list_checkpoints() == []
         sources = store.key_sources()
         assert len(sources) == 1 and sources[0].format == "parquet"
     assert len(done_keys(store)) == 12
-    progress = store.progress()
+    progress = store.inspection.progress()
     assert progress.keys_done == 12 and progress.committed
 
 
@@ -408,7 +408,7 @@ def test_degraded_commit_keeps_what_it_cannot_prove_orphaned(backend: Backend) -
     _, sealed_paths, _ = write_task(store, backend, epoch=epoch.number, partition=0, keys=["a"])
     # A task whose store writes failed after its intent: its output is real but unsealed.
     _, unsealed_paths, _ = write_task(store, backend, epoch=epoch.number, partition=1, keys=["b"], seal=False)
-    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch.number, status=EpochStatus.SUCCEEDED)
     result = store.commit([backend.output_uri], degraded=True)
     assert result.degraded
     assert result.deleted_files == ()
@@ -425,7 +425,7 @@ def test_bad_ids_are_rejected(backend: Backend) -> None:
         with raises_reason(InvalidArgumentError, "checkpoint_id"):
             store.stage_keys(bad, ["k"])
         with raises_reason(InvalidArgumentError, "checkpoint_id"):
-            store.get_checkpoint(bad)
+            store.inspection.get_checkpoint(bad)
     assert backend.store_keys() == set()
 
 
@@ -451,7 +451,7 @@ def test_key_type_changed_between_checkpoints(backend: Backend) -> None:
         store.get_checkpointed_keys()
     with raises_reason(InvalidArgumentError, "key_type_mismatch"):
         store.key_type()
-    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch.number, status=EpochStatus.SUCCEEDED)
     with raises_reason(InvalidArgumentError, "key_type_mismatch"):
         store.commit([backend.output_uri])
     assert backend.store_keys() >= before
@@ -477,7 +477,7 @@ def test_corrupt_manifest_is_a_typed_error_and_nothing_is_deleted(backend: Backe
         "unreleased-format": unreleased,
     }
     blobs.put(key, broken[damage])
-    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch.number, status=EpochStatus.SUCCEEDED)
     store_before, output_before = backend.store_keys(), backend.output_names()
     with raises_reason(CorruptCheckpointError, "corrupt", match="airflow-ckpt check") as raised:
         store.get_checkpointed_keys()
@@ -487,7 +487,7 @@ def test_corrupt_manifest_is_a_typed_error_and_nothing_is_deleted(backend: Backe
         assert "it reads format 2" in str(raised.value)
     with raises_reason(CorruptCheckpointError, "corrupt"):
         store.commit([backend.output_uri])
-    report = store.check()
+    report = store.inspection.check()
     assert not report.ok and checkpoint_id in " ".join(report.problems)
     assert backend.store_keys() == store_before and backend.output_names() == output_before
 
@@ -504,14 +504,14 @@ def test_an_empty_manifest_is_an_unsealed_leftover_the_commit_deletes_with_its_f
     blobs.delete_many([f"checkpoints/{torn_id}/manifest.json"])
     blobs.put(f"checkpoints/{torn_id}/manifest.json", b"")  # what the cut upload left
     assert done_keys(store) == ["a"]
-    assert store.get_checkpoint(torn_id) is None
-    assert [c.checkpoint_id for c in store.list_checkpoints()] == [kept_id]
-    report = store.check()
+    assert store.inspection.get_checkpoint(torn_id) is None
+    assert [c.checkpoint_id for c in store.inspection.list_checkpoints()] == [kept_id]
+    report = store.inspection.check()
     assert report.ok, report.problems
     assert any(torn_id in note for note in report.notes)
     # The rerun redoes partition 1 in a new attempt; then the job succeeds and commits.
     redo_id, redo_paths, _ = write_task(store, backend, epoch=epoch.number, partition=1, keys=["b"])
-    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch.number, status=EpochStatus.SUCCEEDED)
     result = store.commit([backend.output_uri])
     assert sorted(result.committed_checkpoints) == sorted([kept_id, redo_id])
     assert torn_id in result.deleted_checkpoints
@@ -533,7 +533,7 @@ def test_a_seal_that_finds_its_own_upload_left_empty_writes_it_again(backend: Ba
     assert done_keys(store) == ["a"]
     data, _ = backend.store_blobs().get(f"checkpoints/{checkpoint_id}/manifest.json")
     assert json.loads(data)["checkpoint_id"] == checkpoint_id
-    assert backend.store().get_checkpoint(checkpoint_id) is not None  # another process sees it sealed
+    assert backend.store().inspection.get_checkpoint(checkpoint_id) is not None  # another process sees it sealed
 
 
 def test_create_if_absent_takes_the_place_of_an_empty_object_and_of_two_writers_one_wins(backend: Backend) -> None:
@@ -578,17 +578,19 @@ def test_a_record_a_dead_process_left_empty_is_read_as_never_written_and_retaken
     store = backend.store()
     first = begin(store, backend, owner="t")
     _, paths, _ = write_task(store, backend, epoch=first.number, partition=0, keys=["a"])
-    store.end_epoch(first.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(first.number, status=EpochStatus.SUCCEEDED)
     blobs = backend.store_blobs()
     if record == "epoch":
         store.commit([backend.output_uri])
         blobs.put(f"epochs/{first.number + 1:08d}.json", b"")  # a submit died opening the next epoch
-        assert store.progress().epoch is not None and store.progress().epoch.number == first.number
-        assert store.check().ok, store.check().problems
+        assert (
+            store.inspection.progress().epoch is not None and store.inspection.progress().epoch.number == first.number
+        )
+        assert store.inspection.check().ok, store.inspection.check().problems
         second = begin(store, backend, owner="t")
         assert second.number == first.number + 1
         assert json.loads(blobs.get(f"epochs/{second.number:08d}.json")[0])["epoch"] == second.number
-        assert backend.store().current_epoch() is not None
+        assert backend.store().epochs.current() is not None
         return
     if record == "commit":
         blobs.put(f"commits/{first.number:08d}.json", b"")  # the commit died writing its record
@@ -596,12 +598,12 @@ def test_a_record_a_dead_process_left_empty_is_read_as_never_written_and_retaken
         store.commit([backend.output_uri])
         blobs.put(f"commits/{first.number:08d}.done.json", b"")  # ... or its done record, after the deletes
     assert done_keys(store) == ["a"]
-    assert store.check().ok, store.check().problems
-    assert not store.progress().committed
+    assert store.inspection.check().ok, store.inspection.check().problems
+    assert not store.inspection.progress().committed
     result = store.commit([backend.output_uri])
     assert not result.already_committed
     assert [f.path for f in result.committed_files] == paths
-    assert store.progress().committed
+    assert store.inspection.progress().committed
     assert json.loads(blobs.get(f"commits/{first.number:08d}.json")[0])["epoch"] == first.number
     assert blobs.get(f"commits/{first.number:08d}.done.json")[0]
     assert backend.output_names() == names(paths)
@@ -642,20 +644,20 @@ def test_small_checkpoints_are_read_from_the_manifest_alone(backend: Backend) ->
     backend.store_blobs().delete_many([f"attempts/{small}/keys/0000.arrow"])
     assert len(done_keys(store)) == 5002
     # ...but the consistency check reports the missing part.
-    assert any("missing part" in p for p in store.check().problems)
+    assert any("missing part" in p for p in store.inspection.check().problems)
 
 
 def test_commit_record_is_the_authority_on_committed(backend: Backend) -> None:
     store = backend.store()
     epoch = begin(store, backend, owner="t")
     checkpoint_id, _, _ = write_task(store, backend, epoch=epoch.number, partition=0, keys=["a"])
-    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch.number, status=EpochStatus.SUCCEEDED)
     store.commit([backend.output_uri])
     # One atomic record commits every checkpoint; every reader sees it.
     fresh = backend.store()
-    got = fresh.get_checkpoint(checkpoint_id)
+    got = fresh.inspection.get_checkpoint(checkpoint_id)
     assert got is not None and got.status is CheckpointStatus.COMMITTED
-    assert [c.status for c in fresh.list_checkpoints()] == [CheckpointStatus.COMMITTED]
+    assert [c.status for c in fresh.inspection.list_checkpoints()] == [CheckpointStatus.COMMITTED]
     assert fresh.get_checkpointed_files() == []
 
 
@@ -715,13 +717,13 @@ def test_commit_deletes_orphans_of_a_native_write_by_its_name_marker(backend: Ba
     foreign = {"someone-elses.parquet", "part-00003-ckwOTHERWRITE00-a0-5.parquet"}
     for name in foreign:
         backend.write_output(name)
-    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch.number, status=EpochStatus.SUCCEEDED)
 
     result = store.commit(unknown_files="keep")  # roots come from the name intent
     assert names(result.deleted_files) == {f"part-00002{marker}a2-3.parquet", duplicate}
     assert names(result.unknown_files) == names(sorted(foreign))
     assert backend.output_names() == good | foreign
-    assert store.check().ok
+    assert store.inspection.check().ok
     assert done_keys(store) == ["k0", "k1"]
     # The write's intent record is gone with the other unsealed directories; a second commit is a no-op.
     assert not [k for k in backend.store_keys() if k.endswith("intents/0000.json")]
@@ -734,7 +736,7 @@ def test_degraded_commit_keeps_files_of_a_native_write_it_cannot_prove_orphaned(
     marker = "-ckwDEGRADED0001-"
     tasks = {f"part-00000{marker}a0-1.parquet": (0, ["k0"]), f"part-00001{marker}a1-2.parquet": (1, [])}
     _native_write(store, backend, epoch=epoch.number, marker=marker, tasks=tasks)
-    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch.number, status=EpochStatus.SUCCEEDED)
     result = store.commit(degraded=True)
     assert result.deleted_files == ()
     assert names(result.kept_unprovable) == {f"part-00001{marker}a1-2.parquet"}
@@ -753,11 +755,11 @@ def test_orphans_of_an_older_native_write_are_deleted_by_the_next_commit(backend
         marker=old,
         tasks={f"part-00000{old}a0-1.parquet": (0, ["k0"]), f"part-00001{old}a1-2.parquet": (1, [])},
     )
-    store.end_epoch(first.number, status=EpochStatus.FAILED)  # the driver died
+    store.epochs.end(first.number, status=EpochStatus.FAILED)  # the driver died
     second = begin(store, backend, owner="run2")
     new = "-ckwSECONDWRITE1-"
     _native_write(store, backend, epoch=second.number, marker=new, tasks={f"part-00001{new}a0-3.parquet": (1, ["k1"])})
-    store.end_epoch(second.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(second.number, status=EpochStatus.SUCCEEDED)
     result = store.commit()
     assert names(result.deleted_files) == {f"part-00001{old}a1-2.parquet"}
     assert backend.output_names() == {f"part-00000{old}a0-1.parquet", f"part-00001{new}a0-3.parquet"}
@@ -769,7 +771,7 @@ def test_discard_deletes_uncommitted_files_of_a_native_write_and_keeps_committed
     first = begin(store, backend, owner="run1")
     m1 = "-ckwCOMMITTED001-"
     _native_write(store, backend, epoch=first.number, marker=m1, tasks={f"part-00000{m1}a0-1.parquet": (0, ["k0"])})
-    store.end_epoch(first.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(first.number, status=EpochStatus.SUCCEEDED)
     store.commit()
     second = begin(store, backend, owner="run2")
     m2 = "-ckwUNCOMMITTED1-"
@@ -780,7 +782,7 @@ def test_discard_deletes_uncommitted_files_of_a_native_write_and_keeps_committed
         marker=m2,
         tasks={f"part-00001{m2}a0-2.parquet": (1, ["k1"]), f"part-00002{m2}a0-3.parquet": (2, [])},
     )
-    result = store.discard_uncommitted()
+    result = store.housekeeping.discard_uncommitted()
     assert names(result.deleted_files) == {f"part-00001{m2}a0-2.parquet", f"part-00002{m2}a0-3.parquet"}
     assert backend.output_names() == {f"part-00000{m1}a0-1.parquet"}
     assert done_keys(store) == ["k0"]

@@ -121,7 +121,7 @@ def poison(store: CheckpointStore, backend: Backend, tmp_path: Path, epoch: int)
 
 def _store_with_one_task(backend: Backend) -> tuple[CheckpointStore, int]:
     store = backend.store()
-    epoch = store.begin_epoch(owner="confinement-test")
+    epoch = store.epochs.begin(owner="confinement-test")
     write_task(store, backend, epoch=epoch.number, partition=0, keys=["a", "b"])
     return store, epoch.number
 
@@ -136,21 +136,21 @@ def _commit_with_roots(store: CheckpointStore, backend: Backend) -> None:
 
 def _commit_and_delete_after_success(store: CheckpointStore, backend: Backend) -> None:
     store.commit()
-    store.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS)
+    store.housekeeping.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS)
 
 
 def _commit_and_retain(store: CheckpointStore, backend: Backend) -> None:
     store.commit()
-    store.cleanup(RetentionPolicy.RETAIN)
+    store.housekeeping.cleanup(RetentionPolicy.RETAIN)
 
 
 def _cleanup_older_than(store: CheckpointStore, backend: Backend) -> None:
-    store.cleanup_older_than(dt.timedelta(seconds=0))
+    store.housekeeping.cleanup_older_than(dt.timedelta(seconds=0))
 
 
 OPERATIONS: dict[str, Callable[[CheckpointStore, Backend], Any]] = {
-    "clear": lambda store, backend: store.clear(),
-    "discard": lambda store, backend: store.discard_uncommitted(),
+    "clear": lambda store, backend: store.housekeeping.clear(),
+    "discard": lambda store, backend: store.housekeeping.discard_uncommitted(),
     "commit": _commit,
     "commit_with_output_roots": _commit_with_roots,
     "commit_then_delete_after_success": _commit_and_delete_after_success,
@@ -211,7 +211,7 @@ def test_check_reports_every_poisoned_record(backend: Backend, tmp_path: Path) -
     store, epoch = _declared_store(backend)
     write_task(store, backend, epoch=epoch, partition=0, keys=["a", "b"])
     victims = poison(store, backend, tmp_path, epoch)
-    report = store.check()
+    report = store.inspection.check()
     assert not report.ok
     text = "\n".join(report.problems)
     for checkpoint_id in victims.poisoned_ids:
@@ -238,7 +238,7 @@ def test_short_name_marker_is_refused_on_write_and_ignored_on_read(backend: Back
 
 def _declared_store(backend: Backend, **begin: Any) -> tuple[CheckpointStore, int]:
     store = backend.store()
-    epoch = store.begin_epoch(owner="confinement-test", output_roots=[backend.output_uri], **begin)
+    epoch = store.epochs.begin(owner="confinement-test", output_roots=[backend.output_uri], **begin)
     return store, epoch.number
 
 
@@ -261,11 +261,11 @@ def test_declared_roots_still_lose_their_orphans_but_nothing_else(
 
 def test_the_driver_declares_its_write_root_before_writing(backend: Backend, tmp_path: Path) -> None:
     store = backend.store()
-    epoch = store.begin_epoch(owner="confinement-test").number
-    store.declare_output_root(epoch, backend.output_uri)
+    epoch = store.epochs.begin(owner="confinement-test").number
+    store.epochs.declare_output_root(epoch, backend.output_uri)
     _, orphan_paths, _ = write_task(store, backend, epoch=epoch, partition=1, keys=["c"], seal=False)
     victims = poison(store, backend, tmp_path, epoch)
-    result = store.discard_uncommitted()
+    result = store.housekeeping.discard_uncommitted()
     assert sorted(result.deleted_files) == sorted(orphan_paths)
     assert victims.missing(backend) == []
 
@@ -274,10 +274,10 @@ def test_a_driver_cannot_widen_the_roots_the_operator_declared(backend: Backend,
     from airflow_ckpt_provider.store.errors import InvalidArgumentError, RefusedError
 
     store, epoch = _declared_store(backend)
-    store.declare_output_root(epoch, f"{backend.output_uri}/part=1")  # under a declared root: fine
+    store.epochs.declare_output_root(epoch, f"{backend.output_uri}/part=1")  # under a declared root: fine
     # On S3 a host path is not even bound to the store (docs/security.md, "The trust model").
     with pytest.raises((RefusedError, InvalidArgumentError), match=r"output_roots|s3://") as raised:
-        store.declare_output_root(epoch, (tmp_path / "victim").as_uri())
+        store.epochs.declare_output_root(epoch, (tmp_path / "victim").as_uri())
     assert raised.value.reason in ("output_root_not_declared", "output_root")
 
 
@@ -285,8 +285,8 @@ def test_store_without_declared_roots_deletes_nothing_outside_its_root(backend: 
     """Stores written before roots were declared: clear still resets the store, keeps output, says so."""
     store, _ = _store_with_one_task(backend)
     [output_file] = sorted(backend.output_names())
-    result = store.clear()
-    assert store.list_checkpoints() == [] and result.deleted_checkpoints
+    result = store.housekeeping.clear()
+    assert store.inspection.list_checkpoints() == [] and result.deleted_checkpoints
     assert result.deleted_files == ()
     assert backend.output_names() == {output_file}
     assert result.undeclared_output_files == (f"{backend.output_uri}/{output_file}",)
@@ -308,9 +308,9 @@ def _forge_lineage(backend: Backend, commit: int, paths: list[str]) -> None:
 
 
 ACTIONS: dict[str, Callable[[CheckpointStore, int], Any]] = {
-    "reprocess_quarantine": lambda store, commit: store.reprocess(Selection(commits=[commit])),
-    "reprocess_delete": lambda store, commit: store.reprocess(Selection(commits=[commit]), delete=True),
-    "rewind": lambda store, commit: store.rewind(0),
+    "reprocess_quarantine": lambda store, commit: store.reprocessing.run(Selection(commits=[commit])),
+    "reprocess_delete": lambda store, commit: store.reprocessing.run(Selection(commits=[commit]), delete=True),
+    "rewind": lambda store, commit: store.reprocessing.rewind(0),
 }
 
 
@@ -322,11 +322,13 @@ def test_reprocess_and_rewind_never_move_or_delete_a_victim(backend: Backend, tm
     write_task(store, backend, epoch=epoch, partition=0, keys=["a", "b"])
     victims = poison(store, backend, tmp_path, epoch)
     store.commit()
-    store.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS)  # the plan then reads which file is whose from lineage
+    store.housekeeping.cleanup(
+        RetentionPolicy.DELETE_AFTER_SUCCESS
+    )  # the plan then reads which file is whose from lineage
     output_local = backend.output_uri if backend.name == "local" else f"file://{tmp_path}/out"
     named = [victims.local[0].as_uri(), f"{output_local}/../victim3.txt", *victims.remote]
     _forge_lineage(backend, epoch, named)
-    plan = store.preview_reprocess(Selection(commits=[epoch]))
+    plan = store.reprocessing.preview(Selection(commits=[epoch]))
     assert set(plan.refused_paths) == set(named), plan.refused_paths
     names_before = backend.output_names()
     with raises_reason(RefusedError, "unsafe_path", match="never touched"):
@@ -346,7 +348,7 @@ def test_output_files_in_odd_directories_are_deleted_exactly(tmp_path: Path, nam
     (sibling / "part-0.parquet").write_bytes(b"keep me")
     store = open_store(str(tmp_path / "store"))
     blobs = open_blobs(str(out))
-    epoch = store.begin_epoch(owner="x", output_roots=[blobs.uri]).number
+    epoch = store.epochs.begin(owner="x", output_roots=[blobs.uri]).number
     checkpoint_id = new_checkpoint_id()
     path = blobs.child_uri("part-0.parquet")
     store.record_intent(checkpoint_id, [path], epoch=epoch)
@@ -354,7 +356,7 @@ def test_output_files_in_odd_directories_are_deleted_exactly(tmp_path: Path, nam
     store.stage_keys(checkpoint_id, ["k"])
     store.stage_files(checkpoint_id, [FileMetadata(path, 11, 1)])
     store.checkpoint(checkpoint_id, epoch=epoch, partition=0)
-    result = store.discard_uncommitted()
+    result = store.housekeeping.discard_uncommitted()
     assert result.deleted_files == (path,)
     assert not (out / "part-0.parquet").exists()
     assert (sibling / "part-0.parquet").read_bytes() == b"keep me"
@@ -366,7 +368,7 @@ def test_who_declares_nothing_is_named_and_configured_roots_never_declare_by_the
     uri, out = (tmp_path / "store").as_uri(), tmp_path / "lake" / "out"
     out.mkdir(parents=True)
     legacy = open_store(uri)
-    legacy.begin_epoch(owner="job")  # declares no root, as stores of earlier versions
+    legacy.epochs.begin(owner="job")  # declares no root, as stores of earlier versions
     who = "output_roots of DAG task 'etl.commit' and of its Spark task 'process'"
     guard = open_store(uri, trusted_output_roots=(), output_roots_declared_by=who).deletion_guard()
     assert guard.keeps_all_output and guard.root_uris == ()
@@ -375,7 +377,7 @@ def test_who_declares_nothing_is_named_and_configured_roots_never_declare_by_the
     )
     configured = [(tmp_path / "lake").as_uri()]
     assert open_store(uri, configured_output_roots=configured).deletion_guard().root_uris == ()
-    open_store(uri).begin_epoch(owner="job", output_roots=[out.as_uri(), (tmp_path / "host").as_uri()])
+    open_store(uri).epochs.begin(owner="job", output_roots=[out.as_uri(), (tmp_path / "host").as_uri()])
     bounded = open_store(uri, configured_output_roots=configured).deletion_guard()
     assert bounded.root_uris == (out.as_uri(),) and not bounded.keeps_all_output
     assert [r.split(" is outside")[0] for r in bounded.refused_roots] == [f"output root {(tmp_path / 'host').as_uri()}"]

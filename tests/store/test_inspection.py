@@ -21,21 +21,21 @@ def _seal(backend: Backend, store, epoch: int, partition: int, keys: list[str]) 
 
 
 def test_contents_of_an_empty_store(backend: Backend) -> None:
-    contents = backend.store().contents()
+    contents = backend.store().inspection.contents()
     assert (contents.epoch, contents.checkpoints, contents.unsealed_ids, contents.snapshots) == (None, (), (), ())
     assert contents.keys_done == 0
 
 
 def test_contents_counts_sealed_valid_unsealed_and_snapshots(backend: Backend) -> None:
     store = backend.store()
-    epoch = store.begin_epoch(owner="t").number
+    epoch = store.epochs.begin(owner="t").number
     first = _seal(backend, store, epoch, 0, ["a", "b"])
     _seal(backend, store, epoch, 0, ["a", "b"])  # a duplicate attempt of partition 0: sealed, not valid
     second = _seal(backend, store, epoch, 1, ["c"])
     leftover = new_checkpoint_id()
     store.record_intent(leftover, [backend.output_uri + "/never-written.parquet"], epoch=epoch)
 
-    contents = store.contents()
+    contents = store.inspection.contents()
     assert contents.epoch == epoch
     assert len(contents.checkpoints) == 3
     assert contents.valid_ids == {first, second}
@@ -44,18 +44,18 @@ def test_contents_counts_sealed_valid_unsealed_and_snapshots(backend: Backend) -
     assert len(contents.uncommitted) == 3
 
     store.commit([backend.output_uri])
-    store.cleanup(RetentionPolicy.RETAIN)
-    after = store.contents()
+    store.housekeeping.cleanup(RetentionPolicy.RETAIN)
+    after = store.inspection.contents()
     assert len(after.snapshots) == 1 and after.keys_done == 3
     assert after.unsealed_ids == ()
 
 
 def test_epoch_record_uri_names_the_record_that_fences_older_writers(backend: Backend) -> None:
     store = backend.store()
-    store.begin_epoch(owner="first")
-    uri = store.epoch_record_uri(2)
+    store.epochs.begin(owner="first")
+    uri = store.epochs.record_uri(2)
     parent, name = uri.rsplit("/", 1)
     records = open_blobs(parent, **backend.options)
-    assert not records.exists(name) and store.is_current_epoch(1)
-    store.begin_epoch(owner="second", takeover=True)
-    assert records.exists(name) and not store.is_current_epoch(1)
+    assert not records.exists(name) and store.epochs.is_current(1)
+    store.epochs.begin(owner="second", takeover=True)
+    assert records.exists(name) and not store.epochs.is_current(1)

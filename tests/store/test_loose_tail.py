@@ -70,7 +70,7 @@ DRIVER = textwrap.dedent(
     from airflow_ckpt_provider.store import open_store
 
     store = open_store(sys.argv[1], **json.loads(sys.argv[2]))
-    with store.background_compaction(interval=0.01, min_loose=1):
+    with store.housekeeping.background_compaction(interval=0.01, min_loose=1):
         print("compacting", flush=True)
         time.sleep(600)
     """
@@ -144,7 +144,7 @@ def test_sealers_keep_the_loose_tail_under_its_bound_while_the_driver_cannot(bac
 
 def test_begin_epoch_folds_a_bounded_batch_and_leaves_the_rest(backend: Backend) -> None:
     """A tail over the bound of the client that resumes (sealed by clients with a larger bound, the driver
-    killed): the resumed ``begin_epoch`` folds at most
+    killed): the resumed ``epochs.begin`` folds at most
     ``submit_fold_limit`` loose manifests and reads the rest, instead of compacting all of them on the
     submit's critical path (about six requests each); the epoch's base and the done keys are exactly the
     sealed checkpoints."""
@@ -156,7 +156,7 @@ def test_begin_epoch_folds_a_bounded_batch_and_leaves_the_rest(backend: Backend)
     assert loose_count(backend) == count
 
     resumed = backend.store(max_loose_manifests=200)  # 240 loose: over its bound
-    resumed.submit_fold_limit = limit
+    resumed.epochs.submit_fold_limit = limit
     epoch2, begin_requests = requests_of(resumed, lambda: begin(resumed, backend, takeover=True))
     assert sorted(epoch2.base) == sorted(ids)
     assert loose_count(backend) == count - limit  # the rest is the next driver's to fold
@@ -164,13 +164,13 @@ def test_begin_epoch_folds_a_bounded_batch_and_leaves_the_rest(backend: Backend)
     assert begin_requests <= count + 8 * limit + 40, begin_requests
     assert done_keys(backend.store()) == list(range(count * KEYS_PER_TASK))
     # The next driver folds the rest; readers see the same.
-    assert backend.store().compact().checkpoints == count - limit
+    assert backend.store().housekeeping.compact().checkpoints == count - limit
     assert loose_count(backend) == 0
     assert done_keys(backend.store()) == list(range(count * KEYS_PER_TASK))
 
 
 def test_begin_epoch_only_reads_a_tail_under_its_bound(backend: Backend) -> None:
-    """A tail the sealers kept under its bound is read by the resumed ``begin_epoch``, not folded: folding
+    """A tail the sealers kept under its bound is read by the resumed ``epochs.begin``, not folded: folding
     costs about as many requests again as reading (on S3, 500 folded at the submit cost seconds), and
     the job's driver folds in the background. Folding starts once the tail reached the bound."""
     count, bound = 60, 80
@@ -189,7 +189,7 @@ def test_begin_epoch_only_reads_a_tail_under_its_bound(backend: Backend) -> None
     # At the bound, the submit folds (at most its limit).
     more = seal_tasks(backend.store(), backend, epoch2.number, bound - count)
     resumed = backend.store(max_loose_manifests=bound)
-    resumed.submit_fold_limit = 25
+    resumed.epochs.submit_fold_limit = 25
     epoch3 = begin(resumed, backend, takeover=True)
     assert sorted(epoch3.base) == sorted([*ids, *more])
     assert loose_count(backend) == bound - 25
@@ -203,11 +203,11 @@ def test_a_fold_that_lost_the_race_to_a_merge_still_lands(backend: Backend) -> N
     epoch = begin(store, backend).number
     for partition in range(2):
         write_task(store, backend, epoch=epoch, partition=partition, keys=[partition])
-        store.compact()  # one segment each
+        store.housekeeping.compact()  # one segment each
     late = [write_task(store, backend, epoch=epoch, partition=p, keys=[p])[0] for p in (2, 3)]
     failpoints.enable("store.compact.after_segment", kind="block", seconds=120)
     slow: list[Any] = []
-    thread = threading.Thread(target=lambda: slow.append(backend.store().compact()))
+    thread = threading.Thread(target=lambda: slow.append(backend.store().housekeeping.compact()))
     thread.start()
     wait_for_hit("store.compact.after_segment")  # its segment of the two late ones is written, not yet named
     other = backend.store()
@@ -220,7 +220,7 @@ def test_a_fold_that_lost_the_race_to_a_merge_still_lands(backend: Backend) -> N
     reader = backend.store()
     assert len(reader.state_reader.segment_state().segments) == 2  # the merged one and the late fold's
     assert done_keys(reader) == [0, 1, 2, 3]
-    assert set(late) <= {c.checkpoint_id for c in reader.valid_checkpoints()}
+    assert set(late) <= {c.checkpoint_id for c in reader.inspection.valid_checkpoints()}
 
 
 def test_a_fenced_sealer_may_fold_but_changes_nothing_a_reader_sees(backend: Backend) -> None:
@@ -230,16 +230,16 @@ def test_a_fenced_sealer_may_fold_but_changes_nothing_a_reader_sees(backend: Bac
     old = begin(writer, backend).number
     seal_tasks(writer, backend, old, 3)
     resumed = backend.store()
-    resumed.submit_fold_limit = 0  # leave the killed run's manifests loose for the zombie
+    resumed.epochs.submit_fold_limit = 0  # leave the killed run's manifests loose for the zombie
     new = begin(resumed, backend, takeover=True)
-    before = (done_keys(resumed), resumed.progress().valid_checkpoints)
+    before = (done_keys(resumed), resumed.inspection.progress().valid_checkpoints)
     folds = writer.loose_tail.folds
     with raises_reason(EpochConflictError, "epoch_fenced"):
         write_task(writer, backend, epoch=old, partition=9, keys=[99])
     assert writer.loose_tail.folds > folds  # it folded the loose manifests of the killed run
     reader = backend.store()
-    assert (done_keys(reader), reader.progress().valid_checkpoints) == before
-    assert sorted(c.checkpoint_id for c in reader.valid_checkpoints()) == sorted(new.base)
+    assert (done_keys(reader), reader.inspection.progress().valid_checkpoints) == before
+    assert sorted(c.checkpoint_id for c in reader.inspection.valid_checkpoints()) == sorted(new.base)
     assert 99 not in done_keys(reader)
 
 

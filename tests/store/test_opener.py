@@ -45,7 +45,7 @@ def test_keys_cannot_escape_the_root(tmp_path: Path) -> None:
 def test_missing_bucket(s3_options: dict[str, Any]) -> None:
     store = open_store("s3://no-such-bucket-ckpt/prefix", **s3_options)
     with raises_reason(StoreUnavailableError, "store_not_found", match="no-such-bucket-ckpt"):
-        store.begin_epoch(owner="t")
+        store.epochs.begin(owner="t")
     with raises_reason(StoreUnavailableError, "store_not_found"):
         store.get_checkpointed_keys()
 
@@ -55,10 +55,10 @@ def test_wrong_credentials(s3_options: dict[str, Any], s3_bucket: str) -> None:
     secret = "definitely-wrong-secret-value"
     store = open_store(f"s3://{s3_bucket}/p", **(s3_options | {"aws_secret_access_key": secret}))
     with raises_reason(StoreUnavailableError, "access_denied") as info:
-        store.begin_epoch(owner="t")
+        store.epochs.begin(owner="t")
     assert secret not in str(info.value)
     good = open_store(f"s3://{s3_bucket}/p", **s3_options)
-    assert good.current_epoch() is None  # nothing was written with the bad credentials
+    assert good.epochs.current() is None  # nothing was written with the bad credentials
 
 
 @pytest.mark.parametrize(

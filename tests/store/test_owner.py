@@ -15,7 +15,7 @@ def _begin(uri: str, owner: EpochOwner, **kwargs: Any) -> int:
     metadata = {"dag_id": owner.dag_id, "task_id": owner.task_id, "run_id": owner.run_id}
     return (
         open_store(uri)
-        .begin_epoch(owner=owner.key(), metadata={**metadata, OWNER_METADATA_KEY: owner.to_json()}, **kwargs)
+        .epochs.begin(owner=owner.key(), metadata={**metadata, OWNER_METADATA_KEY: owner.to_json()}, **kwargs)
         .number
     )
 
@@ -30,10 +30,10 @@ def test_from_epoch_reads_the_record_the_legacy_owner_and_never_raises(tmp_path:
     store = open_store(str(tmp_path / "s"))
     owner = EpochOwner("dag", "task", "run", 3)
     _begin(store.uri, owner)
-    latest = store.current_epoch()
+    latest = store.epochs.current()
     assert latest is not None and EpochOwner.from_epoch(latest) == owner
 
-    legacy = store.begin_epoch(
+    legacy = store.epochs.begin(
         owner="dag/task/run", metadata={"dag_id": "dag", "task_id": "task", "run_id": "run"}, takeover=True
     )
     assert EpochOwner.from_epoch(legacy) == EpochOwner("dag", "task", "run", -1)
@@ -45,7 +45,7 @@ def test_from_epoch_reads_the_record_the_legacy_owner_and_never_raises(tmp_path:
         {OWNER_METADATA_KEY: None},
         {"action": "clear"},
     ):
-        epoch = store.begin_epoch(owner="clear", metadata=metadata, takeover=True)
+        epoch = store.epochs.begin(owner="clear", metadata=metadata, takeover=True)
         assert EpochOwner.from_epoch(epoch) is None, metadata
 
 
@@ -69,8 +69,8 @@ def test_takeover_epoch_takes_over_only_the_epoch_judged_dead(tmp_path: Path) ->
     with raises_reason(EpochConflictError, "epoch_open", match="still open"):
         _begin(uri, next_run, takeover_epoch=2)  # not the open epoch
     assert _begin(uri, next_run, takeover_epoch=1) == 2
-    epochs = open_store(uri).list_epochs()
+    epochs = open_store(uri).epochs.all()
     assert [(e.number, e.status.value) for e in epochs] == [(1, "failed"), (2, "open")]
     with raises_reason(EpochConflictError, "epoch_open", match="still open"):
         _begin(uri, late, takeover_epoch=1)  # judged epoch 1, but epoch 2 is open now: never superseded
-    assert [e.number for e in open_store(uri).list_epochs()] == [1, 2]
+    assert [e.number for e in open_store(uri).epochs.all()] == [1, 2]

@@ -43,7 +43,7 @@ def test_preview_counts_exactly_and_changes_nothing(backend: Backend, retention:
     run = run_and_commit(store, backend, PARTITIONS, policy=retention, files=2)
     before = Picture.take(backend)
 
-    plan = store.preview_reprocess(Selection(keys=["a2", "c4", "c1"]))
+    plan = store.reprocessing.preview(Selection(keys=["a2", "c4", "c1"]))
 
     assert isinstance(plan, ReprocessPlan)
     selected = {run.checkpoint_of("a2"), run.checkpoint_of("c4")}
@@ -69,7 +69,7 @@ def test_reprocess_by_keys_then_next_run_then_exactly_once(backend: Backend, ret
     retracted = sorted(p for cid in selected for p in run.files[cid])
     redo = sorted(k for cid in selected for k in run.checkpoints[cid])
 
-    result = store.reprocess(Selection(keys=["a1", "b2", "d1"]))
+    result = store.reprocessing.run(Selection(keys=["a1", "b2", "d1"]))
 
     assert result.epoch == run.epoch + 1 and not result.plan.nothing_to_do
     assert sorted(result.moved) == retracted and result.deleted == () and result.missing == ()
@@ -78,8 +78,8 @@ def test_reprocess_by_keys_then_next_run_then_exactly_once(backend: Backend, ret
     # Their files left the output and wait in the quarantine, byte for byte.
     assert backend.output_names() == {name(p) for p in run.all_files} - {name(p) for p in retracted}
     assert quarantined_names(backend) == {name(p) for p in retracted}
-    assert store.check().ok, store.check()
-    epoch = store.current_epoch()
+    assert store.inspection.check().ok, store.inspection.check()
+    epoch = store.epochs.current()
     assert epoch is not None and epoch.status is EpochStatus.RETRACTED
 
     # The next run processes exactly those keys; after its commit every key is there once.
@@ -89,7 +89,7 @@ def test_reprocess_by_keys_then_next_run_then_exactly_once(backend: Backend, ret
     assert backend.output_names() == kept | {name(p) for p in rerun.all_files}
     committed = store.commit([backend.output_uri])  # already committed: idempotent
     assert committed.already_committed and {f.path for f in committed.committed_files} >= set(rerun.all_files)
-    report = store.check()
+    report = store.inspection.check()
     assert report.ok, report
 
 
@@ -100,69 +100,69 @@ def test_undo_before_the_next_run_restores_files_and_checkpoints_exactly(
     run = run_and_commit(store, backend, PARTITIONS, policy=retention, files=2)
     before = Picture.take(backend)
     keys_before = done_keys(store)
-    valid_before = sorted(c.checkpoint_id for c in store.valid_checkpoints())
-    status_before = {c.checkpoint_id: c.status for c in store.valid_checkpoints()}
+    valid_before = sorted(c.checkpoint_id for c in store.inspection.valid_checkpoints())
+    status_before = {c.checkpoint_id: c.status for c in store.inspection.valid_checkpoints()}
 
-    store.reprocess(Selection(keys=["c2"]))
+    store.reprocessing.run(Selection(keys=["c2"]))
     assert done_keys(store) != keys_before
-    undone = store.undo_reprocess()
+    undone = store.reprocessing.undo()
 
     assert sorted(undone.restored) == sorted(run.files[run.checkpoint_of("c2")])
     assert done_keys(store) == keys_before
-    assert sorted(c.checkpoint_id for c in store.valid_checkpoints()) == valid_before
-    assert {c.checkpoint_id: c.status for c in store.valid_checkpoints()} == status_before
+    assert sorted(c.checkpoint_id for c in store.inspection.valid_checkpoints()) == valid_before
+    assert {c.checkpoint_id: c.status for c in store.inspection.valid_checkpoints()} == status_before
     after = Picture.take(backend)
     assert after.output == before.output  # every file back, same bytes
-    assert store.progress().keys_done == len(keys_before)
-    assert store.check().ok, store.check()
+    assert store.inspection.progress().keys_done == len(keys_before)
+    assert store.inspection.check().ok, store.inspection.check()
     # Undo keeps the quarantine copies until purge; purge deletes exactly them.
     assert quarantined_names(backend) == {name(p) for p in run.files[run.checkpoint_of("c2")]}
-    purged = store.purge_quarantine()
+    purged = store.reprocessing.purge()
     assert quarantined_names(backend) == set() and len(purged.purged) == 2
     # And the store goes on as before: a new run skips every key, commits, check is clean.
     rerun_pending(store, backend, [])
-    assert done_keys(store) == keys_before and store.check().ok
+    assert done_keys(store) == keys_before and store.inspection.check().ok
 
 
 def test_undo_is_refused_after_the_next_run_began(backend: Backend) -> None:
     store = backend.store()
     run = run_and_commit(store, backend, PARTITIONS)
-    store.reprocess(Selection(keys=["a1"]))
+    store.reprocessing.run(Selection(keys=["a1"]))
     rerun_pending(store, backend, run.checkpoints[run.checkpoint_of("a1")], commit=False)
     before = Picture.take(backend)
     with raises_reason(RefusedError, "undo_unavailable", match="after"):
-        store.undo_reprocess()
+        store.reprocessing.undo()
     assert Picture.take(backend) == before
 
 
 def test_delete_instead_of_quarantine_cannot_be_undone(backend: Backend) -> None:
     store = backend.store()
     run = run_and_commit(store, backend, PARTITIONS)
-    result = store.reprocess(Selection(keys=["b1"]), delete=True)
+    result = store.reprocessing.run(Selection(keys=["b1"]), delete=True)
     files = run.files[run.checkpoint_of("b1")]
     assert sorted(result.deleted) == sorted(files) and result.moved == ()
     assert quarantined_names(backend) == set()
     assert not {name(p) for p in files} & backend.output_names()
     before = Picture.take(backend)
     with raises_reason(RefusedError, "undo_unavailable", match="deleted"):
-        store.undo_reprocess()
+        store.reprocessing.undo()
     assert Picture.take(backend) == before
-    assert store.check().ok
+    assert store.inspection.check().ok
 
 
 def test_purge_while_undo_is_possible_fences_and_then_undo_is_refused(backend: Backend) -> None:
     store = backend.store()
     run_and_commit(store, backend, PARTITIONS)
-    first = store.reprocess(Selection(keys=["a1"]))
-    purged = store.purge_quarantine(first.epoch)
+    first = store.reprocessing.run(Selection(keys=["a1"]))
+    purged = store.reprocessing.purge(first.epoch)
     assert purged.epoch == first.epoch + 1  # a fencing epoch: undo and purge never interleave
     assert quarantined_names(backend) == set()
     with raises_reason(RefusedError, "undo_unavailable"):
-        store.undo_reprocess(first.epoch)
-    records = {r.epoch: r for r in store.list_reprocesses()}
+        store.reprocessing.undo(first.epoch)
+    records = {r.epoch: r for r in store.reprocessing.records()}
     assert records[first.epoch].purged and not records[first.epoch].undone
-    assert store.check().ok
-    assert store.purge_quarantine(first.epoch).purged == ()  # idempotent
+    assert store.inspection.check().ok
+    assert store.reprocessing.purge(first.epoch).purged == ()  # idempotent
 
 
 # ---------------------------------------------------------------- other selections
@@ -176,18 +176,18 @@ def test_select_by_epoch_commit_and_time(backend: Backend) -> None:
     time.sleep(0.05)
     second = run_and_commit(store, backend, [["k3"], ["k4"], ["k5"]])
 
-    by_epoch = store.preview_reprocess(Selection(epochs=[first.epoch]))
+    by_epoch = store.reprocessing.preview(Selection(epochs=[first.epoch]))
     assert set(by_epoch.checkpoints) == set(first.checkpoints)
-    by_commit = store.preview_reprocess(Selection(commits=[second.epoch]))
+    by_commit = store.reprocessing.preview(Selection(commits=[second.epoch]))
     assert set(by_commit.checkpoints) == set(second.checkpoints)
-    after = store.preview_reprocess(Selection(sealed_after=middle))
+    after = store.reprocessing.preview(Selection(sealed_after=middle))
     assert set(after.checkpoints) == set(second.checkpoints)
-    before = store.preview_reprocess(Selection(sealed_before=middle))
+    before = store.reprocessing.preview(Selection(sealed_before=middle))
     assert set(before.checkpoints) == set(first.checkpoints)
-    both = store.preview_reprocess(Selection(keys=["k1", "k4"], sealed_after=middle))  # criteria intersect
+    both = store.reprocessing.preview(Selection(keys=["k1", "k4"], sealed_after=middle))  # criteria intersect
     assert set(both.checkpoints) == {second.checkpoint_of("k4")}
 
-    store.reprocess(Selection(commits=[second.epoch]))
+    store.reprocessing.run(Selection(commits=[second.epoch]))
     assert done_keys(store) == ["k1", "k2"]
     assert backend.output_names() == {name(p) for p in first.all_files}
 
@@ -201,7 +201,7 @@ def test_file_keys_select_the_checkpoints_that_read_them(backend: Backend) -> No
         backend,
         [[f"file://{landing}/f1.parquet"], [f"file://{landing}/f2.parquet", f"file://{landing}/f3.parquet"]],
     )
-    plan = store.preview_reprocess(Selection(files=[f"{landing}/./f3.parquet"]))
+    plan = store.reprocessing.preview(Selection(files=[f"{landing}/./f3.parquet"]))
     assert set(plan.checkpoints) == {run.checkpoint_of(f"file://{landing}/f3.parquet")}
     assert plan.keys == 2
 
@@ -213,13 +213,13 @@ def test_reprocess_retracts_committed_output_of_a_delete_after_success_store(bac
     store = backend.store()
     run = run_and_commit(store, backend, PARTITIONS, policy=RetentionPolicy.DELETE_AFTER_SUCCESS)
     assert done_keys(store) == []
-    plan = store.preview_reprocess(Selection(commits=[run.epoch]))
+    plan = store.reprocessing.preview(Selection(commits=[run.epoch]))
     assert sorted(f.path for f in plan.files) == run.all_files and plan.keys == 0
-    store.reprocess(Selection(commits=[run.epoch]))
+    store.reprocessing.run(Selection(commits=[run.epoch]))
     assert backend.output_names() == set()
     rerun = rerun_pending(store, backend, run.keys)
     assert backend.output_names() == {name(p) for p in rerun.all_files}
-    assert store.check().ok
+    assert store.inspection.check().ok
 
 
 # ---------------------------------------------------------------- rewind
@@ -234,37 +234,37 @@ def test_rewind_to_commit_2_of_4(backend: Backend, retention: RetentionPolicy | 
     later_keys = sorted(k for run in runs[2:] for k in run.keys)
     later_files = sorted(p for run in runs[2:] for p in run.all_files)
 
-    plan = store.preview_rewind(runs[1].epoch)
+    plan = store.reprocessing.preview_rewind(runs[1].epoch)
     assert sorted(f.path for f in plan.files) == later_files and plan.keys == len(later_keys)
-    store.rewind(runs[1].epoch)
+    store.reprocessing.rewind(runs[1].epoch)
 
     assert done_keys(store) == sorted(k for run in runs[:2] for k in run.keys)
     assert backend.output_names() == {name(p) for run in runs[:2] for p in run.all_files}
     assert quarantined_names(backend) == {name(p) for p in later_files}
-    assert store.check().ok, store.check()
+    assert store.inspection.check().ok, store.inspection.check()
     rerun = rerun_pending(store, backend, later_keys)
     assert done_keys(store) == sorted(k for run in runs for k in run.keys)
     kept = {name(p) for run in runs[:2] for p in run.all_files}
-    assert backend.output_names() == kept | {name(p) for p in rerun.all_files} and store.check().ok
+    assert backend.output_names() == kept | {name(p) for p in rerun.all_files} and store.inspection.check().ok
 
 
 def test_rewind_to_the_latest_commit_is_nothing_to_do(backend: Backend) -> None:
     store = backend.store()
     run = run_and_commit(store, backend, PARTITIONS)
     before = Picture.take(backend)
-    plan = store.preview_rewind(run.epoch)
+    plan = store.reprocessing.preview_rewind(run.epoch)
     assert plan.nothing_to_do and "Nothing" in plan.describe()
-    result = store.rewind(run.epoch)
+    result = store.reprocessing.rewind(run.epoch)
     assert result.epoch is None and Picture.take(backend) == before  # no fencing epoch either
 
 
 def test_list_reprocesses_tells_the_history(backend: Backend) -> None:
     store = backend.store()
     run = run_and_commit(store, backend, PARTITIONS)
-    first = store.reprocess(Selection(keys=["a1"]), requested_by="alice")
-    store.undo_reprocess()
-    second = store.rewind(run.epoch - 1 if run.epoch > 1 else 0)
-    history = store.list_reprocesses()
+    first = store.reprocessing.run(Selection(keys=["a1"]), requested_by="alice")
+    store.reprocessing.undo()
+    second = store.reprocessing.rewind(run.epoch - 1 if run.epoch > 1 else 0)
+    history = store.reprocessing.records()
     assert [(r.epoch, r.action) for r in history] == [(first.epoch, "reprocess"), (second.epoch, "rewind")]
     assert history[0].undone and history[0].requested_by == "alice" and history[0].files == 1
     assert not history[1].undone and history[1].finished

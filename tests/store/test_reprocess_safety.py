@@ -47,16 +47,16 @@ def _no_failpoints() -> None:
 def test_reprocess_while_an_epoch_is_open_changes_nothing(backend: Backend) -> None:
     store = backend.store()
     run_and_commit(store, backend, PARTITIONS)
-    running = store.begin_epoch(owner="dag/task/run2")  # a submit is running
+    running = store.epochs.begin(owner="dag/task/run2")  # a submit is running
     write_task(store, backend, epoch=running.number, partition=0, keys=["e1"])
     before = Picture.take(backend)
     with raises_reason(EpochConflictError, "epoch_open", match="open"):
-        store.reprocess(Selection(keys=["a1"]))
+        store.reprocessing.run(Selection(keys=["a1"]))
     with raises_reason(EpochConflictError, "epoch_open", match="open"):
-        store.rewind(0)
+        store.reprocessing.rewind(0)
     assert Picture.take(backend) == before
     # A dead submit can be superseded on purpose: its later seals are fenced.
-    result = store.reprocess(Selection(keys=["a1"]), takeover=True)
+    result = store.reprocessing.run(Selection(keys=["a1"]), takeover=True)
     assert result.epoch == running.number + 1
     assert "e1" in done_keys(store)  # what the dead run sealed is kept (valid, uncommitted)
 
@@ -66,39 +66,39 @@ def test_submit_commit_clear_are_refused_during_an_unfinished_reprocess(backend:
     run = run_and_commit(store, backend, PARTITIONS)
     failpoints.enable("store.reprocess.after_move", kind="raise", hit=1)
     with pytest.raises(failpoints.InjectedFault):
-        store.reprocess(Selection(keys=["c1"]))
+        store.reprocessing.run(Selection(keys=["c1"]))
     failpoints.disable_all()
     before = Picture.take(backend)
     for attempt in (
-        lambda: store.begin_epoch(owner="dag/task/run"),
-        lambda: store.begin_epoch(owner="other", takeover=True),  # not even with takeover
-        lambda: store.clear(),
-        lambda: store.discard_uncommitted(),
-        lambda: store.reprocess(Selection(keys=["a1"])),  # another selection
+        lambda: store.epochs.begin(owner="dag/task/run"),
+        lambda: store.epochs.begin(owner="other", takeover=True),  # not even with takeover
+        lambda: store.housekeeping.clear(),
+        lambda: store.housekeeping.discard_uncommitted(),
+        lambda: store.reprocessing.run(Selection(keys=["a1"])),  # another selection
     ):
         with raises_reason(EpochConflictError, "reprocess_in_progress", match="resume"):
             attempt()
     with raises_reason(EpochConflictError, "reprocess_in_progress", match="reprocess"):
         store.commit([backend.output_uri])
     assert Picture.take(backend) == before
-    report = store.check()
+    report = store.inspection.check()
     assert not report.ok and any("unfinished" in p and "resume" in p for p in report.problems)
 
-    finished = store.reprocess(Selection(keys=["c1"]))  # the same request finishes it
+    finished = store.reprocessing.run(Selection(keys=["c1"]))  # the same request finishes it
     assert finished.resumed and sorted(finished.moved) == run.files[run.checkpoint_of("c1")]
-    assert store.check().ok
+    assert store.inspection.check().ok
 
 
 def test_commit_refuses_a_finished_reprocess_epoch_until_a_run(backend: Backend) -> None:
     store = backend.store()
     run_and_commit(store, backend, PARTITIONS)
-    store.reprocess(Selection(keys=["b1"]))
+    store.reprocessing.run(Selection(keys=["b1"]))
     before = Picture.take(backend)
     with raises_reason(RefusedError, "epoch_retracted", match="run the job"):
         store.commit([backend.output_uri])
     assert Picture.take(backend) == before
     rerun_pending(store, backend, ["b1"])
-    assert store.check().ok
+    assert store.inspection.check().ok
 
 
 def _racer(args: tuple[str, dict[str, Any], str, Any]) -> str:
@@ -110,8 +110,8 @@ def _racer(args: tuple[str, dict[str, Any], str, Any]) -> str:
     barrier.wait()
     try:
         if what == "submit":
-            return f"submit:{store.begin_epoch(owner='dag/task/run').number}"
-        return f"reprocess:{store.reprocess(Selection(keys=['a1'])).epoch}"
+            return f"submit:{store.epochs.begin(owner='dag/task/run').number}"
+        return f"reprocess:{store.reprocessing.run(Selection(keys=['a1'])).epoch}"
     except EpochConflictError:
         return "conflict"
 
@@ -132,11 +132,11 @@ def test_racing_a_submit_or_another_reprocess_exactly_one_wins(backend: Backend,
                 sorted(["conflict", other]),
             ), results
             winner = next(r for r in results if r != "conflict")
-            epochs = store.list_epochs()
+            epochs = store.epochs.all()
             assert epochs[-1].number == run.epoch + 1  # exactly one new epoch
             files_a1 = {name(p) for p in run.files[run.checkpoint_of("a1")]}
             if winner.startswith("reprocess"):
-                assert quarantined_names(sub) == files_a1 and store.check().ok
+                assert quarantined_names(sub) == files_a1 and store.inspection.check().ok
             else:
                 assert quarantined_names(sub) == set() and files_a1 <= sub.output_names()
 
@@ -161,17 +161,17 @@ def _shape(objects: dict[str, bytes]) -> list[tuple[str, int]]:
 
 def _operate(store: Any, action: str) -> object:
     if action == "reprocess":
-        return store.reprocess(Selection(keys=["a2", "d1"]))
+        return store.reprocessing.run(Selection(keys=["a2", "d1"]))
     if action == "rewind":
-        return store.rewind(0)
+        return store.reprocessing.rewind(0)
     if action == "undo":
-        return store.undo_reprocess()
-    return store.purge_quarantine()
+        return store.reprocessing.undo()
+    return store.reprocessing.purge()
 
 
 def _prepare(store: Any, action: str) -> None:
     if action in ("undo", "purge"):
-        store.reprocess(Selection(keys=["a2", "d1"]))
+        store.reprocessing.run(Selection(keys=["a2", "d1"]))
 
 
 POINTS = [
@@ -202,15 +202,15 @@ def test_crash_at_every_step_then_a_rerun_finishes(backend: Backend, action: str
     everywhere = {name(k) for k in picture.output} | {name(k) for k in picture.quarantine()}
     assert len(everywhere) == len(PARTITIONS) or action == "purge"
 
-    finished = store.resume_reprocess()
+    finished = store.reprocessing.resume()
     if point.endswith("before_epoch"):
         assert finished is None  # nothing had happened: nothing to finish; do it again
         _operate(store, action)
-    assert store.check().ok, store.check()
+    assert store.inspection.check().ok, store.inspection.check()
     ours, reference = Picture.take(backend), _reference(backend, action)
     assert _shape(ours.output) == _shape(reference.output)
     assert _shape(ours.quarantine()) == _shape(reference.quarantine())
-    current = store.current_epoch()
+    current = store.epochs.current()
     assert current is not None and current.status is not EpochStatus.OPEN
 
 
@@ -226,17 +226,17 @@ def test_a_killed_process_is_finished_by_the_next_call(backend: Backend, point: 
         import json
         from airflow_ckpt_provider.store import Selection, open_store
         store = open_store({backend.store_uri!r}, **json.loads({json.dumps(json.dumps(backend.options))}))
-        store.reprocess(Selection(keys=["c2"]))
+        store.reprocessing.run(Selection(keys=["c2"]))
         """
     )
     env = {**os.environ, "CKPT_FAILPOINTS": f"{point}=exit"}
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == failpoints.EXIT_CODE, proc.stderr
-    assert not store.check().ok
-    result = store.reprocess(Selection(keys=["c2"]))
+    assert not store.inspection.check().ok
+    result = store.reprocessing.run(Selection(keys=["c2"]))
     assert result.resumed
     assert quarantined_names(backend) == {name(p) for p in run.files[run.checkpoint_of("c2")]}
-    assert "c1" not in done_keys(store) and store.check().ok
+    assert "c1" not in done_keys(store) and store.inspection.check().ok
 
 
 # ---------------------------------------------------------------- killed in the middle of a local write
@@ -282,20 +282,20 @@ def test_an_undo_killed_mid_restore_leaves_no_second_copy(backend: Backend, tmp_
     backend = dataclasses.replace(backend, output_uri=out.as_uri(), options=backend.options | trusted)
     store = backend.store()
     run = run_and_commit(store, backend, PARTITIONS)
-    store.reprocess(Selection(keys=["a2", "d1"]))
+    store.reprocessing.run(Selection(keys=["a2", "d1"]))
 
-    _kill_before_a_rename(backend, out, "store.undo_reprocess()")
+    _kill_before_a_rename(backend, out, "store.reprocessing.undo()")
     assert _temporaries(out), "the kill did not happen mid-restore"
-    assert not store.check().ok  # the undo is unfinished
+    assert not store.inspection.check().ok  # the undo is unfinished
 
-    result = store.resume_reprocess()
+    result = store.reprocessing.resume()
     assert result is not None and result.resumed and len(result.restored) == 2
     assert _temporaries(out) == []
     assert sorted(p.name for p in out.iterdir()) == sorted(name(p) for p in run.all_files)
-    assert store.check().ok, store.check()
+    assert store.inspection.check().ok, store.inspection.check()
     rerun_pending(store, backend, [])  # nothing is pending after the undo: the next run adds nothing
     assert sorted(p.name for p in out.iterdir()) == sorted(name(p) for p in run.all_files)
-    assert store.check().ok, store.check()
+    assert store.inspection.check().ok, store.inspection.check()
 
 
 def test_a_reprocess_killed_mid_copy_leaves_nothing_in_the_quarantine(tmp_path: Path) -> None:
@@ -306,15 +306,15 @@ def test_a_reprocess_killed_mid_copy_leaves_nothing_in_the_quarantine(tmp_path: 
     run_and_commit(store, backend, PARTITIONS)
     quarantine = tmp_path / "store" / "quarantine"
 
-    _kill_before_a_rename(backend, quarantine, 'store.reprocess(Selection(keys=["a2", "d1"]))')
+    _kill_before_a_rename(backend, quarantine, 'store.reprocessing.run(Selection(keys=["a2", "d1"]))')
     assert _temporaries(quarantine), "the kill did not happen mid-copy"
 
-    result = store.reprocess(Selection(keys=["a2", "d1"]))
+    result = store.reprocessing.run(Selection(keys=["a2", "d1"]))
     assert result.resumed and len(result.moved) == 2
     assert _temporaries(quarantine) == []
-    store.purge_quarantine()
+    store.reprocessing.purge()
     assert [p for p in quarantine.rglob("*") if p.is_file()] == []
-    assert store.check().ok, store.check()
+    assert store.inspection.check().ok, store.inspection.check()
 
 
 # ---------------------------------------------------------------- bad input
@@ -330,55 +330,59 @@ def _refused(backend: Backend, call: Any, error: type[CheckpointError], reason: 
 def test_bad_input_is_a_typed_error_and_changes_nothing(backend: Backend) -> None:
     store = backend.store()
     run = run_and_commit(store, backend, PARTITIONS)
-    _refused(backend, lambda: store.reprocess(Selection()), InvalidArgumentError, "empty_selection", "clear")
-    _refused(backend, lambda: store.reprocess(Selection(keys=["a1", "nope", "zz"])), NotFoundError, "keys", "nope")
-    _refused(backend, lambda: store.preview_reprocess(Selection(keys=["nope"])), NotFoundError, "keys", "pending")
+    _refused(backend, lambda: store.reprocessing.run(Selection()), InvalidArgumentError, "empty_selection", "clear")
+    _refused(
+        backend, lambda: store.reprocessing.run(Selection(keys=["a1", "nope", "zz"])), NotFoundError, "keys", "nope"
+    )
+    _refused(backend, lambda: store.reprocessing.preview(Selection(keys=["nope"])), NotFoundError, "keys", "pending")
     _refused(
         backend,
-        lambda: store.reprocess(Selection(files=["s3://bucket/never/landed.parquet"])),
+        lambda: store.reprocessing.run(Selection(files=["s3://bucket/never/landed.parquet"])),
         NotFoundError,
         "input_files",
         "landed.parquet",
     )
-    _refused(backend, lambda: store.reprocess(Selection(epochs=[run.epoch + 7])), NotFoundError, "epoch", "epochs")
-    _refused(backend, lambda: store.rewind(run.epoch + 3), NotFoundError, "commit", "commit")
-    _refused(backend, lambda: store.reprocess(Selection(commits=[42])), NotFoundError, "commit", "42")
-    _refused(backend, lambda: store.undo_reprocess(), NotFoundError, "reprocess", "no reprocess")
-    _refused(backend, lambda: store.purge_quarantine(5), NotFoundError, "reprocess", "5")
-    _refused(backend, lambda: store.reprocess(Selection(keys=[1, 2])), NotFoundError, "keys", "type")
+    _refused(
+        backend, lambda: store.reprocessing.run(Selection(epochs=[run.epoch + 7])), NotFoundError, "epoch", "epochs"
+    )
+    _refused(backend, lambda: store.reprocessing.rewind(run.epoch + 3), NotFoundError, "commit", "commit")
+    _refused(backend, lambda: store.reprocessing.run(Selection(commits=[42])), NotFoundError, "commit", "42")
+    _refused(backend, lambda: store.reprocessing.undo(), NotFoundError, "reprocess", "no reprocess")
+    _refused(backend, lambda: store.reprocessing.purge(5), NotFoundError, "reprocess", "5")
+    _refused(backend, lambda: store.reprocessing.run(Selection(keys=[1, 2])), NotFoundError, "keys", "type")
 
 
 def test_a_missing_quarantine_refuses_undo(backend: Backend) -> None:
     store = backend.store()
     run_and_commit(store, backend, PARTITIONS, files=2)
-    store.reprocess(Selection(keys=["c1"]))
+    store.reprocessing.run(Selection(keys=["c1"]))
     blobs = backend.store_blobs()
     lost = sorted(k for k in backend.store_keys() if k.startswith("quarantine/"))[0]
     blobs.delete_many([lost])
-    _refused(backend, lambda: store.undo_reprocess(), RefusedError, "quarantine_missing", name(lost))
+    _refused(backend, lambda: store.reprocessing.undo(), RefusedError, "quarantine_missing", name(lost))
 
 
 def test_a_stale_preview_is_refused(backend: Backend) -> None:
     store = backend.store()
     run_and_commit(store, backend, PARTITIONS)
-    plan = store.preview_reprocess(Selection(keys=["a1"]))
+    plan = store.reprocessing.preview(Selection(keys=["a1"]))
     run_and_commit(store, backend, [["z1"]])  # the store moved on since the person read the preview
     _refused(
         backend,
-        lambda: store.reprocess(Selection(keys=["a1"]), expected=plan),
+        lambda: store.reprocessing.run(Selection(keys=["a1"]), expected=plan),
         EpochConflictError,
         "store_changed",
         "preview",
     )
     _refused(
         backend,
-        lambda: store.reprocess(Selection(keys=["a1"]), expected=plan.fingerprint),
+        lambda: store.reprocessing.run(Selection(keys=["a1"]), expected=plan.fingerprint),
         EpochConflictError,
         "store_changed",
         "preview",
     )
-    fresh = store.preview_reprocess(Selection(keys=["a1"]))
-    assert store.reprocess(Selection(keys=["a1"]), expected=fresh).epoch is not None
+    fresh = store.reprocessing.preview(Selection(keys=["a1"]))
+    assert store.reprocessing.run(Selection(keys=["a1"]), expected=fresh).epoch is not None
 
 
 def test_records_a_store_holds_are_checked_too(backend: Backend) -> None:
@@ -397,11 +401,15 @@ def test_records_a_store_holds_are_checked_too(backend: Backend) -> None:
     pq.write_table(pa.concat_tables([lineage, pa.Table.from_pylist([forged], schema=lineage.schema)]), sink)
     blobs.put(key, sink.getvalue())
 
-    plan = store.preview_reprocess(Selection(commits=[run.epoch]))
+    plan = store.reprocessing.preview(Selection(commits=[run.epoch]))
     assert victim not in {f.path for f in plan.files} and plan.refused_paths == (victim,)
     assert "precious.txt" in plan.describe()
     _refused(
-        backend, lambda: store.reprocess(Selection(commits=[run.epoch])), RefusedError, "unsafe_path", "precious.txt"
+        backend,
+        lambda: store.reprocessing.run(Selection(commits=[run.epoch])),
+        RefusedError,
+        "unsafe_path",
+        "precious.txt",
     )
     assert victim_blobs.get("precious.txt")[0] == b"precious"
 
@@ -411,11 +419,11 @@ def test_undo_after_a_cleanup_deleted_the_checkpoints_is_refused(backend: Backen
     restore files whose keys stay pending (duplicates after the next run), so it is refused."""
     store = backend.store()
     run = run_and_commit(store, backend, PARTITIONS, policy=None)
-    store.reprocess(Selection(keys=["a1"]))
+    store.reprocessing.run(Selection(keys=["a1"]))
     blobs = backend.store_blobs()
     gone = run.checkpoint_of("a1")
     blobs.delete_many([k for k in backend.store_keys() if k.startswith((f"checkpoints/{gone}/", f"attempts/{gone}/"))])
     # and its row, if a segment holds it (the commit compacted the run's checkpoints)
     store.compactor.rewrite_without(frozenset({run.checkpoint_of("a1")}))
-    _refused(backend, lambda: store.undo_reprocess(), RefusedError, "undo_unavailable", "deleted since")
-    assert store.check().ok
+    _refused(backend, lambda: store.reprocessing.undo(), RefusedError, "undo_unavailable", "deleted since")
+    assert store.inspection.check().ok

@@ -44,34 +44,34 @@ def _run(
         if failing:
             break
     status = EpochStatus.FAILED if fail_at is not None else EpochStatus.SUCCEEDED
-    store.end_epoch(epoch.number, status=status)
+    store.epochs.end(epoch.number, status=status)
     return epoch.number, sealed, orphans
 
 
 def _commit(store: CheckpointStore, backend: Backend, policy: RetentionPolicy) -> set[str]:
     result = store.commit([backend.output_uri])
-    store.cleanup(policy)
+    store.housekeeping.cleanup(policy)
     return names(result.replaced_files)
 
 
 def test_a_rerun_of_committed_output_replaces_it(backend: Backend) -> None:
     store = backend.store()
-    assert store.rerun_plan(DAY).action is RerunAction.FIRST
+    assert store.inspection.rerun_plan(DAY).action is RerunAction.FIRST
     _, first, _ = _run(store, backend, DAY, "run1")
     assert _commit(store, backend, RetentionPolicy.DELETE_AFTER_SUCCESS) == set()
 
-    plan = store.rerun_plan(DAY)
+    plan = store.inspection.rerun_plan(DAY)
     assert (plan.action, plan.live_run, plan.live_files) == (RerunAction.REPLACE, "run1", 3)
-    assert store.rerun_plan(DAY, "skip").action is RerunAction.SKIP
+    assert store.inspection.rerun_plan(DAY, "skip").action is RerunAction.SKIP
     _, second, _ = _run(store, backend, DAY, "run2")
     assert backend.output_names() == first | second  # both until the commit
     assert _commit(store, backend, RetentionPolicy.DELETE_AFTER_SUCCESS) == first
     assert backend.output_names() == second  # a reader sees each key once, from the new run
-    assert store.check().ok, store.check().problems
+    assert store.inspection.check().ok, store.inspection.check().problems
     # Once more (a Clear of the run that replaced it): the second run's files go, nothing else.
     _, third, _ = _run(store, backend, DAY, "run2")
     assert _commit(store, backend, RetentionPolicy.DELETE_AFTER_SUCCESS) == second
-    assert backend.output_names() == third and store.check().ok
+    assert backend.output_names() == third and store.inspection.check().ok
 
 
 def test_a_failed_rerun_is_resumed_and_its_commit_still_replaces(backend: Backend) -> None:
@@ -79,19 +79,19 @@ def test_a_failed_rerun_is_resumed_and_its_commit_still_replaces(backend: Backen
     _, first, _ = _run(store, backend, DAY, "run1")
     _commit(store, backend, RetentionPolicy.DELETE_AFTER_SUCCESS)
     _, sealed, orphans = _run(store, backend, DAY, "run2", fail_at=1)
-    assert store.rerun_plan(DAY).action is RerunAction.RESUME
+    assert store.inspection.rerun_plan(DAY).action is RerunAction.RESUME
     _, rest, _ = _run(store, backend, DAY, "run3")
     result = store.commit([backend.output_uri])
     assert names(result.replaced_files) == first and names(result.deleted_files) == orphans
     assert backend.output_names() == sealed | rest
-    assert done_keys(store) == ["a", "b", "c", "d", "e"] and store.check().ok
+    assert done_keys(store) == ["a", "b", "c", "d", "e"] and store.inspection.check().ok
 
 
 def test_retain_stays_incremental_and_another_job_is_never_replaced(backend: Backend) -> None:
     store = backend.store()
     _, first, _ = _run(store, backend, DAY, "run1")
     _commit(store, backend, RetentionPolicy.RETAIN)
-    assert store.rerun_plan(DAY).action is RerunAction.INCREMENTAL
+    assert store.inspection.rerun_plan(DAY).action is RerunAction.INCREMENTAL
     _, second, _ = _run(store, backend, DAY, "run2", [["a", "b", "f"]])  # only the new key is processed
     assert _commit(store, backend, RetentionPolicy.RETAIN) == set()
     assert backend.output_names() == first | second
@@ -101,11 +101,11 @@ def test_another_job_on_a_shared_store_is_never_replaced(backend: Backend) -> No
     store = backend.store()  # a store shared by days (a checkpoint_uri without the date)
     _, day_one, _ = _run(store, backend, DAY, "d1", [["x"]])
     _commit(store, backend, RetentionPolicy.DELETE_AFTER_SUCCESS)
-    assert store.rerun_plan(OTHER_DAY).action is RerunAction.FIRST
+    assert store.inspection.rerun_plan(OTHER_DAY).action is RerunAction.FIRST
     _, day_two, _ = _run(store, backend, OTHER_DAY, "d2", [["y"]])
     assert _commit(store, backend, RetentionPolicy.DELETE_AFTER_SUCCESS) == set()
     assert backend.output_names() == day_one | day_two
-    assert store.rerun_plan(OTHER_DAY).action is RerunAction.REPLACE
+    assert store.inspection.rerun_plan(OTHER_DAY).action is RerunAction.REPLACE
 
 
 def test_the_task_view_shows_the_committed_figures_and_what_a_rerun_does(backend: Backend) -> None:
@@ -132,13 +132,13 @@ def test_after_clear_checkpoints_the_next_run_of_the_job_replaces_the_committed_
     store = backend.store()
     _, first, _ = _run(store, backend, DAY, "run1")
     _commit(store, backend, RetentionPolicy.DELETE_AFTER_SUCCESS)
-    store.clear()
+    store.housekeeping.clear()
     assert backend.output_names() == first  # clear never deletes committed output
     assert done_keys(store) == []
     _, second, _ = _run(store, backend, DAY, "run2")
     assert _commit(store, backend, RetentionPolicy.DELETE_AFTER_SUCCESS) == first
     assert backend.output_names() == second
-    assert store.check().ok, store.check().problems
+    assert store.inspection.check().ok, store.inspection.check().problems
 
 
 def test_a_reprocess_never_counts_output_a_rerun_replaced(backend: Backend) -> None:
@@ -150,8 +150,8 @@ def test_a_reprocess_never_counts_output_a_rerun_replaced(backend: Backend) -> N
     _, second, _ = _run(store, backend, DAY, "run2")
     _commit(store, backend, RetentionPolicy.DELETE_AFTER_SUCCESS)
 
-    stale = store.preview_reprocess(Selection(commits=(1,)))
+    stale = store.reprocessing.preview(Selection(commits=(1,)))
     assert (stale.checkpoints, stale.files, stale.refused_paths, stale.new_epoch) == ((), (), (), None)
-    live = store.preview_reprocess(Selection(commits=(2,)))
+    live = store.reprocessing.preview(Selection(commits=(2,)))
     assert len(live.checkpoints) == len(KEYS) and all(f.present for f in live.files)
     assert names([f.path for f in live.files] + list(live.refused_paths)) == second

@@ -95,7 +95,7 @@ def forged(s3_server: SeaweedServer, s3_options: dict[str, Any], s3_bucket: str,
         ],
     )
     store.checkpoint(checkpoint_id, epoch=1, partition=0)
-    store.end_epoch(1, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(1, status=EpochStatus.SUCCEEDED)
     return Forged(store_uri, dict(s3_options), host_file, other_uri, f"s3://{s3_bucket}/out")
 
 
@@ -105,27 +105,27 @@ def test_begin_epoch_and_the_driver_refuse_roots_of_another_scheme_or_bucket(
     store = open_store(f"s3://{s3_bucket}/stores/s", **s3_options)
     for root in (tmp_path.as_uri(), "s3://another-bucket/out"):
         with raises_reason(InvalidArgumentError, "output_root", match="store"):
-            store.begin_epoch(owner="o", output_roots=[root])
-    epoch = store.begin_epoch(owner="o", output_roots=[f"s3://{s3_bucket}/out"]).number
+            store.epochs.begin(owner="o", output_roots=[root])
+    epoch = store.epochs.begin(owner="o", output_roots=[f"s3://{s3_bucket}/out"]).number
     with raises_reason(InvalidArgumentError, "output_root", match="not a s3:// location"):
-        store.declare_output_root(epoch, (tmp_path / "x").as_uri())
+        store.epochs.declare_output_root(epoch, (tmp_path / "x").as_uri())
     # The DAG vouches for a root elsewhere: the store is opened with it, and then it may be declared.
     trusted = open_store(f"s3://{s3_bucket}/stores/t", trusted_output_roots=[tmp_path.as_uri()], **s3_options)
-    opened = trusted.begin_epoch(owner="o", output_roots=[(tmp_path / "out").as_uri()]).number
-    assert trusted.declare_output_root(opened, (tmp_path / "out" / "part").as_uri())
+    opened = trusted.epochs.begin(owner="o", output_roots=[(tmp_path / "out").as_uri()]).number
+    assert trusted.epochs.declare_output_root(opened, (tmp_path / "out" / "part").as_uri())
 
 
 @pytest.mark.parametrize("trusted", [None, "own"], ids=["no-dag-roots", "dag-roots"])
 def test_clear_discard_commit_retention_keep_what_forged_roots_name(forged: Forged, trusted: str | None) -> None:
     store = forged.store(**({} if trusted is None else {"trusted_output_roots": [forged.own_output]}))
     assert store.deletion_guard().roots == ()
-    report = store.check(verify_output=False)
+    report = store.inspection.check(verify_output=False)
     assert sum("refused output root record" in p for p in report.problems) == 2, report.problems
     for action in (
-        store.discard_uncommitted,
+        store.housekeeping.discard_uncommitted,
         lambda: store.commit(),
-        lambda: store.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS),
-        store.clear,
+        lambda: store.housekeeping.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS),
+        store.housekeeping.clear,
     ):
         with contextlib.suppress(CheckpointError):
             action()
@@ -135,8 +135,8 @@ def test_clear_discard_commit_retention_keep_what_forged_roots_name(forged: Forg
 def test_reprocess_never_moves_a_file_the_store_does_not_own(forged: Forged) -> None:
     store = forged.store(trusted_output_roots=[forged.own_output])
     with pytest.raises(CheckpointError):
-        plan = store.preview_reprocess(Selection(epochs=[1]))
-        store.reprocess(Selection(epochs=[1]), expected=plan)
+        plan = store.reprocessing.preview(Selection(epochs=[1]))
+        store.reprocessing.run(Selection(epochs=[1]), expected=plan)
     forged.untouched()
     assert not list(store.blobs.list("quarantine/")), "nothing of the host may reach the bucket"
 
@@ -144,7 +144,7 @@ def test_reprocess_never_moves_a_file_the_store_does_not_own(forged: Forged) -> 
 def _legit_reprocess(forged: Forged) -> tuple[CheckpointStore, int, str]:
     """A store of the DAG's own output on S3, one committed file, reprocessed (the file in quarantine)."""
     store = open_store(forged.store_uri + "-own", **forged.options)
-    epoch = store.begin_epoch(owner="dag_a/t/R", output_roots=[forged.own_output]).number
+    epoch = store.epochs.begin(owner="dag_a/t/R", output_roots=[forged.own_output]).number
     checkpoint_id = new_checkpoint_id()
     path = f"{forged.own_output}/part-0.parquet"
     store.record_intent(checkpoint_id, [path], epoch=epoch)
@@ -152,9 +152,11 @@ def _legit_reprocess(forged: Forged) -> tuple[CheckpointStore, int, str]:
     store.stage_keys(checkpoint_id, ["k"])
     store.stage_files(checkpoint_id, [FileMetadata(path=path, size_bytes=13, num_rows=1)])
     store.checkpoint(checkpoint_id, epoch=epoch, partition=0)
-    store.end_epoch(epoch, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch, status=EpochStatus.SUCCEEDED)
     store.commit()
-    result = store.reprocess(Selection(epochs=[epoch]), expected=store.preview_reprocess(Selection(epochs=[epoch])))
+    result = store.reprocessing.run(
+        Selection(epochs=[epoch]), expected=store.reprocessing.preview(Selection(epochs=[epoch]))
+    )
     assert result.epoch is not None
     return store, result.epoch, path
 
@@ -172,13 +174,13 @@ def test_undo_never_overwrites_and_never_creates_outside_the_retraction(forged: 
     )
     store.blobs.put(record_key(number), json.dumps(record).encode())
     with pytest.raises(CheckpointError):
-        store.undo_reprocess(number)
+        store.reprocessing.undo(number)
     assert not planted.exists() and not planted.parent.exists(), "undo must not create files on the host"
     # Overwrite: the record is honest again, but the DAG wrote a new file where the old one was.
     record["files"].pop()
     store.blobs.put(record_key(number), json.dumps(record).encode())
     open_blobs(forged.own_output, **forged.options).put("part-0.parquet", b"newer rows written since")
-    result = store.undo_reprocess(number)
+    result = store.reprocessing.undo(number)
     assert open_blobs(forged.own_output, **forged.options).get("part-0.parquet")[0] == b"newer rows written since"
     assert path in result.missing and path not in result.restored
 
@@ -222,7 +224,7 @@ def _forged_maintenance(forged: Forged, *, outside: bool) -> tuple[CheckpointSto
     """A committed file under the DAG's root and a forged, unfinished delete-mode reprocess of it (as the
     bucket's writer could write it: the epoch record alone), naming the host file too if ``outside``."""
     store = open_store(forged.store_uri + f"-m{uuid.uuid4().hex[:6]}", **forged.options)
-    epoch = store.begin_epoch(owner="dag_a/t/R", output_roots=[forged.own_output]).number
+    epoch = store.epochs.begin(owner="dag_a/t/R", output_roots=[forged.own_output]).number
     checkpoint_id = new_checkpoint_id()
     name = f"part-{uuid.uuid4().hex[:8]}.parquet"
     path = f"{forged.own_output}/{name}"
@@ -231,9 +233,9 @@ def _forged_maintenance(forged: Forged, *, outside: bool) -> tuple[CheckpointSto
     store.stage_keys(checkpoint_id, ["k"])
     store.stage_files(checkpoint_id, [FileMetadata(path=path, size_bytes=14, num_rows=1)])
     store.checkpoint(checkpoint_id, epoch=epoch, partition=0)
-    store.end_epoch(epoch, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch, status=EpochStatus.SUCCEEDED)
     store.commit()
-    plan = store.preview_reprocess(Selection(epochs=[epoch]), delete=True)
+    plan = store.reprocessing.preview(Selection(epochs=[epoch]), delete=True)
     data = plan.to_json()
     if outside:
         data["files"].append(dict(data["files"][0], path=forged.host_file.as_uri()))
@@ -256,21 +258,21 @@ def test_a_forged_maintenance_epoch_is_not_run_without_its_preview_and_can_be_ab
 ) -> None:
     store, name = _forged_maintenance(forged, outside=outside)
     output = open_blobs(forged.own_output, **forged.options)
-    plan = store.preview_resume()
+    plan = store.reprocessing.preview_resume()
     assert plan is not None and plan.action == "reprocess" and len(plan.files) == (2 if outside else 1)
     assert bool(plan.refused_paths) == outside
     with pytest.raises(CheckpointError):
-        store.resume_reprocess(expected="0" * 64)  # not what a person saw
+        store.reprocessing.resume(expected="0" * 64)  # not what a person saw
     if outside:
         with pytest.raises(CheckpointError, match="outside the output roots"):
-            store.resume_reprocess(expected=plan)
+            store.reprocessing.resume(expected=plan)
     assert output.get(name)[0] == b"committed rows"
     forged.untouched()
     with pytest.raises(CheckpointError):
-        store.begin_epoch(owner="dag_a/t/R2")  # the unfinished intent blocks the DAG...
-    abandoned = store.abandon_maintenance(expected=plan, requested_by="editor")
+        store.epochs.begin(owner="dag_a/t/R2")  # the unfinished intent blocks the DAG...
+    abandoned = store.reprocessing.abandon(expected=plan, requested_by="editor")
     assert abandoned.new_epoch == plan.new_epoch
-    assert store.preview_resume() is None
-    store.begin_epoch(owner="dag_a/t/R2", output_roots=[forged.own_output])  # ...until it is abandoned
+    assert store.reprocessing.preview_resume() is None
+    store.epochs.begin(owner="dag_a/t/R2", output_roots=[forged.own_output])  # ...until it is abandoned
     assert output.get(name)[0] == b"committed rows"
     forged.untouched()

@@ -62,15 +62,15 @@ def segment_names(backend: Backend) -> set[str]:
 
 def reader_view(store: CheckpointStore) -> dict[str, Any]:
     """Everything a reader can learn from a store, to compare before and after a compaction."""
-    progress = store.progress().to_json()
+    progress = store.inspection.progress().to_json()
     return {
         "keys": done_keys(store),
-        "valid": [(c.checkpoint_id, c.to_json(), c.inline_files) for c in store.valid_checkpoints()],
-        "sealed": sorted(c.checkpoint_id for c in store.list_checkpoints()),
+        "valid": [(c.checkpoint_id, c.to_json(), c.inline_files) for c in store.inspection.valid_checkpoints()],
+        "sealed": sorted(c.checkpoint_id for c in store.inspection.list_checkpoints()),
         "files": sorted(f.path for f in store.get_checkpointed_files()),
         "key_type": store.key_type(),
         "progress": {k: v for k, v in progress.items() if k != "epoch"},
-        "epoch_base": store.current_epoch().base if store.current_epoch() else None,  # type: ignore[union-attr]
+        "epoch_base": store.epochs.current().base if store.epochs.current() else None,  # type: ignore[union-attr]
     }
 
 
@@ -78,14 +78,14 @@ def busy_store(backend: Backend) -> tuple[CheckpointStore, dict[str, list[str]]]
     """Two epochs with everything readers must get right: a failed epoch's base, a duplicate attempt, an
     unsealed attempt, a zombie of epoch 1 sealing during epoch 2, an empty checkpoint and a big one."""
     store = backend.store()
-    first = store.begin_epoch(owner="t").number
+    first = store.epochs.begin(owner="t").number
     kept = [write_task(store, backend, epoch=first, partition=p, keys=[f"k{p}"])[0] for p in range(3)]
     _, failed_paths, _ = write_task(store, backend, epoch=first, partition=3, keys=["lost"], seal=False)
     zombie_id = new_checkpoint_id()
     zombie_store = backend.store()
     zombie_store.stage_keys(zombie_id, ["zombie"])
-    store.end_epoch(first, status=EpochStatus.FAILED)
-    second = store.begin_epoch(owner="t").number
+    store.epochs.end(first, status=EpochStatus.FAILED)
+    second = store.epochs.begin(owner="t").number
     first_attempt = write_task(store, backend, epoch=second, partition=0, keys=["d0"])[0]
     time.sleep(0.01)
     _, duplicate_paths, _ = write_task(store, backend, epoch=second, partition=0, keys=["d0"])
@@ -113,7 +113,7 @@ def busy_store(backend: Backend) -> tuple[CheckpointStore, dict[str, list[str]]]
 def test_compaction_changes_nothing_a_reader_sees(backend: Backend) -> None:
     store, ids = busy_store(backend)
     before = reader_view(store)
-    result = store.compact()
+    result = store.housekeeping.compact()
     # begin_epoch(2) folded nothing (a tail under its bound is only read); this folds epoch 1's three and
     # epoch 2's two attempts, big, empty and the zombie
     assert result.segment is not None and result.checkpoints == 8
@@ -125,13 +125,13 @@ def test_compaction_changes_nothing_a_reader_sees(backend: Backend) -> None:
     # the sealed directories are gone (only the unsealed attempt stays loose), the rows are in one segment
     assert len(loose_dirs(backend)) == 1
     assert len(segment_names(backend)) == 1
-    assert backend.store().check().ok
+    assert backend.store().inspection.check().ok
 
 
 def test_commit_after_compaction_is_the_commit_before(backend: Backend) -> None:
     store, ids = busy_store(backend)
-    store.compact()
-    store.end_epoch(2, status=EpochStatus.SUCCEEDED)
+    store.housekeeping.compact()
+    store.epochs.end(2, status=EpochStatus.SUCCEEDED)
     result = backend.store().commit([backend.output_uri])
     # the orphans of the unsealed attempt, the losing duplicate and the zombie are deleted through the intents
     # a segment carries (their directories are gone)
@@ -142,14 +142,14 @@ def test_commit_after_compaction_is_the_commit_before(backend: Backend) -> None:
         [*ids["kept"], *ids["first_attempt"], *ids["big"], *ids["empty"]]
     )
     assert backend.output_names() == {f.path.rsplit("/", 1)[-1] for f in result.committed_files}
-    assert backend.store().check().ok
+    assert backend.store().inspection.check().ok
 
 
 def test_zombie_sealing_into_an_old_epoch_after_compaction_never_counts(backend: Backend) -> None:
     store = backend.store()
-    old = store.begin_epoch(owner="t").number
+    old = store.epochs.begin(owner="t").number
     write_task(store, backend, epoch=old, partition=0, keys=["done"])
-    store.compact()
+    store.housekeeping.compact()
     zombie_store = backend.store()
     zombie_id, zombie_paths, _ = write_task(zombie_store, backend, epoch=old, partition=1, keys=["zombie"], seal=False)
     failpoints.enable("store.checkpoint.before_manifest", kind="block", seconds=120)
@@ -157,16 +157,16 @@ def test_zombie_sealing_into_an_old_epoch_after_compaction_never_counts(backend:
     thread = threading.Thread(target=lambda: sealed.append(zombie_store.checkpoint(zombie_id, epoch=old, partition=1)))
     thread.start()
     wait_for_hit("store.checkpoint.before_manifest")  # the zombie passed its fencing check and waits
-    new = backend.store().begin_epoch(owner="t")  # compacts, then opens epoch 2 with the base it read
+    new = backend.store().epochs.begin(owner="t")  # compacts, then opens epoch 2 with the base it read
     failpoints.release("store.checkpoint.before_manifest")
     thread.join()
     failpoints.disable_all()
     assert sealed and sealed[0] is not None  # the zombie sealed after the new epoch began...
     assert zombie_id not in new.base
-    backend.store().compact()  # ...and the next compaction puts it in a segment
+    backend.store().housekeeping.compact()  # ...and the next compaction puts it in a segment
     assert zombie_id not in loose_dirs(backend)
     assert done_keys(backend.store()) == ["done"]  # it never counts
-    store.end_epoch(new.number, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(new.number, status=EpochStatus.SUCCEEDED)
     result = backend.store().commit([backend.output_uri])
     assert names(result.deleted_files) == names(zombie_paths)  # its file goes, through the segment's intents
     assert zombie_id in result.deleted_checkpoints
@@ -198,7 +198,7 @@ SEALER = textwrap.dedent(
 def test_compaction_while_tasks_keep_sealing_in_another_process(backend: Backend) -> None:
     """Two compacting clients race each other while another process seals: no checkpoint is lost or doubled."""
     store = backend.store()
-    epoch = store.begin_epoch(owner="t").number
+    epoch = store.epochs.begin(owner="t").number
     count = 60
     sealer = subprocess.Popen(
         [
@@ -221,7 +221,7 @@ def test_compaction_while_tasks_keep_sealing_in_another_process(backend: Backend
     def compact_until_done(client: CheckpointStore) -> None:
         try:
             while sealer.poll() is None:
-                outcomes.append(client.compact(min_loose=1, delete_retired=False))
+                outcomes.append(client.housekeeping.compact(min_loose=1, delete_retired=False))
         except BaseException as exc:  # surfaced below
             errors.append(exc)
 
@@ -235,33 +235,33 @@ def test_compaction_while_tasks_keep_sealing_in_another_process(backend: Backend
     assert sealer.returncode == 0
     written = [o for o in outcomes if o.segment is not None]
     assert len(written) >= 2, outcomes  # compactions did run while tasks sealed
-    backend.store().compact()
+    backend.store().housekeeping.compact()
     sealed_ids = set(sealed.split())
     assert len(sealed_ids) == count
     reader = backend.store()
-    assert {c.checkpoint_id for c in reader.valid_checkpoints()} == sealed_ids
+    assert {c.checkpoint_id for c in reader.inspection.valid_checkpoints()} == sealed_ids
     assert done_keys(reader) == list(range(count * 10))  # each key once
     assert loose_dirs(backend) == set()
-    report = reader.check(verify_output=False)  # the sealer writes no output files
+    report = reader.inspection.check(verify_output=False)  # the sealer writes no output files
     assert report.ok, report.problems
 
 
 def test_of_two_compactions_one_wins_and_the_loser_leaves_no_segment(backend: Backend) -> None:
     store = backend.store()
-    epoch = store.begin_epoch(owner="t").number
+    epoch = store.epochs.begin(owner="t").number
     written = [write_task(store, backend, epoch=epoch, partition=p, keys=[p])[0] for p in range(4)]
     failpoints.enable("store.compact.after_segment", kind="block", seconds=120)
     slow: list[Any] = []
-    thread = threading.Thread(target=lambda: slow.append(backend.store().compact()))
+    thread = threading.Thread(target=lambda: slow.append(backend.store().housekeeping.compact()))
     thread.start()
     wait_for_hit("store.compact.after_segment")  # its segment is written; it has not replaced the state yet
-    fast = backend.store().compact()  # writes its segment and the state object while the other is held
+    fast = backend.store().housekeeping.compact()  # writes its segment and the state object while the other is held
     failpoints.release("store.compact.after_segment")
     thread.join()
     assert fast.segment is not None and fast.checkpoints == 4
     assert slow[0].lost_race and slow[0].segment is None
     assert segment_names(backend) == {fast.segment}  # the loser deleted its own segment
-    assert {c.checkpoint_id for c in backend.store().valid_checkpoints()} == set(written)
+    assert {c.checkpoint_id for c in backend.store().inspection.valid_checkpoints()} == set(written)
 
 
 # ---------------------------------------------------------------- crashes
@@ -273,15 +273,15 @@ def test_a_crash_at_each_compaction_failpoint_leaves_a_consistent_store(backend:
     before = reader_view(store)
     failpoints.enable(point, kind="raise")
     with pytest.raises(InjectedFault):
-        backend.store().compact()
+        backend.store().housekeeping.compact()
     failpoints.disable_all()
     crashed = backend.store()
     assert reader_view(crashed) == before  # readers see the same store mid-compaction
-    assert crashed.check().ok, crashed.check().problems
-    crashed.compact()  # the next compaction finishes the job
+    assert crashed.inspection.check().ok, crashed.inspection.check().problems
+    crashed.housekeeping.compact()  # the next compaction finishes the job
     assert reader_view(backend.store()) == before
     assert len(loose_dirs(backend)) == 1  # only the unsealed attempt
-    store.end_epoch(2, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(2, status=EpochStatus.SUCCEEDED)
     result = backend.store().commit([backend.output_uri])
     assert names(result.deleted_files) >= names(ids["orphans"])
     assert backend.output_names() == {f.path.rsplit("/", 1)[-1] for f in result.committed_files}
@@ -295,16 +295,16 @@ def test_check_compares_a_loose_manifest_left_by_a_crashed_compaction_with_its_s
     _, ids = busy_store(backend)
     failpoints.enable("store.compact.after_state", kind="raise")
     with pytest.raises(InjectedFault):
-        backend.store().compact()
+        backend.store().housekeeping.compact()
     failpoints.disable_all()
-    assert backend.store().check().ok  # the same rows in both places
+    assert backend.store().inspection.check().ok  # the same rows in both places
     tampered = ids["big"][0]  # sealed in epoch 2: loose until this compaction
     raw = backend.store_blobs()
     key = f"checkpoints/{tampered}/manifest.json"
     manifest = json.loads(raw.get(key)[0])
     manifest["num_rows"] = int(manifest["num_rows"]) + 1
     raw.put(key, json.dumps(manifest).encode())
-    problems = backend.store().check().problems
+    problems = backend.store().inspection.check().problems
     assert f"segment row of checkpoint {tampered} differs from its manifest" in problems, problems
 
 
@@ -320,7 +320,7 @@ def test_a_killed_compaction_leaves_a_consistent_store(backend: Backend, point: 
     before = reader_view(store)
     code = (
         "import json, sys; from airflow_ckpt_provider.store import open_store; "
-        "open_store(sys.argv[1], **json.loads(sys.argv[2])).compact()"
+        "open_store(sys.argv[1], **json.loads(sys.argv[2])).housekeeping.compact()"
     )
     env = os.environ | {"CKPT_FAILPOINTS": f"{point}=exit"}
     proc = subprocess.run(
@@ -328,8 +328,8 @@ def test_a_killed_compaction_leaves_a_consistent_store(backend: Backend, point: 
     )
     assert proc.returncode == failpoints.EXIT_CODE
     assert reader_view(backend.store()) == before
-    assert backend.store().check().ok
-    backend.store().compact()
+    assert backend.store().inspection.check().ok
+    backend.store().housekeeping.compact()
     assert reader_view(backend.store()) == before
     assert len(loose_dirs(backend)) == 1
 
@@ -343,30 +343,30 @@ def test_a_corrupt_segment_is_a_typed_error_reported_by_check_and_nothing_is_del
     backend: Backend, part: str, damage: str
 ) -> None:
     store, _ = busy_store(backend)
-    name = store.compact().segment
+    name = store.housekeeping.compact().segment
     assert name is not None
     raw = backend.store_blobs()
     data, _ = raw.get(f"segments/{name}/{part}")
     raw.put(f"segments/{name}/{part}", data[: len(data) // 2] if damage == "truncated" else b"not parquet at all")
-    store.end_epoch(2, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(2, status=EpochStatus.SUCCEEDED)
     before_store, before_output = backend.store_keys(), backend.output_names()
     fresh = backend.store()
     with raises_reason(CorruptCheckpointError, "corrupt", match="corrupt or truncated"):
         fresh.get_checkpointed_keys()
     if part == "manifests.parquet":  # the state itself cannot be read; progress needs no keys otherwise
         with raises_reason(CorruptCheckpointError, "corrupt"):
-            fresh.progress()
-    report = fresh.check()
+            fresh.inspection.progress()
+    report = fresh.inspection.check()
     assert any(p.startswith("corrupt segment") and name in p for p in report.problems), report.problems
-    for action in (lambda s: s.commit([backend.output_uri]), lambda s: s.discard_uncommitted()):
+    for action in (lambda s: s.commit([backend.output_uri]), lambda s: s.housekeeping.discard_uncommitted()):
         with raises_reason(CorruptCheckpointError, "corrupt"):
             action(backend.store())
-    for action in (lambda s: s.compact(), lambda s: s.begin_epoch(owner="t", takeover=True)):
+    for action in (lambda s: s.housekeeping.compact(), lambda s: s.epochs.begin(owner="t", takeover=True)):
         with contextlib.suppress(CorruptCheckpointError):  # they need no keys: they may go on, deleting nothing
             action(backend.store())
     assert backend.store_keys() >= before_store
     assert backend.output_names() == before_output
-    assert any(p.startswith("corrupt segment") for p in backend.store().check().problems)
+    assert any(p.startswith("corrupt segment") for p in backend.store().inspection.check().problems)
 
 
 def test_a_segment_corrupt_only_where_readers_of_keys_do_not_look_is_still_caught(backend: Backend) -> None:
@@ -374,10 +374,10 @@ def test_a_segment_corrupt_only_where_readers_of_keys_do_not_look_is_still_caugh
     records are decoded when a commit, a discard or ``check()`` needs them, and damage there is a typed
     error at that point, reported by ``check()``, with nothing deleted."""
     store, _ = busy_store(backend)
-    name = store.compact().segment
+    name = store.housekeeping.compact().segment
     assert name is not None
-    store.end_epoch(2, status=EpochStatus.SUCCEEDED)
-    expected_keys, expected_progress = done_keys(backend.store()), backend.store().progress().keys_done
+    store.epochs.end(2, status=EpochStatus.SUCCEEDED)
+    expected_keys, expected_progress = done_keys(backend.store()), backend.store().inspection.progress().keys_done
     raw = backend.store_blobs()
     key = f"segments/{name}/manifests.parquet"
     data = bytearray(raw.get(key)[0])
@@ -392,10 +392,10 @@ def test_a_segment_corrupt_only_where_readers_of_keys_do_not_look_is_still_caugh
     raw.put(key, bytes(data))
     before_store, before_output = backend.store_keys(), backend.output_names()
     assert done_keys(backend.store()) == expected_keys  # the summary and the keys are intact
-    assert backend.store().progress().keys_done == expected_progress
-    report = backend.store().check()
+    assert backend.store().inspection.progress().keys_done == expected_progress
+    report = backend.store().inspection.check()
     assert any(p.startswith("corrupt segment") and name in p for p in report.problems), report.problems
-    for action in (lambda s: s.commit([backend.output_uri]), lambda s: s.discard_uncommitted()):
+    for action in (lambda s: s.commit([backend.output_uri]), lambda s: s.housekeeping.discard_uncommitted()):
         with raises_reason(CorruptCheckpointError, "corrupt"):
             action(backend.store())
     assert backend.store_keys() >= before_store
@@ -404,16 +404,16 @@ def test_a_segment_corrupt_only_where_readers_of_keys_do_not_look_is_still_caugh
 
 def test_a_segment_that_disagrees_with_its_keys_is_reported(backend: Backend) -> None:
     store = backend.store()
-    epoch = store.begin_epoch(owner="t").number
+    epoch = store.epochs.begin(owner="t").number
     write_task(store, backend, epoch=epoch, partition=0, keys=["a", "b"])
     write_task(store, backend, epoch=epoch, partition=1, keys=["c"])
-    name = store.compact().segment
+    name = store.housekeeping.compact().segment
     raw = backend.store_blobs()
     keys = pq.read_table(pa.BufferReader(raw.get(f"segments/{name}/keys.parquet")[0]))
     sink = pa.BufferOutputStream()
     pq.write_table(keys.slice(0, 2), sink)  # one checkpoint's key lost
     raw.put(f"segments/{name}/keys.parquet", sink.getvalue().to_pybytes())
-    problems = backend.store().check().problems
+    problems = backend.store().inspection.check().problems
     assert any("keys, its manifest says" in p for p in problems), problems
 
 
@@ -422,37 +422,37 @@ def test_a_segment_that_disagrees_with_its_keys_is_reported(backend: Backend) ->
 
 def test_small_segments_merge_into_bigger_ones_and_nothing_is_lost(backend: Backend) -> None:
     store = backend.store()
-    epoch = store.begin_epoch(owner="t").number
+    epoch = store.epochs.begin(owner="t").number
     sealed = []
     for p in range(MERGE_FANIN * 2 + 1):
         sealed.append(write_task(store, backend, epoch=epoch, partition=p, keys=[p])[0])
-        store.compact(delete_retired=p % 2 == 0)
+        store.housekeeping.compact(delete_retired=p % 2 == 0)
     state = backend.store().state_reader.segment_state()
     assert len(state.segments) <= MERGE_FANIN  # merged, not one segment per compaction
     assert {r.level for r in state.segments} >= {1}
     assert sum(r.checkpoints for r in state.segments) == len(sealed)
-    backend.store().compact()  # deletes what an earlier merge retired
+    backend.store().housekeeping.compact()  # deletes what an earlier merge retired
     assert segment_names(backend) == set(backend.store().state_reader.segment_state().names)
-    assert {c.checkpoint_id for c in backend.store().valid_checkpoints()} == set(sealed)
+    assert {c.checkpoint_id for c in backend.store().inspection.valid_checkpoints()} == set(sealed)
     assert done_keys(backend.store()) == list(range(len(sealed)))
 
 
 @pytest.mark.parametrize("policy", list(RetentionPolicy))
 def test_cleanup_after_compaction(backend: Backend, policy: RetentionPolicy) -> None:
     store = backend.store()
-    epoch = store.begin_epoch(owner="t").number
+    epoch = store.epochs.begin(owner="t").number
     for p in range(5):
         write_task(store, backend, epoch=epoch, partition=p, keys=[f"k{p}"])
-    store.compact()
-    store.end_epoch(epoch, status=EpochStatus.SUCCEEDED)
+    store.housekeeping.compact()
+    store.epochs.end(epoch, status=EpochStatus.SUCCEEDED)
     backend.store().commit([backend.output_uri])
-    removed = backend.store().cleanup(policy)
+    removed = backend.store().housekeeping.cleanup(policy)
     assert len(removed) == 5
     left = backend.store_keys()
     assert not [k for k in left if k.startswith(("segments/", "checkpoints/", "attempts/")) or k == "state.json"]
     if policy is RetentionPolicy.RETAIN:
         assert done_keys(backend.store()) == [f"k{p}" for p in range(5)]
-        nxt = backend.store().begin_epoch(owner="t")
+        nxt = backend.store().epochs.begin(owner="t")
         assert nxt.base == () and nxt.base_snapshot == epoch
     else:
         assert done_keys(backend.store()) == []
@@ -460,20 +460,20 @@ def test_cleanup_after_compaction(backend: Backend, policy: RetentionPolicy) -> 
 
 def test_discard_uncommitted_drops_compacted_work_and_its_files(backend: Backend) -> None:
     store = backend.store()
-    first = store.begin_epoch(owner="t").number
+    first = store.epochs.begin(owner="t").number
     committed = write_task(store, backend, epoch=first, partition=0, keys=["kept"])[0]
-    store.end_epoch(first, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(first, status=EpochStatus.SUCCEEDED)
     store.commit([backend.output_uri])
-    second = store.begin_epoch(owner="t").number
+    second = store.epochs.begin(owner="t").number
     dropped, dropped_paths, _ = write_task(store, backend, epoch=second, partition=0, keys=["dropped"])
-    store.compact()
-    result = backend.store().discard_uncommitted()
+    store.housekeeping.compact()
+    result = backend.store().housekeeping.discard_uncommitted()
     assert dropped in result.deleted_checkpoints
     assert names(result.deleted_files) == names(dropped_paths)
     reader = backend.store()
-    assert [c.checkpoint_id for c in reader.valid_checkpoints()] == [committed]
+    assert [c.checkpoint_id for c in reader.inspection.valid_checkpoints()] == [committed]
     assert done_keys(reader) == ["kept"]
-    assert reader.check().ok
+    assert reader.inspection.check().ok
 
 
 def test_reads_stay_bounded_as_the_store_grows(backend: Backend) -> None:
@@ -482,20 +482,20 @@ def test_reads_stay_bounded_as_the_store_grows(backend: Backend) -> None:
 
     def requests_for(count: int) -> tuple[int, int]:
         store = backend.store()
-        epoch = store.begin_epoch(owner=f"t{count}", takeover=True).number
+        epoch = store.epochs.begin(owner=f"t{count}", takeover=True).number
         for p in range(count):
             write_task(store, backend, epoch=epoch, partition=p, keys=[f"{count}-{p}"], files=1)
-        store.compact()
+        store.housekeeping.compact()
         reader = backend.store()
         start = reader.blobs.request_count
-        reader.progress()
+        reader.inspection.progress()
         progress = reader.blobs.request_count - start
         start = reader.blobs.request_count
         reader.get_checkpointed_keys()
         return progress, reader.blobs.request_count - start
 
     small = requests_for(10)
-    backend.store().clear()
+    backend.store().housekeeping.clear()
     large = requests_for(100)
     assert large[0] <= small[0] + 1 and large[1] <= small[1] + 1, (small, large)
     assert large[0] < 20  # not one request per checkpoint
@@ -527,17 +527,17 @@ def test_readers_of_keys_and_progress_list_manifests_only_not_the_failed_attempt
     reader = backend.store()
     listed = recording_listings(reader)
     assert done_keys(reader) == ["k0", "k1", "k2"]
-    progress = reader.progress()
+    progress = reader.inspection.progress()
     assert (progress.valid_checkpoints, progress.keys_done) == (3, 3)
-    assert len(reader.valid_checkpoints()) == 3 and len(reader.key_sources()) == 3
+    assert len(reader.inspection.valid_checkpoints()) == 3 and len(reader.key_sources()) == 3
     records = [k for k in listed if k.startswith(("checkpoints/", "attempts/"))]
     assert records and all(k.endswith("/manifest.json") for k in records), records
     # Still there for the commit, which deletes the failed attempts' files and records.
-    store.end_epoch(epoch, status=EpochStatus.SUCCEEDED)
+    store.epochs.end(epoch, status=EpochStatus.SUCCEEDED)
     result = backend.store().commit([backend.output_uri])
     assert names(result.deleted_files) == names([path for _, paths, _ in failed for path in paths])
     assert not {checkpoint_id for checkpoint_id, _, _ in failed} & loose_dirs(backend)
-    assert backend.store().check().ok
+    assert backend.store().inspection.check().ok
 
 
 def test_an_attempt_sealing_while_the_state_is_read_is_never_taken_for_a_leftover(backend: Backend) -> None:
@@ -552,7 +552,7 @@ def test_an_attempt_sealing_while_the_state_is_read_is_never_taken_for_a_leftove
 
     def seal_after_the_attempts_listing(prefix: str = "") -> Iterator[BlobInfo]:
         found = list(original(prefix))
-        if prefix == "attempts/" and store.get_checkpoint(late) is None:
+        if prefix == "attempts/" and store.inspection.get_checkpoint(late) is None:
             assert store.checkpoint(late, epoch=epoch, partition=0) is not None
         return iter(found)
 
@@ -565,9 +565,9 @@ def test_an_attempt_sealing_while_the_state_is_read_is_never_taken_for_a_leftove
 def test_contents_of_a_compacted_store_counts_every_checkpoint(backend: Backend) -> None:
     """What the UI page and the CLI's clear/discard previews count, read from segments and loose manifests."""
     busy_store(backend)
-    before = backend.store().contents()
-    backend.store().compact()
-    after = backend.store().contents()
+    before = backend.store().inspection.contents()
+    backend.store().housekeeping.compact()
+    after = backend.store().inspection.contents()
     assert len(after.checkpoints) == 8 and len(after.unsealed_ids) == 1
     assert sorted(c.checkpoint_id for c in after.checkpoints) == sorted(c.checkpoint_id for c in before.checkpoints)
     assert (after.valid_ids, after.keys_done, after.epoch, after.epoch_open) == (

@@ -29,6 +29,6 @@ def test_a_slash_escape_and_a_slash_are_different_stores(tmp_path: Path) -> None
     escaped = open_store(str(tmp_path / "a%2Fb"))
     nested = open_store(str(tmp_path / "a" / "b"))
     assert escaped.uri != nested.uri
-    escaped.begin_epoch(owner="x")
-    assert nested.current_epoch() is None
+    escaped.epochs.begin(owner="x")
+    assert nested.epochs.current() is None
     assert (tmp_path / "a%2Fb" / "epochs").is_dir() and not (tmp_path / "a").exists()

@@ -80,14 +80,14 @@ def test_on_rerun_skip_over_committed_output_calls_nothing_and_opens_no_epoch(tm
     context: dict[str, Any] = {"run_id": "manual__1"}
     job = JobIdentity.from_context(context, "orders", operator.dag_id).key()
     store = open_store(store_uri)
-    epoch = store.begin_epoch(owner="earlier-run", metadata={JOB_METADATA_KEY: job})
-    store.end_epoch(epoch.number, status=EpochStatus.SUCCEEDED, summary={})
+    epoch = store.epochs.begin(owner="earlier-run", metadata={JOB_METADATA_KEY: job})
+    store.epochs.end(epoch.number, status=EpochStatus.SUCCEEDED, summary={})
     store.commit([(tmp_path / "out").as_uri()])
-    store.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS)
+    store.housekeeping.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS)
 
     assert operator.execute(context) is None  # type: ignore[arg-type]
     assert called == []
-    assert store.current_epoch().number == epoch.number  # type: ignore[union-attr]
+    assert store.epochs.current().number == epoch.number  # type: ignore[union-attr]
 
 
 def test_a_classic_session_gets_the_worker_daemon_unless_named_and_connect_never() -> None:

@@ -32,8 +32,8 @@ def _seal(store: CheckpointStore, epoch: int, partition: int) -> None:
 
 def _store(tmp_path: Path, expected: int, sealed: int) -> tuple[CheckpointStore, int]:
     store = open_store(f"file://{tmp_path / 'store'}")
-    epoch = store.begin_epoch(owner="a detached job").number
-    store.set_expected_partitions(epoch, expected)
+    epoch = store.epochs.begin(owner="a detached job").number
+    store.epochs.set_expected_partitions(epoch, expected)
     for partition in range(sealed):
         _seal(store, epoch, partition)
     return store, epoch
@@ -95,8 +95,8 @@ def test_loading_the_trigger_imports_no_store_on_the_event_loop() -> None:
 def test_the_event_loop_stays_responsive_while_the_trigger_reads_a_large_store(tmp_path: Path) -> None:
     """Every store read runs in a thread: a heartbeat on the loop never waits for a whole poll."""
     store = open_store(f"file://{tmp_path / 'store'}")
-    epoch = store.begin_epoch(owner="a detached job").number
-    store.set_expected_partitions(epoch, 10_000)
+    epoch = store.epochs.begin(owner="a detached job").number
+    store.epochs.set_expected_partitions(epoch, 10_000)
     for partition in range(300):  # a poll then reads 300 manifests: long enough to see a blocked loop
         _seal(store, epoch, partition)
     trigger = CheckpointTrigger(store.uri, poll_interval=0.0, no_progress_timeout=None)

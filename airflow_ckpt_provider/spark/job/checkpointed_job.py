@@ -67,7 +67,7 @@ class CheckpointedJob:
         self._owns_epoch = epoch is None
         if epoch is None:
             app = self.backend.app_name()
-            opened = self.store.begin_epoch(
+            opened = self.store.epochs.begin(
                 owner=owner or f"spark-app:{app}",
                 metadata={"opened_by": "CheckpointedJob", **self.backend.epoch_metadata()},
             )
@@ -132,7 +132,7 @@ class CheckpointedJob:
     # ------------------------------------------------------------------ epoch
 
     def _check_epoch(self, epoch: int) -> None:
-        current = self.store.current_epoch()
+        current = self.store.epochs.current()
         if current is None or current.number < epoch:
             raise InvalidArgumentError(
                 f"epoch {epoch} does not exist in {self.store.uri}: the operator opens it before submitting; "
@@ -385,7 +385,7 @@ class CheckpointedJob:
         self._emit()
         if self._owns_epoch:
             status = EpochStatus.SUCCEEDED if succeeded else EpochStatus.FAILED
-            self.store.end_epoch(
+            self.store.epochs.end(
                 self.epoch, status=status, summary={k: result[k] for k in ("rows", "keys", "degraded")}
             )
         return result

@@ -75,10 +75,10 @@ def skip_completed(
         min_tasks=num_partitions if unique else None,
     )
     job.keys.claim("row", columns)
-    progress = job.store.progress()
+    progress = job.store.inspection.progress()
     done = DoneInput()
     if progress.keys_done or progress.valid_checkpoints:
-        valid = job.store.valid_checkpoints()
+        valid = job.store.inspection.valid_checkpoints()
         snapshot_keys = max(0, progress.keys_done - sum(c.num_keys for c in valid))
         done = resolve_done_input(valid, snapshot_keys=snapshot_keys, source=source)
     pruned = without_files(source_df, done.prune)

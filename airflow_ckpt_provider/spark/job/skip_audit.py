@@ -44,9 +44,9 @@ def audit_due(job: JobContext, done: DoneInput) -> bool:
     since = done.vouched_since + 1
     if since >= job.epoch:  # a plain resume of the run before: nothing between them, nothing read
         return False
-    if any(e.metadata.get("action") for e in job.store.list_epochs(since=since) if e.number != job.epoch):
+    if any(e.metadata.get("action") for e in job.store.epochs.all(since=since) if e.number != job.epoch):
         return True
-    return bool(job.store.skip_audit_epochs(since))
+    return bool(job.store.epochs.skip_audit_epochs(since))
 
 
 def pending_skipped(
@@ -107,7 +107,7 @@ def audit(job: JobContext, source_df: DataFrame, source: RowSource, done: DoneIn
         count,
         keys[:5],
     )
-    job.store.record_skip_audit(
+    job.store.epochs.record_skip_audit(
         SkipAudit(
             epoch=job.epoch,
             source=source.source_id,

@@ -70,7 +70,7 @@ class WritePipeline:
         min_tasks = source.min_tasks if source is not None and source.unique else None
         try:
             # The driver sees every seal: it folds them into segments as they come (docs/store-api.md, "Segments").
-            with self._pinned_file_packing(min_tasks), self.job.store.background_compaction():
+            with self._pinned_file_packing(min_tasks), self.job.store.housekeeping.background_compaction():
                 return self._write_partitioned(prepared, column, writer_fn, output_root, num_partitions, engine)
         except Exception as exc:
             # A lost Spark Connect channel also fails the clean-up calls after the write (restoring a conf):
@@ -90,7 +90,7 @@ class WritePipeline:
         if store.breaker.tripped:
             return
         try:
-            store.declare_output_root(self.job.epoch, output_root)
+            store.epochs.declare_output_root(self.job.epoch, output_root)
         except (StoreUnavailableError, OSError) as exc:
             store.breaker.record_failure("declare_output_root", exc)
             log.warning("could not declare output root %s (%s): its orphans will be kept", output_root, exc)
@@ -285,13 +285,15 @@ class WritePipeline:
             engine=engine,
         )
         if summary.degraded:
-            self.job.store.mark_degraded(self.job.epoch, f"checkpointing was off in {output_root} (breaker tripped)")
+            self.job.store.epochs.mark_degraded(
+                self.job.epoch, f"checkpointing was off in {output_root} (breaker tripped)"
+            )
         self._record(summary)
         return summary
 
     def _set_expected(self, count: int) -> bool:
         try:
-            self.job.store.set_expected_partitions(self.job.epoch, count)
+            self.job.store.epochs.set_expected_partitions(self.job.epoch, count)
             return True
         except (StoreUnavailableError, OSError) as exc:
             log.warning("could not record the expected partition count (%s); progress will lack it", exc)

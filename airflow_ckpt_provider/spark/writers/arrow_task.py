@@ -159,7 +159,7 @@ def _fence(store: CheckpointStore, epoch: int) -> None:
     if store.breaker.tripped:
         return
     try:
-        current = store.is_current_epoch(epoch)
+        current = store.epochs.is_current(epoch)
     except (StoreUnavailableError, OSError) as exc:
         store.breaker.record_failure("is_current_epoch", exc)
         return
@@ -175,7 +175,7 @@ def _fence(store: CheckpointStore, epoch: int) -> None:
 def _sealed(store: CheckpointStore, checkpoint_id: str) -> bool:
     """Whether the manifest exists. True when unsure: files of a sealed checkpoint must never be deleted."""
     try:
-        return store.get_checkpoint(checkpoint_id) is not None
+        return store.inspection.get_checkpoint(checkpoint_id) is not None
     except Exception:
         return True
 

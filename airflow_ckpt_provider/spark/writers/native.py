@@ -332,7 +332,7 @@ def run_native_write(backend: SparkBackend, spark: SparkSession, df: DataFrame, 
 
 def _fence_path(store: CheckpointStore, epoch: int) -> str | None:
     """The next epoch's record as a Hadoop path, if the store is on local disk (tasks check it before writing)."""
-    uri = store.epoch_record_uri(epoch + 1)
+    uri = store.epochs.record_uri(epoch + 1)
     return uri if uri.startswith("file://") else None
 
 

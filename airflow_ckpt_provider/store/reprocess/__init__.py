@@ -1,8 +1,8 @@
 """Reprocess and rewind: make part of a store pending again and retract the output it produced.
 
-See docs/reprocess.md for the design (records, fencing, steps and crash points). The store's
-facade (``CheckpointStore.reprocess`` and friends) delegates to ``service.Reprocessor``, built
-once from the store's parts (``store/parts.py``): nothing here imports the facade. The store's
+See docs/reprocess.md for the design (records, fencing, steps and crash points).
+``store.reprocessing`` is ``service.Reprocessing``, built once from the store's parts
+(``store/parts.py``): nothing here imports the facade. The store's
 own modules use ``maintenance`` (refusals, check), ``lineage`` (commit, compaction) and
 ``records`` (committed output minus retractions), which import none of the modules that use
 them, so the imports between the store and this package point one way.

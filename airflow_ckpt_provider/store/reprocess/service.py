@@ -1,30 +1,32 @@
-"""The entry points behind ``CheckpointStore.reprocess`` and friends: plan, check, fence, run.
+"""``store.reprocessing``: reprocess, rewind, undo and purge on one store (docs/reprocess.md).
 
 Order of every action: read the store once; if the latest epoch is an unfinished maintenance
 epoch, finish it when the request is the same action (a retry), else refuse; build the plan
 (bad input raises here, before any write); compare it with what the caller confirmed; check
-the fence; create the maintenance epoch; run the steps (docs/reprocess.md).
+the fence; create the maintenance epoch; run the steps. The checks live in ``checks.py``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from airflow_ckpt_provider.failpoints import failpoint
-from airflow_ckpt_provider.store.errors import EpochConflictError, RefusedError
+from airflow_ckpt_provider.store.errors import EpochConflictError
 from airflow_ckpt_provider.store.model import EpochStatus
-from airflow_ckpt_provider.store.reprocess.guard import OutputGuard, output_guard
-from airflow_ckpt_provider.store.reprocess.model import (
-    PURGE,
-    REPROCESS,
-    REWIND,
-    UNDO,
-    ReprocessRecord,
-    Selection,
-    canonical,
+from airflow_ckpt_provider.store.reprocess.checks import (
+    Expected,
+    check_expected,
+    check_fence,
+    check_paths,
+    empty_purge,
+    in_progress,
+    same_unfinished,
+    unfinished,
+    with_refusals,
 )
+from airflow_ckpt_provider.store.reprocess.guard import output_guard
+from airflow_ckpt_provider.store.reprocess.model import PURGE, REPROCESS, REWIND, UNDO, ReprocessRecord, Selection
 from airflow_ckpt_provider.store.reprocess.plan import ReprocessPlan, ReprocessResult
 from airflow_ckpt_provider.store.reprocess.planner import purge_plan, retraction_plan, undo_plan
 from airflow_ckpt_provider.store.reprocess.records import record_from_json
@@ -35,55 +37,82 @@ from airflow_ckpt_provider.store.reprocess.view import StoreView, Unit
 if TYPE_CHECKING:
     from airflow_ckpt_provider.store.parts import StoreParts
 
-Expected = ReprocessPlan | str | None
 
+class Reprocessing:
+    """Retract part of a store's output, committed or not, and make its checkpoints pending again:
+    ``store.reprocessing`` of a :class:`~airflow_ckpt_provider.store.store.CheckpointStore`.
 
-class Reprocessor:
-    """Reprocess, rewind, undo and purge on one store (see ``CheckpointStore`` for the contract)."""
+    Each action has a preview that reads only; each action records its whole plan in one maintenance
+    epoch that fences writers, submits and commits until it finishes (a retry, or :meth:`resume`).
+    """
 
     def __init__(self, parts: StoreParts) -> None:
         self.parts = parts
 
-    # ------------------------------------------------------------------ previews
+    # ------------------------------------------------------------------ reprocess and rewind
 
     def preview(self, selection: Selection, *, delete: bool = False) -> ReprocessPlan:
+        """What :meth:`run` would do: the checkpoints, keys, exact files and bytes. Reads only.
+
+        Raises the selection's typed errors (:class:`InvalidArgumentError` (``empty_selection``),
+        :class:`NotFoundError` (``keys``), :class:`NotFoundError` (``input_files``), :class:`NotFoundError`
+        (``epoch``), :class:`NotFoundError` (``commit``), :class:`UnsupportedError` (``selection_unavailable``)).
+        """
         view = StoreView.read(self.parts)
-        unfinished = self._same_unfinished(view, REPROCESS, selection, None, delete)
-        if unfinished is not None:
-            return unfinished
-        return self._plan(view, REPROCESS, resolve(view, selection), selection, None, delete, None)
+        pending = same_unfinished(view, REPROCESS, selection, None, delete)
+        if pending is not None:
+            return pending
+        return _plan(view, REPROCESS, resolve(view, selection), selection, None, delete, None)
 
-    def preview_rewind(self, to_commit: int, *, delete: bool = False) -> ReprocessPlan:
-        view = StoreView.read(self.parts)
-        unfinished = self._same_unfinished(view, REWIND, None, to_commit, delete)
-        if unfinished is not None:
-            return unfinished
-        return self._plan(view, REWIND, resolve_rewind(view, to_commit), None, to_commit, delete, None)
-
-    def preview_undo(self, epoch: int | None = None) -> ReprocessPlan:
-        return undo_plan(StoreView.read(self.parts), epoch, requested_by=None)
-
-    def preview_purge(self, epoch: int) -> ReprocessPlan:
-        return purge_plan(StoreView.read(self.parts), epoch, requested_by=None)
-
-    # ------------------------------------------------------------------ actions
-
-    def reprocess(
+    def run(
         self,
         selection: Selection,
         *,
-        delete: bool,
-        expected: Expected,
-        takeover: bool,
-        requested_by: str | None,
+        delete: bool = False,
+        expected: Expected = None,
+        takeover: bool = False,
+        requested_by: str | None = None,
     ) -> ReprocessResult:
+        """Make the selected checkpoints pending again and take their output files out of the output.
+
+        Once it returns, readers see the selected checkpoints' keys as pending (the next run
+        processes them) and their files are no longer in the output nor in the committed output:
+        they are in ``quarantine/{epoch}/`` under the store root (``delete=True``: deleted, no undo).
+        One maintenance epoch records the whole plan and fences writers, submits and commits.
+        ``expected``: the plan (or its fingerprint) the caller confirmed; anything else is refused.
+        Idempotent for a retry: the same call after a crash finishes the interrupted one.
+        Raises the selection's errors, :class:`EpochConflictError` (``store_changed``), :class:`EpochConflictError`
+        (an open epoch; ``takeover=True`` supersedes a dead one), :class:`EpochConflictError`
+        (``reprocess_in_progress``), :class:`RefusedError` (``unsafe_path``) — nothing changed in each case.
+        """
         return self._retract(
             REPROCESS, lambda view: resolve(view, selection), selection, None, delete, expected, takeover, requested_by
         )
 
+    def preview_rewind(self, to_commit: int, *, delete: bool = False) -> ReprocessPlan:
+        """What :meth:`rewind` would do. Reads only. Raises :class:`NotFoundError` (``commit``),
+        :class:`UnsupportedError` (``selection_unavailable``)."""
+        view = StoreView.read(self.parts)
+        pending = same_unfinished(view, REWIND, None, to_commit, delete)
+        if pending is not None:
+            return pending
+        return _plan(view, REWIND, resolve_rewind(view, to_commit), None, to_commit, delete, None)
+
     def rewind(
-        self, to_commit: int, *, delete: bool, expected: Expected, takeover: bool, requested_by: str | None
+        self,
+        to_commit: int,
+        *,
+        delete: bool = False,
+        expected: Expected = None,
+        takeover: bool = False,
+        requested_by: str | None = None,
     ) -> ReprocessResult:
+        """Return the store to its state after commit ``to_commit`` (0: before the first commit).
+
+        Every checkpoint sealed after that commit becomes pending and its output (committed or
+        not) leaves the output, as :meth:`run` does, with the same fencing, atomicity,
+        resumption and errors. A rewind to the latest commit does nothing (result epoch None).
+        """
         return self._retract(
             REWIND,
             lambda view: resolve_rewind(view, to_commit),
@@ -95,34 +124,59 @@ class Reprocessor:
             requested_by,
         )
 
-    def undo(self, epoch: int | None, *, expected: Expected, requested_by: str | None) -> ReprocessResult:
+    # ------------------------------------------------------------------ undo and purge
+
+    def preview_undo(self, epoch: int | None = None) -> ReprocessPlan:
+        """What :meth:`undo` would restore. Reads only; raises as :meth:`undo`."""
+        return undo_plan(StoreView.read(self.parts), epoch, requested_by=None)
+
+    def undo(
+        self, epoch: int | None = None, *, expected: Expected = None, requested_by: str | None = None
+    ) -> ReprocessResult:
+        """Undo reprocess ``epoch`` (default: the latest): its checkpoints are done again, exactly as
+        before, and its files are copied back to the output (the quarantine keeps its copies until
+        :meth:`purge`). Only before the next run: once a run began, its keys may have been
+        reprocessed. Fenced by its own epoch; a retry finishes an interrupted undo.
+        Raises :class:`NotFoundError` (``reprocess``), :class:`RefusedError` (``undo_unavailable``) (a later run,
+        deleted files), :class:`RefusedError` (``quarantine_missing``), :class:`EpochConflictError`
+        (``reprocess_in_progress``) — nothing changed.
+        """
         view = StoreView.read(self.parts)
-        unfinished = self._unfinished(view)
-        if unfinished is not None:
-            if unfinished.action == UNDO and epoch in (None, unfinished.target):
-                return self._finish(view, unfinished)
-            raise self._in_progress(view, unfinished)
+        pending = unfinished(view)
+        if pending is not None:
+            if pending.action == UNDO and epoch in (None, pending.target):
+                return _finish(view, pending)
+            raise in_progress(view, pending)
         plan = undo_plan(view, epoch, requested_by=requested_by)
-        self._check_expected(plan, expected)
-        steps = self._steps(view)
+        check_expected(view, plan, expected)
+        steps = _steps(view)
         assert plan.target is not None
         steps.checked(plan.files, plan.target)  # a path outside the roots: refused before the fence, not after
         steps.open_epoch(plan)
         failpoint("store.undo.after_epoch")
         return steps.undo(plan)
 
-    def purge(self, epoch: int | None, *, requested_by: str | None) -> ReprocessResult:
+    def preview_purge(self, epoch: int) -> ReprocessPlan:
+        """What :meth:`purge` would delete for reprocess ``epoch``. Reads only."""
+        return purge_plan(StoreView.read(self.parts), epoch, requested_by=None)
+
+    def purge(self, epoch: int | None = None, *, requested_by: str | None = None) -> ReprocessResult:
+        """Delete the quarantined files of reprocess ``epoch`` (default: every finished reprocess) for
+        good; undo is impossible afterwards. Deletes only under ``quarantine/`` in the store root.
+        Idempotent. Raises :class:`NotFoundError` (``reprocess``), :class:`EpochConflictError`
+        (``reprocess_in_progress``).
+        """
         view = StoreView.read(self.parts)
-        unfinished = self._unfinished(view)
-        if unfinished is not None:
-            if unfinished.action == PURGE and epoch in (None, unfinished.target):
-                return self._finish(view, unfinished)
-            raise self._in_progress(view, unfinished)
+        pending = unfinished(view)
+        if pending is not None:
+            if pending.action == PURGE and epoch in (None, pending.target):
+                return _finish(view, pending)
+            raise in_progress(view, pending)
         targets = [epoch] if epoch is not None else sorted(set(view.retractions.records) - view.retractions.purged)
         results: list[ReprocessResult] = []
         for target in targets:
             plan = purge_plan(view, target, requested_by=requested_by)
-            steps = self._steps(view)
+            steps = _steps(view)
             if plan.new_epoch is not None:
                 steps.open_epoch(plan)
                 failpoint("store.purge.after_epoch")
@@ -130,7 +184,7 @@ class Reprocessor:
             view = StoreView.read(self.parts)
         if len(results) == 1:
             return results[0]
-        plan = purge_plan(view, targets[-1], requested_by=requested_by) if targets else self._empty_purge(view)
+        plan = purge_plan(view, targets[-1], requested_by=requested_by) if targets else empty_purge(view)
         return ReprocessResult(
             action=PURGE,
             epoch=next((r.epoch for r in reversed(results) if r.epoch is not None), None),
@@ -138,64 +192,58 @@ class Reprocessor:
             purged=tuple(sorted(p for r in results for p in r.purged)),
         )
 
+    # ------------------------------------------------------------------ an unfinished action, the history
+
     def preview_resume(self) -> ReprocessPlan | None:
-        """The unfinished maintenance plan as the store records it, with ``refused_paths``: its files
-        outside the output roots (a resume refuses while any). None when nothing is unfinished."""
+        """The unfinished reprocess, rewind, undo or purge as its maintenance epoch records it (every
+        file), with ``refused_paths`` outside the output roots; None when nothing is unfinished. Reads only."""
         view = StoreView.read(self.parts)
-        unfinished = self._unfinished(view)
-        if unfinished is None:
-            return None
-        return self._with_refusals(view, unfinished)
+        pending = unfinished(view)
+        return None if pending is None else with_refusals(view, pending)
 
     def resume(self, *, expected: Expected = None) -> ReprocessResult | None:
+        """Finish an interrupted reprocess, rewind, undo or purge; None when nothing is unfinished.
+        Idempotent. ``expected``: the :meth:`preview_resume` (or its fingerprint) a person confirmed;
+        anything else is refused (:class:`EpochConflictError` (``store_changed``)). A plan naming files outside
+        the output roots is never run (:class:`RefusedError` (``unsafe_path``), nothing changed): abandon it
+        instead."""
         view = StoreView.read(self.parts)
-        unfinished = self._unfinished(view)
-        if unfinished is None:
+        pending = unfinished(view)
+        if pending is None:
             return None
-        plan = self._with_refusals(view, unfinished)
-        self._check_expected(plan, expected)
-        if plan.refused_paths and plan.action != PURGE:
-            raise RefusedError(
-                f"the unfinished {plan.action} of {self.parts.uri} (epoch {plan.new_epoch}) names "
-                f"{len(plan.refused_paths)} file(s) outside the output roots (e.g. {list(plan.refused_paths[:3])}): "
-                "it was not made by this store's DAG and is not resumed. Nothing was changed; abandon it "
-                "(`airflow-ckpt abandon`, or Abandon in the Checkpoints tab) and run `airflow-ckpt check`",
-                reason="unsafe_path",
-            )
-        return self._finish(view, unfinished)
+        plan = with_refusals(view, pending)
+        check_expected(view, plan, expected)
+        check_paths(view, plan, resuming=True)
+        return _finish(view, pending)
 
-    def abandon(self, *, expected: Expected, requested_by: str | None) -> ReprocessPlan:
-        """End the unfinished maintenance epoch as failed without running its plan (a forged or
-        unwanted intent). ``expected``: the fingerprint of :meth:`preview_resume` the person saw."""
+    def abandon(self, *, expected: ReprocessPlan | str, requested_by: str | None = None) -> ReprocessPlan:
+        """End the unfinished reprocess, rewind, undo or purge as failed without running its plan (a
+        forged or unwanted intent), so submits and commits are no longer refused. Files it already
+        moved stay in ``quarantine/{epoch}/``. ``expected``: the confirmed :meth:`preview_resume`.
+        Returns the abandoned plan. Raises :class:`EpochConflictError` (``store_changed``)."""
         view = StoreView.read(self.parts)
-        unfinished = self._unfinished(view)
-        if unfinished is None or unfinished.new_epoch is None:
+        pending = unfinished(view)
+        if pending is None or pending.new_epoch is None:
             raise EpochConflictError(
                 f"{self.parts.uri} has no unfinished reprocess, rewind, undo or purge any more", reason="store_changed"
             )
-        plan = self._with_refusals(view, unfinished)
-        self._check_expected(plan, expected)
+        plan = with_refusals(view, pending)
+        check_expected(view, plan, expected)
         self.parts.epochs.write_end(
-            unfinished.new_epoch,
+            pending.new_epoch,
             EpochStatus.FAILED,
             {"reason": "abandoned: its plan was not run", "abandoned_by": requested_by, "files": len(plan.files)},
         )
         return plan
 
-    def _with_refusals(self, view: StoreView, plan: ReprocessPlan) -> ReprocessPlan:
-        if plan.action == PURGE:  # a purge deletes only the store's own quarantine records
-            return plan
-        allowed = output_guard(view).allows
-        refused = tuple(sorted(f.path for f in plan.files if not allowed(f.path)))
-        return dataclasses.replace(plan, refused_paths=refused)
-
     def records(self) -> list[ReprocessRecord]:
+        """Every reprocess and rewind of the store (finished ones, and an unfinished one), oldest first."""
         view = StoreView.read(self.parts)
         records = view.retractions.as_records()
-        unfinished = self._unfinished(view)
-        if unfinished is not None and unfinished.action in (REPROCESS, REWIND) and unfinished.new_epoch is not None:
-            data = unfinished.to_json() | {"files": [f.to_json() for f in unfinished.files]}
-            records.append(record_from_json(unfinished.new_epoch, data, undone=False, purged=False))
+        pending = unfinished(view)
+        if pending is not None and pending.action in (REPROCESS, REWIND) and pending.new_epoch is not None:
+            data = pending.to_json() | {"files": [f.to_json() for f in pending.files]}
+            records.append(record_from_json(pending.new_epoch, data, undone=False, purged=False))
         return records
 
     # ------------------------------------------------------------------ internals
@@ -212,157 +260,53 @@ class Reprocessor:
         requested_by: str | None,
     ) -> ReprocessResult:
         view = StoreView.read(self.parts)
-        unfinished = self._same_unfinished(view, action, selection, to_commit, delete)
-        if unfinished is not None:
-            return self._finish(view, unfinished)
+        pending = same_unfinished(view, action, selection, to_commit, delete)
+        if pending is not None:
+            return _finish(view, pending)
         units = resolver(view)
-        plan = self._plan(view, action, units, selection, to_commit, delete, requested_by)
-        self._check_expected(plan, expected)
+        plan = _plan(view, action, units, selection, to_commit, delete, requested_by)
+        check_expected(view, plan, expected)
         if plan.nothing_to_do and not plan.refused_paths:
             return ReprocessResult(action=action, epoch=None, plan=plan)
-        if plan.refused_paths:
-            raise RefusedError(
-                f"the records of {self.parts.uri} name {len(plan.refused_paths)} file(s) outside its root and the "
-                f"output roots (e.g. {list(plan.refused_paths[:3])}); they are never touched, so this {action} "
-                "cannot make the output exactly-once. Nothing was changed; run `airflow-ckpt check`, and declare "
-                "the job's real output roots if those files are yours",
-                reason="unsafe_path",
-            )
-        self._check_fence(view, takeover)
+        check_paths(view, plan)
+        check_fence(view, takeover)
         failpoint("store.reprocess.before_epoch")
-        steps = Steps(self.parts, self._guard(view, units).allows)
+        steps = _steps(view)
         steps.open_epoch(plan, supersede=view.state.latest if takeover else None)
         failpoint("store.reprocess.after_epoch")
         return steps.retract(plan)
 
-    def _plan(
-        self,
-        view: StoreView,
-        action: str,
-        units: list[Unit],
-        selection: Selection | None,
-        to_commit: int | None,
-        delete: bool,
-        requested_by: str | None,
-    ) -> ReprocessPlan:
-        return retraction_plan(
-            view,
-            units,
-            action=action,
-            selection=selection,
-            to_commit=to_commit,
-            delete=delete,
-            allowed=self._guard(view, units).allows,
-            requested_by=requested_by,
-        )
 
-    def _guard(self, view: StoreView, units: list[Unit]) -> OutputGuard:
-        return output_guard(view, {u.commit for u in units if u.commit is not None})
-
-    def _steps(self, view: StoreView) -> Steps:
-        """Steps for undo, purge and resume: the guard of every commit (their plans name no commits)."""
-        return Steps(self.parts, output_guard(view).allows)
-
-    def _unfinished(self, view: StoreView) -> ReprocessPlan | None:
-        latest = view.state.latest
-        if latest is None or latest.status is not EpochStatus.OPEN:
-            return None
-        plan = view.maintenance_plan()
-        return None if plan is None else ReprocessPlan.from_json(plan)
-
-    def _same_unfinished(
-        self, view: StoreView, action: str, selection: Selection | None, to_commit: int | None, delete: bool
-    ) -> ReprocessPlan | None:
-        """The unfinished plan if it is this very request (a retry finishes it); raise if another is."""
-        unfinished = self._unfinished(view)
-        if unfinished is None:
-            return None
-        same = (
-            unfinished.action,
-            canonical(_request(unfinished.selection)),
-            unfinished.to_commit,
-            unfinished.mode,
-        ) == (
-            action,
-            canonical(_request(selection)),
-            to_commit,
-            "delete" if delete else "quarantine",
-        )
-        if same:
-            return unfinished
-        raise self._in_progress(view, unfinished)
-
-    def _finish(self, view: StoreView, plan: ReprocessPlan) -> ReprocessResult:
-        steps = self._steps(view)
-        if plan.action == UNDO:
-            return steps.undo(plan, resumed=True)
-        if plan.action == PURGE:
-            return steps.purge(plan, resumed=True)
-        return steps.retract(plan, resumed=True)
-
-    def _in_progress(self, view: StoreView, plan: ReprocessPlan) -> EpochConflictError:
-        what = {UNDO: f"an undo of reprocess {plan.target}", PURGE: f"a purge of reprocess {plan.target}"}.get(
-            plan.action, f"a {plan.action}"
-        )
-        return EpochConflictError(
-            f"{what} of {self.parts.uri} (epoch {plan.new_epoch}) is unfinished: resume it first "
-            "(`airflow-ckpt resume`, or the same call again). Nothing was changed",
-            reason="reprocess_in_progress",
-        )
-
-    def _check_expected(self, plan: ReprocessPlan, expected: Expected) -> None:
-        if expected is None:
-            return
-        wanted = expected.fingerprint if isinstance(expected, ReprocessPlan) else str(expected)
-        if wanted != plan.fingerprint:
-            raise EpochConflictError(
-                f"{self.parts.uri} changed since the preview was made (it is at epoch {plan.epoch} now): what "
-                "would be done differs from what was confirmed. Nothing was changed; look at the new preview",
-                reason="store_changed",
-            )
-
-    def _check_fence(self, view: StoreView, takeover: bool) -> None:
-        latest = view.state.latest
-        if latest is None:
-            return
-        if latest.status is EpochStatus.OPEN and not takeover:
-            raise EpochConflictError(
-                f"epoch {latest.number} of {self.parts.uri} is still open (owner {latest.owner!r}, opened "
-                f"{latest.created_at}): a submit may be running. Wait until it ends (or mark it failed), then "
-                "reprocess; if it is dead, pass takeover=True (CLI --takeover). Nothing was changed",
-                reason="epoch_open",
-            )
-        if latest.number in view.commits and latest.number not in view.done_commits:
-            raise EpochConflictError(
-                f"the commit of epoch {latest.number} of {self.parts.uri} is unfinished: run the commit again "
-                "(it resumes), then reprocess. Nothing was changed",
-                reason="epoch_open",
-            )
-
-    def _empty_purge(self, view: StoreView) -> ReprocessPlan:
-        from airflow_ckpt_provider.store.reprocess.planner import previous_state
-
-        previous = previous_state(view)
-        return ReprocessPlan(
-            action=PURGE,
-            store_uri=self.parts.uri,
-            epoch=previous.epoch,
-            new_epoch=None,
-            selection=None,
-            to_commit=None,
-            mode="delete",
-            checkpoints=(),
-            committed_checkpoints=0,
-            keys=0,
-            files=(),
-            previous=previous,
-            new_base=previous.valid,
-            snapshot_drop=(),
-            snapshot_from=previous.snapshot,
-            snapshot_keys=None,
-            output_roots=(),
-        )
+def _plan(
+    view: StoreView,
+    action: str,
+    units: list[Unit],
+    selection: Selection | None,
+    to_commit: int | None,
+    delete: bool,
+    requested_by: str | None,
+) -> ReprocessPlan:
+    return retraction_plan(
+        view,
+        units,
+        action=action,
+        selection=selection,
+        to_commit=to_commit,
+        delete=delete,
+        allowed=output_guard(view).allows,
+        requested_by=requested_by,
+    )
 
 
-def _request(selection: Selection | None) -> object:
-    return None if selection is None else selection.to_json()
+def _steps(view: StoreView) -> Steps:
+    """Steps checking every source and destination against the store's deletion guard."""
+    return Steps(view.parts, output_guard(view).allows)
+
+
+def _finish(view: StoreView, plan: ReprocessPlan) -> ReprocessResult:
+    steps = _steps(view)
+    if plan.action == UNDO:
+        return steps.undo(plan, resumed=True)
+    if plan.action == PURGE:
+        return steps.purge(plan, resumed=True)
+    return steps.retract(plan, resumed=True)

@@ -25,7 +25,7 @@ def main() -> int:
     options = json.loads(os.environ.get(OPTIONS_ENV) or "{}")
     store = open_store(spec["store_uri"], **options)
     result = store.commit(spec.get("output_roots"), degraded=bool(spec.get("degraded")))
-    removed = store.cleanup(spec.get("policy", "delete_after_success"))
+    removed = store.housekeeping.cleanup(spec.get("policy", "delete_after_success"))
     summary = {"result": result.to_json(), "removed": removed}
     print(RESULT_PREFIX + json.dumps(summary, default=str), flush=True)
     return 0

@@ -137,7 +137,7 @@ def test_engine_spark_where_it_cannot_run_is_a_clear_error_and_writes_nothing(
     with raises_reason(InvalidArgumentError, "option", match="engine="):
         job.write_parquet(job.read_parquet(inputs), target.output_uri, engine="jvm")
     assert target.output_files() == []
-    assert job.store.list_checkpoints() == []
+    assert job.store.inspection.list_checkpoints() == []
 
 
 def test_engine_spark_with_every_file_done_writes_nothing_and_succeeds(spark: SparkSession, tmp_path: Path) -> None:
@@ -207,7 +207,11 @@ def test_a_newer_epoch_fences_a_running_native_write(spark: SparkSession, tmp_pa
         takeover.join()
     assert time.monotonic() - started < 12, "the write must stop soon after the takeover, not run to its end"
     # Nothing the old run sealed after the takeover counts; its files are orphans of the next commit.
-    epoch2 = operator.store.current_epoch()
+    epoch2 = operator.store.epochs.current()
     assert epoch2 is not None and epoch2.number == epoch1 + 1
-    late = [c for c in operator.store.list_checkpoints() if c.epoch == epoch1 and c.checkpoint_id not in epoch2.base]
+    late = [
+        c
+        for c in operator.store.inspection.list_checkpoints()
+        if c.epoch == epoch1 and c.checkpoint_id not in epoch2.base
+    ]
     assert late == []

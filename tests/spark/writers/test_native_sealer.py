@@ -30,7 +30,7 @@ def _no_failpoints() -> object:
 def _sealer(tmp_path: Path) -> tuple[_Sealer, list[str]]:
     store = open_store(f"file://{tmp_path}/store")
     output = f"file://{tmp_path}/out"
-    epoch = store.begin_epoch(owner="t", output_roots=[output]).number
+    epoch = store.epochs.begin(owner="t", output_roots=[output]).number
     write = NativeWrite(
         store=store,
         epoch=epoch,
@@ -68,11 +68,11 @@ def test_one_failed_seal_leaves_the_other_committed_tasks_sealed(tmp_path: Path,
     # ...but every other committed task keeps its progress (after_seal: the failing one is sealed too).
     expected = set(range(TASKS)) if point.endswith("after_seal") else set(range(1, TASKS))
     assert {r.partition for r in sealer.reports.values() if r.sealed} >= set(range(1, TASKS))
-    sealed = {c.partition for c in sealer.write.store.valid_checkpoints()}
+    sealed = {c.partition for c in sealer.write.store.inspection.valid_checkpoints()}
     assert sealed == expected
     # Tasks that commit after the error (the next drain, or at the end of the write) are sealed as well.
     sealer.seal_pending(_commits([0]) if point.endswith("before_seal") else "")
-    assert {c.partition for c in sealer.write.store.valid_checkpoints()} == set(range(TASKS))
+    assert {c.partition for c in sealer.write.store.inspection.valid_checkpoints()} == set(range(TASKS))
 
 
 def test_a_write_whose_plan_changed_seals_nothing_more(tmp_path: Path) -> None:
@@ -81,4 +81,4 @@ def test_a_write_whose_plan_changed_seals_nothing_more(tmp_path: Path) -> None:
     assert isinstance(sealer.error, IncompleteRunError)
     assert cancelled == ["cancel"]
     sealer.seal_pending(_commits([2, 3]))
-    assert {c.partition for c in sealer.write.store.valid_checkpoints()} == {0}
+    assert {c.partition for c in sealer.write.store.inspection.valid_checkpoints()} == {0}

@@ -41,7 +41,7 @@ def main() -> None:
     result_path = conf.get("spark.ckpt.result.path")
 
     store = open_store(uri, **options)
-    store.set_expected_partitions(epoch, args.partitions)
+    store.epochs.set_expected_partitions(epoch, args.partitions)
     done = set(store.get_checkpointed_keys().column("key").to_pylist())
     done_b = spark.sparkContext.broadcast(done)
     output = "file://" + os.path.abspath(args.output.removeprefix("file://")).rstrip("/")
