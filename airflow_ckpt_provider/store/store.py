@@ -38,6 +38,7 @@ from airflow_ckpt_provider.store.deletion_guard import DeletionGuard
 from airflow_ckpt_provider.store.epochs import EpochLog
 from airflow_ckpt_provider.store.input_audit import SkipAudit, write_skip_audit
 from airflow_ckpt_provider.store.inspection import Inspector
+from airflow_ckpt_provider.store.key_reader import key_sources
 from airflow_ckpt_provider.store.keys import INLINE_MAX_FILES, INLINE_MAX_KEYS, KEY_COLUMN
 from airflow_ckpt_provider.store.layout import epoch_key, new_checkpoint_id, validate_checkpoint_id
 from airflow_ckpt_provider.store.model import (
@@ -59,7 +60,7 @@ from airflow_ckpt_provider.store.parts import StoreParts
 from airflow_ckpt_provider.store.reprocess.service import Reprocessor
 from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, OnRerun, RerunPlan, plan_rerun
 from airflow_ckpt_provider.store.retention import Retention
-from airflow_ckpt_provider.store.state import StateReader, key_sources
+from airflow_ckpt_provider.store.state import StateReader
 from airflow_ckpt_provider.store.tail import DEFAULT_MAX_LOOSE, LooseTail
 from airflow_ckpt_provider.store.writers import CheckpointWriters
 
@@ -306,7 +307,7 @@ class CheckpointStore:
         if progress is not None:
             latest = progress.epoch
             kept = progress.valid_checkpoints > 0 or progress.keys_done > 0  # valid checkpoints or a snapshot
-            record = self.state_reader.newest_commit_record()
+            record = self.state_reader.commits.newest_commit_record()
         else:
             state = self.state_reader.read(with_attempts=False)
             latest = state.latest
@@ -389,7 +390,7 @@ class CheckpointStore:
 
     def read_key_source(self, source: KeySource) -> pa.Table:
         """Read one part (on any machine that can open this store). Raises :class:`CorruptCheckpointError`."""
-        return self.state_reader.read_key_source(source)
+        return self.state_reader.keys.read_key_source(source)
 
     def get_checkpointed_keys(self) -> pa.Table:
         """Every done key: a table with one column ``key``.
@@ -402,14 +403,14 @@ class CheckpointStore:
 
     def key_type(self) -> str | None:
         """The Arrow type (as a string) of the store's done keys, or None if there are none."""
-        return self.state_reader.key_type(
+        return self.state_reader.keys.key_type(
             self.state_reader.read(with_status=False, with_commits=False, with_attempts=False, keep_files=False)
         )
 
     def get_checkpointed_files(self) -> list[FileMetadata]:
         """Output files of valid checkpoints that are sealed but not yet committed."""
         state = self.state_reader.read(with_status=False, with_attempts=False)
-        return self.state_reader.files_of([c for c in state.valid if c.status is CheckpointStatus.CHECKPOINTED])
+        return self.state_reader.files.files_of([c for c in state.valid if c.status is CheckpointStatus.CHECKPOINTED])
 
     # ------------------------------------------------------------------ compaction (store/compaction.py)
 
