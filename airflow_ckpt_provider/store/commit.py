@@ -18,6 +18,7 @@ from airflow_ckpt_provider.store.context import StoreContext
 from airflow_ckpt_provider.store.deletion_guard import canonical_uri
 from airflow_ckpt_provider.store.errors import InvalidArgumentError, PreconditionFailedError, RefusedError
 from airflow_ckpt_provider.store.input_audit import audit_findings
+from airflow_ckpt_provider.store.key_reader import key_sources
 from airflow_ckpt_provider.store.keys import duplicate_keys
 from airflow_ckpt_provider.store.layout import commit_done_key, commit_key
 from airflow_ckpt_provider.store.model import CommitResult, EpochStatus, FileMetadata, UnknownFiles
@@ -27,7 +28,9 @@ from airflow_ckpt_provider.store.reprocess.lineage import write_lineage
 from airflow_ckpt_provider.store.reprocess.maintenance import refuse_unfinished_maintenance
 from airflow_ckpt_provider.store.reprocess.records import PLAN_FIELD
 from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, REPLACED_FIELD, superseded_files
-from airflow_ckpt_provider.store.state import StateReader, StoreState, key_sources, segment_intents
+from airflow_ckpt_provider.store.segment_reader import segment_intents
+from airflow_ckpt_provider.store.state import StateReader
+from airflow_ckpt_provider.store.store_state import StoreState
 from airflow_ckpt_provider.store.sweep import OrphanSweep, plan_orphan_sweep
 
 
@@ -93,20 +96,20 @@ class Committer(PartsUser):
                 )
             refuse_skipped_input(self._context, self._reader, state)
             check_disjoint(self._reader, state)
-            files_by_id = self._reader.files_by_checkpoint(state.valid)
+            files_by_id = self._reader.files.files_by_checkpoint(state.valid)
             files = [f for c in state.valid for f in files_by_id[c.checkpoint_id]]
             guard = self._deleter.guard(output_roots)
             job = epoch.metadata.get(JOB_METADATA_KEY)
             job = job if isinstance(job, str) and job else None
             # A re-run of a committed job: the earlier commits' files whose keys no longer count are retracted.
-            records = self._reader.commit_records()
+            records = self._reader.commits.commit_records()
             replaced = superseded_files(
                 records,
                 job,
                 [*state.valid_ids, *state.folded],
                 [f.path for f in files],
                 canonical_uri,
-                self._reader.committed_paths(records),
+                self._reader.commits.committed_paths(records),
             )
             record = {
                 "epoch": epoch.number,
@@ -189,7 +192,7 @@ class Committer(PartsUser):
             recorded,
             keep_ids=valid_ids,
             keep_paths=authoritative,
-            known=set(intents) | self._reader.committed_paths() | replaced,
+            known=set(intents) | self._reader.commits.committed_paths() | replaced,
             unprovable=unprovable,
             roots=roots,
         )
@@ -291,7 +294,7 @@ def check_disjoint(reader: StateReader, state: StoreState) -> None:
     sources = key_sources(state)
     if len(sources) <= 1 and not any(s.format == "segment" for s in sources):
         return  # one checkpoint's keys (or the snapshot's): nothing to overlap with
-    keys = reader.read_keys(sources)
+    keys = reader.keys.read_keys(sources)
     duplicates = duplicate_keys(keys)
     if not duplicates:
         return

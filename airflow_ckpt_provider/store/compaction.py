@@ -114,8 +114,8 @@ class Compactor:
         Raises :class:`CorruptCheckpointError` when a segment the state names cannot be
         read (nothing is deleted then: which directories it covers is unknown).
         """
-        state = self._reader.segment_state()
-        segments = self._context.map(self._reader.load_segment, list(state.names))
+        state = self._reader.segments.segment_state()
+        segments = self._context.map(self._reader.segments.load_segment, list(state.names))
         covered = _covered(segments)
         listing = self._listing() if limit is None else checkpoint_records(self._blobs, attempts=False)
         sealed = sorted(i for i, keys in listing.items() if manifest_key(i) in keys)
@@ -130,7 +130,7 @@ class Compactor:
             result = self._fold_loose(state, segments, loose_ids, listing, leftovers)
             if result.lost_race:
                 return result
-            state = self._reader.segment_state()
+            state = self._reader.segments.segment_state()
         elif leftovers:
             self._delete_dirs(leftovers, listing)
             result = CompactionResult(segment=None, checkpoints=0, deleted_dirs=len(leftovers))
@@ -196,7 +196,7 @@ class Compactor:
                 successor = base.successor(segments=(*base.segments, ref), retired=base.retired)
                 if replace_state(self._blobs, base, successor):
                     return name, pending
-                current = self._reader.segment_state()
+                current = self._reader.segments.segment_state()
                 taken = self._taken_since(state, current, ids)
                 if taken is None or taken:
                     self._deleter.delete_segments([name])
@@ -217,7 +217,7 @@ class Compactor:
             return None
         known = set(read.names)
         try:
-            added = [self._reader.load_segment(n) for n in current.names if n not in known]
+            added = [self._reader.segments.load_segment(n) for n in current.names if n not in known]
         except (CorruptCheckpointError, BlobNotFoundError):
             return None
         wanted = pa.array(sorted(ids), pa.string())
@@ -233,7 +233,7 @@ class Compactor:
             checkpoint = self._reader.manifest(checkpoint_id)
             if checkpoint is None:
                 return None  # deleted meanwhile (another compaction covered it)
-            files = self._reader.files_of([checkpoint])
+            files = self._reader.files.files_of([checkpoint])
             intents = [self._context.read_json(k) for k in keys if "/intents/" in k]
             key_table = self._keys_of(checkpoint)
         except (CorruptCheckpointError, BlobNotFoundError) as exc:

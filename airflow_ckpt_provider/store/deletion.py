@@ -89,7 +89,7 @@ class StoreDeleter:
         were opened without ``output_roots`` and no driver declared one); without any root no
         output file may be deleted."""
         epoch_roots, epochs_declared = self._epochs.declared_roots()
-        commit_roots = self._reader.commit_output_roots()
+        commit_roots = self._reader.commits.commit_output_roots()
         # Explicit roots alone do not make the store "declared": what lies outside them is then kept
         # as output of a store that declares nothing, not reported as a refused record.
         return DeletionGuard.build(

@@ -35,9 +35,11 @@ import pyarrow as pa
 
 from airflow_ckpt_provider.store.blobs.base import BlobStore
 from airflow_ckpt_provider.store.context import StoreContext
+from airflow_ckpt_provider.store.key_reader import key_sources
 from airflow_ckpt_provider.store.layout import skip_audit_key
 from airflow_ckpt_provider.store.records import dumps
-from airflow_ckpt_provider.store.state import StateReader, StoreState, key_sources
+from airflow_ckpt_provider.store.state import StateReader
+from airflow_ckpt_provider.store.store_state import StoreState
 
 #: How many of the pending keys an audit record keeps (its count is exact).
 KEYS_KEPT = 1000
@@ -150,4 +152,4 @@ def unresolved_audits(
 def audit_findings(context: StoreContext, reader: StateReader, state: StoreState) -> list[UnresolvedAudit]:
     """:func:`unresolved_audits` of ``state`` (read with its epochs listed: it names the audit records)."""
     epochs = state.catalog.table.column("epoch").filter(pa.array(state.valid_mask)).to_pylist()
-    return unresolved_audits(context, state.skip_audits, lambda: reader.read_keys(key_sources(state)), epochs)
+    return unresolved_audits(context, state.skip_audits, lambda: reader.keys.read_keys(key_sources(state)), epochs)

@@ -37,9 +37,11 @@ from airflow_ckpt_provider.store.parts import StoreParts
 from airflow_ckpt_provider.store.records import commit_result_from_json
 from airflow_ckpt_provider.store.reprocess.maintenance import maintenance_problems, quarantine_notes
 from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, OnRerun, RerunPlan, plan_rerun
+from airflow_ckpt_provider.store.segment_reader import segment_intents
 from airflow_ckpt_provider.store.segments import keys_key as segment_keys_key
 from airflow_ckpt_provider.store.segments import read_owners as read_segment_owners
-from airflow_ckpt_provider.store.state import StateReader, StoreState, segment_intents
+from airflow_ckpt_provider.store.state import StateReader
+from airflow_ckpt_provider.store.store_state import StoreState
 
 
 class Inspector:
@@ -168,8 +170,8 @@ class Inspector:
                 problems.append(f"keys: {exc}")
         if verify_output and not problems:
             try:
-                valid_files = {canonical_uri(f.path) for f in self._reader.files_of(state.valid)}
-                expected = valid_files | self._reader.committed_paths()
+                valid_files = {canonical_uri(f.path) for f in self._reader.files.files_of(state.valid)}
+                expected = valid_files | self._reader.commits.committed_paths()
             except CorruptCheckpointError as exc:
                 problems.append(f"corrupt store record: {exc}")
             else:
@@ -331,7 +333,7 @@ class Inspection:
         if progress is not None:
             latest = progress.epoch
             kept = progress.valid_checkpoints > 0 or progress.keys_done > 0  # valid checkpoints or a snapshot
-            record = self._reader.newest_commit_record()
+            record = self._reader.commits.newest_commit_record()
         else:
             state = self._reader.read(with_attempts=False)
             latest = state.latest

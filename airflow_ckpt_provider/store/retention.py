@@ -28,7 +28,8 @@ from airflow_ckpt_provider.store.parts import PartsUser
 from airflow_ckpt_provider.store.records import NamePattern, dumps, now, record_time
 from airflow_ckpt_provider.store.reprocess.lineage import attributed_keys, unattributed_through, write_snapshot_data
 from airflow_ckpt_provider.store.reprocess.maintenance import refuse_unfinished_maintenance
-from airflow_ckpt_provider.store.state import StoreState, segment_intents
+from airflow_ckpt_provider.store.segment_reader import segment_intents
+from airflow_ckpt_provider.store.store_state import StoreState
 from airflow_ckpt_provider.store.sweep import plan_orphan_sweep
 
 log = logging.getLogger(__name__)
@@ -181,8 +182,8 @@ class Retention(PartsUser):
         if keep_committed:
             # Before anything is deleted: a segment that cannot be rewritten stops the discard here.
             self._compactor.rewrite_without(frozenset(drop_ids))
-        committed_paths = self._reader.committed_paths() | {
-            canonical_uri(f.path) for f in self._reader.files_of(committed)
+        committed_paths = self._reader.commits.committed_paths() | {
+            canonical_uri(f.path) for f in self._reader.files.files_of(committed)
         }
         recorded = self._deleter.intents(skip=keep_ids, extra=segment_intents(state, skip=keep_ids))
         guard = self._deleter.guard()

@@ -115,7 +115,7 @@ class SegmentMerger:
         Returns the new state, or None if another compaction replaced the state first
         (then nothing changed).
         """
-        loaded = [self._reader.load_segment(r.name) for r in group]
+        loaded = [self._reader.segments.load_segment(r.name) for r in group]
         manifests = pa.concat_tables([s.manifests for s in loaded]).combine_chunks()
         # Segments of empty checkpoints hold an empty key table of no particular type: leave them out.
         key_tables = [t for t in (self._segment_keys(s.name) for s in loaded) if t.num_rows]
@@ -132,7 +132,7 @@ class SegmentMerger:
         if not replace_state(self._blobs, state, new_state):
             self._deleter.delete_segments([name])
             return None
-        replaced = self._reader.segment_state()
+        replaced = self._reader.segments.segment_state()
         if delete_retired:
             replaced = self.delete_retired(replaced)
         return replaced
@@ -146,12 +146,12 @@ class SegmentMerger:
         self._deleter.delete_segments(list(state.retired))
         cleaned = state.successor(segments=state.segments, retired=())
         if replace_state(self._blobs, state, cleaned):
-            return self._reader.segment_state()
-        return self._reader.segment_state()
+            return self._reader.segments.segment_state()
+        return self._reader.segments.segment_state()
 
     def rewrite_without(self, drop: frozenset[str]) -> bool:
         """One segment holding every row but ``drop`` replaces all segments (discard). False if a race was lost."""
-        state = self._reader.segment_state()
+        state = self._reader.segments.segment_state()
         if not state.segments:
             return True
         level = max(r.level for r in state.segments)

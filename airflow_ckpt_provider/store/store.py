@@ -36,6 +36,7 @@ from airflow_ckpt_provider.store.epoch_records import EpochRecords
 from airflow_ckpt_provider.store.epochs import EpochLog
 from airflow_ckpt_provider.store.housekeeping import Housekeeping
 from airflow_ckpt_provider.store.inspection import Inspection
+from airflow_ckpt_provider.store.key_reader import key_sources
 from airflow_ckpt_provider.store.keys import INLINE_MAX_FILES, INLINE_MAX_KEYS, KEY_COLUMN
 from airflow_ckpt_provider.store.layout import new_checkpoint_id, validate_checkpoint_id
 from airflow_ckpt_provider.store.model import (
@@ -48,7 +49,7 @@ from airflow_ckpt_provider.store.model import (
 )
 from airflow_ckpt_provider.store.parts import StoreParts
 from airflow_ckpt_provider.store.reprocess.service import Reprocessing
-from airflow_ckpt_provider.store.state import StateReader, key_sources
+from airflow_ckpt_provider.store.state import StateReader
 from airflow_ckpt_provider.store.tail import DEFAULT_MAX_LOOSE, LooseTail
 from airflow_ckpt_provider.store.writers import CheckpointWriters
 
@@ -215,7 +216,7 @@ class CheckpointStore:
 
     def read_key_source(self, source: KeySource) -> pa.Table:
         """Read one part (on any machine that can open this store). Raises :class:`CorruptCheckpointError`."""
-        return self.state_reader.read_key_source(source)
+        return self.state_reader.keys.read_key_source(source)
 
     def get_checkpointed_keys(self) -> pa.Table:
         """Every done key: a table with one column ``key``.
@@ -228,14 +229,14 @@ class CheckpointStore:
 
     def key_type(self) -> str | None:
         """The Arrow type (as a string) of the store's done keys, or None if there are none."""
-        return self.state_reader.key_type(
+        return self.state_reader.keys.key_type(
             self.state_reader.read(with_status=False, with_commits=False, with_attempts=False, keep_files=False)
         )
 
     def get_checkpointed_files(self) -> list[FileMetadata]:
         """Output files of valid checkpoints that are sealed but not yet committed."""
         state = self.state_reader.read(with_status=False, with_attempts=False)
-        return self.state_reader.files_of([c for c in state.valid if c.status is CheckpointStatus.CHECKPOINTED])
+        return self.state_reader.files.files_of([c for c in state.valid if c.status is CheckpointStatus.CHECKPOINTED])
 
     # ------------------------------------------------------------------ commit and deletions (store/commit.py)
 

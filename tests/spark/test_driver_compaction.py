@@ -39,7 +39,7 @@ def test_a_write_folds_its_checkpoints_from_the_drivers_threshold(
     summary = run_pipeline(spark, job, mode=mode, inputs=inputs, output=target.output_uri)
     store = target.store()
     sealed_loose = [c for c in store.state_reader.read().catalog.loose]
-    segments = store.state_reader.segment_state().segments
+    segments = store.state_reader.segments.segment_state().segments
     assert summary.sealed_partitions > 0
     if min_loose == 1:
         assert sealed_loose == []  # every seal is in a segment

@@ -427,12 +427,12 @@ def test_small_segments_merge_into_bigger_ones_and_nothing_is_lost(backend: Back
     for p in range(MERGE_FANIN * 2 + 1):
         sealed.append(write_task(store, backend, epoch=epoch, partition=p, keys=[p])[0])
         store.housekeeping.compact(delete_retired=p % 2 == 0)
-    state = backend.store().state_reader.segment_state()
+    state = backend.store().state_reader.segments.segment_state()
     assert len(state.segments) <= MERGE_FANIN  # merged, not one segment per compaction
     assert {r.level for r in state.segments} >= {1}
     assert sum(r.checkpoints for r in state.segments) == len(sealed)
     backend.store().housekeeping.compact()  # deletes what an earlier merge retired
-    assert segment_names(backend) == set(backend.store().state_reader.segment_state().names)
+    assert segment_names(backend) == set(backend.store().state_reader.segments.segment_state().names)
     assert {c.checkpoint_id for c in backend.store().inspection.valid_checkpoints()} == set(sealed)
     assert done_keys(backend.store()) == list(range(len(sealed)))
 

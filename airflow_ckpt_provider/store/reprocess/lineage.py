@@ -26,8 +26,10 @@ import pyarrow.parquet as pq
 
 from airflow_ckpt_provider.store.blobs.base import BlobStore
 from airflow_ckpt_provider.store.errors import CorruptCheckpointError, InvalidArgumentError
+from airflow_ckpt_provider.store.key_reader import key_sources
 from airflow_ckpt_provider.store.model import Checkpoint, FileMetadata
-from airflow_ckpt_provider.store.state import StateReader, StoreState, key_sources
+from airflow_ckpt_provider.store.state import StateReader
+from airflow_ckpt_provider.store.store_state import StoreState
 
 if TYPE_CHECKING:
     from airflow_ckpt_provider.store.context import StoreContext
@@ -196,12 +198,12 @@ def attributed_keys(
     loose = dataclasses.replace(state, snapshot=None)
 
     def one(checkpoint: Checkpoint) -> pa.Table:
-        parts = [reader.read_key_source(s) for s in key_sources(loose, only=[checkpoint.checkpoint_id])]
+        parts = [reader.keys.read_key_source(s) for s in key_sources(loose, only=[checkpoint.checkpoint_id])]
         keys = pa.concat_tables(parts) if parts else pa.table({KEY_COLUMN: pa.array([], pa.string())})
         return attributed(keys, checkpoint.checkpoint_id, checkpoint.epoch)
 
     # Segments already hold keys with their checkpoint and epoch: one read per segment, not per checkpoint.
-    compacted, covered = reader.segment_keys(state, [c.checkpoint_id for c in checkpoints])
+    compacted, covered = reader.keys.segment_keys(state, [c.checkpoint_id for c in checkpoints])
     tables.extend(t for t in compacted if t.num_rows)
     tables.extend(t for t in context.map(one, [c for c in checkpoints if c.checkpoint_id not in covered]) if t.num_rows)
     if not tables:

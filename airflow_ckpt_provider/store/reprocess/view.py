@@ -32,7 +32,7 @@ from airflow_ckpt_provider.store.rerun import REPLACED_FIELD, committed_output
 
 if TYPE_CHECKING:
     from airflow_ckpt_provider.store.parts import StoreParts
-    from airflow_ckpt_provider.store.state import StoreState
+    from airflow_ckpt_provider.store.store_state import StoreState
 
 _COMMIT_RE = re.compile(r"^commits/(\d{8})\.json$")
 _DONE_RE = re.compile(r"^commits/(\d{8})\.done\.json$")
@@ -70,7 +70,7 @@ class StoreView:
         commits: list[int] = []
         done: set[int] = set()
         for info in parts.blobs.list("commits/"):
-            if not info.size:  # an upload cut short: never written (StateReader._commit_record_keys)
+            if not info.size:  # an upload cut short: never written (CommitRecordReader._commit_record_keys)
                 continue
             if match := _COMMIT_RE.match(info.key):
                 commits.append(int(match.group(1)))
@@ -107,7 +107,7 @@ class StoreView:
     @cached_property
     def replaced_paths(self) -> set[str]:
         """Output paths (canonical) a later commit of the same job retracted and no commit named again."""
-        records = self.parts.reader.commit_records()
+        records = self.parts.reader.commits.commit_records()
         replaced = {canonical_uri(str(p)) for r in records for p in r.get(REPLACED_FIELD) or []}
         return replaced - committed_output(records, canonical_uri) if replaced else set()
 
@@ -198,7 +198,7 @@ class StoreView:
         """Units for the ids a selection picked. ``epochs``: sealing epochs known for ids not valid."""
         ids = sorted(set(checkpoint_ids))
         valid = [self.valid[i] for i in ids if i in self.valid]
-        files_by_id = self.parts.reader.files_by_checkpoint(valid)
+        files_by_id = self.parts.reader.files.files_by_checkpoint(valid)
         units = [self.unit_of_valid(c, tuple(files_by_id[c.checkpoint_id])) for c in valid]
         others = [i for i in ids if i not in self.valid]
         commits = {self.committed_in(epochs[i]) for i in others if i in epochs}
