@@ -38,7 +38,8 @@ parallel=()
 if [ "$workers" != "0" ]; then
   parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 fi
-.venv/bin/python -m pytest -p no:cacheprovider -ra --durations=25 --reruns 1 --reruns-delay 2 "${parallel[@]}" "$@"
+# A test that timed out is not rerun: a hang would cost its timeout twice.
+.venv/bin/python -m pytest -p no:cacheprovider -ra --durations=25 --reruns 1 --reruns-delay 2 --rerun-except "from pytest-timeout" "${parallel[@]}" "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then

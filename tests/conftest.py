@@ -155,6 +155,9 @@ def connect_spark(connect_server: str) -> Iterator[Any]:
 #: workers finish together instead of one running a long cluster file alone while the other idles.
 #: A file missing here only starts later; refresh the list from ``--durations=0`` when it drifts.
 LONGEST_FILES = (
+    "tests/dags_examples/test_deployment.py",
+    "tests/operators/test_mapped_tenants.py",
+    "tests/dags_examples/test_ckpt_rewind_incremental.py",
     "tests/faults/test_mapped_trials.py",
     "tests/operators/test_mapped_concurrency.py",
     "tests/spark/test_resume_scenarios_submit.py",
@@ -162,8 +165,10 @@ LONGEST_FILES = (
     "tests/spark/test_resume_scenarios_cluster.py",
     "tests/dags_examples/test_ckpt_cluster_sensor.py",
     "tests/faults/test_cluster_trials.py",
-    "tests/operators/test_mapped_tenants.py",
     "tests/dags_examples/test_ckpt_daily_events.py",
+    "tests/operators/test_rerun.py",
+    "tests/dags_examples/test_ckpt_connect_orders.py",
+    "tests/dags_examples/test_ckpt_tenant_orders.py",
     "tests/spark/test_row_keys_progress.py",
     "tests/store/test_segments.py",
     "tests/cli/test_cli_airflow.py",
@@ -172,7 +177,6 @@ LONGEST_FILES = (
     "tests/test_provider_info.py",
     "tests/faults/test_races.py",
     "tests/store/test_loose_tail.py",
-    "tests/operators/test_rerun.py",
     "tests/spark/test_job.py",
     "tests/operators/test_openlineage.py",
 )

@@ -1,11 +1,12 @@
 """Mapped instances of one task running at the same time: real metadata DB, real spark-submit.
 
 Each instance runs as its own ``airflow tasks test ... --map-index N`` process, as two
-workers of a real deployment would run them. On the default store location they work
-on two stores and both succeed; given one shared ``checkpoint_uri`` the second fails
-fast with the fencing error and changes nothing, and only the first instance's own
+workers of a real deployment would run them. Given one shared ``checkpoint_uri`` the second
+fails fast with the fencing error and changes nothing, and only the first instance's own
 retry may take over its open epoch; `{{ ti.map_index }}` in the templated checkpoint_uri
-gives each instance its own store again.
+gives each instance its own store again. Two instances at once on their default store
+locations, one crashing and the other finishing undisturbed, are the campaign's mapped
+trials (tests/faults/test_mapped_trials.py).
 """
 
 from __future__ import annotations
@@ -30,15 +31,14 @@ ROWS = {0: 300, 1: 400}  # tenants a and b of dags/tenants_dag.py
 
 
 @pytest.fixture(scope="module")
-def run_ids(airflow_harness: AirflowHarness) -> tuple[str, str]:
-    """Two DAG runs of the tenants DAG, triggered once for the module (each Airflow CLI call costs a process)."""
+def run_id(airflow_harness: AirflowHarness) -> str:
+    """A DAG run of the tenants DAG (each Airflow CLI call costs a process)."""
     airflow_harness.install_dag(DAGS / "tenants_dag.py", DAGS / "tenant_job.py")
-    ids = ("concurrent_default", "concurrent_shared")
-    commands = [("dags", "reserialize"), *(("dags", "trigger", DAG_ID, "-r", run_id) for run_id in ids)]
-    for args in commands:
+    run_id = "concurrent_shared"
+    for args in [("dags", "reserialize"), ("dags", "trigger", DAG_ID, "-r", run_id)]:
         done = airflow_harness.airflow(*args, timeout=600)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return ids
+    return run_id
 
 
 def _wait_until(condition: Callable[[], bool], what: str, timeout: float = 600) -> None:
@@ -52,34 +52,9 @@ def _valid_keys(uri: str) -> list[int]:
     return sorted(open_store(uri).get_checkpointed_keys().column(0).to_pylist())
 
 
-def test_two_instances_at_once_on_their_default_stores_both_succeed(
-    airflow_harness: AirflowHarness, run_ids: tuple[str, str], tmp_path: Path
-) -> None:
-    run_id = run_ids[0]
-    env = {"TENANTS_OUTPUT": str(tmp_path / "out"), "TENANTS_ROW_DELAY_MS": "20"}
-    procs = {i: start_instance(airflow_harness, run_id, i, env, tmp_path / f"instance-{i}.log") for i in ROWS}
-    codes = {i: proc.wait(timeout=1800) for i, proc in procs.items()}
-    logs = {i: (tmp_path / f"instance-{i}.log").read_text() for i in ROWS}
-    assert codes == {0: 0, 1: 0}, logs
-    # `airflow tasks test` exits 0 even when the task fails: the task's own last state says.
-    assert all(instance_succeeded(tmp_path / f"instance-{i}.log") for i in ROWS), logs
-
-    epochs = {}
-    for i, rows in ROWS.items():
-        uri = airflow_harness.default_store_uri(DAG_ID, "tenants", run_id, i)
-        store_epochs = open_store(uri).epochs.all()
-        assert [(e.number, e.status) for e in store_epochs] == [(1, EpochStatus.SUCCEEDED)], logs[i]
-        assert store_epochs[0].metadata["owner"]["map_index"] == i
-        epochs[i] = store_epochs[0]
-        assert _valid_keys(uri) == list(range(rows))  # every key of its own tenant, none of the other's
-    # They really ran at the same time: each epoch opened before the other ended.
-    assert epochs[0].created_at < str(epochs[1].ended_at) and epochs[1].created_at < str(epochs[0].ended_at)
-
-
 def test_a_shared_checkpoint_uri_fences_the_other_instance_and_only_the_owner_takes_over(
-    airflow_harness: AirflowHarness, run_ids: tuple[str, str], tmp_path: Path
+    airflow_harness: AirflowHarness, run_id: str, tmp_path: Path
 ) -> None:
-    run_id = run_ids[1]
     shared = str(tmp_path / "shared-store")
     # TENANTS_HOLD: map index 0 seals its first write task, then waits in its second until it is
     # killed, so it is surely still running while map index 1's `airflow tasks test` starts up and
