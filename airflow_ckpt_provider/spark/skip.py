@@ -98,3 +98,23 @@ def anti_join(df: DataFrame, done: DataFrame | None) -> DataFrame:
     if done is None:
         return df
     return df.join(done, df[SOURCE_KEY_COLUMN] == done[DONE_KEY_COLUMN], "left_anti")
+
+
+def anti_join_in_buckets(df: DataFrame, done: DataFrame, buckets: int) -> DataFrame:
+    """Rows of ``df`` whose hidden source key is not in ``done``, hash-partitioned by that key into ``buckets``.
+
+    One exchange of ``df``'s rows: both sides are repartitioned into the same ``buckets`` by their key, and
+    the sort-merge join reads them in place, so its output is already the writer's layout (before: the join's
+    own exchange, then ``repartition(buckets)``: the new rows shuffled twice). Both exchanges stay
+    ``repartition(n, key)`` ones, which adaptive execution never coalesces nor splits as a skewed join side.
+
+    A left outer join keeping the unmatched rows, not ``left_anti``: Spark's optimizer pushes a left anti
+    join below its left side's ``repartition`` (``PushDownLeftSemiAntiJoin``), which drops that
+    repartition for the join's own exchange; adaptive execution then coalesced the buckets (3 tasks for 8)
+    and may split a skewed one, putting one key's rows in two checkpoints. Same rows as ``left_anti``:
+    an unmatched row once, with a null done key; a matched row never (a done key is never null).
+    """
+    left = df.repartition(buckets, F.col(SOURCE_KEY_COLUMN))
+    right = done.repartition(buckets, F.col(DONE_KEY_COLUMN)).hint("merge")
+    joined = left.join(right, left[SOURCE_KEY_COLUMN] == right[DONE_KEY_COLUMN], "left_outer")
+    return joined.where(right[DONE_KEY_COLUMN].isNull()).drop(right[DONE_KEY_COLUMN])

@@ -129,3 +129,50 @@ def test_a_rerun_reads_what_is_left_in_its_share_of_the_tasks(
     # not 8 or more half-files.
     assert summary.partitions in (4, 5)
     assert done_keys(operator.store) == {i * 1000 + r for i in range(8) for r in range(1000)}
+
+
+@pytest.mark.parametrize("unique", [False, True])
+def test_many_done_keys_are_anti_joined_in_the_writers_buckets(
+    spark: SparkSession, local_target: Target, tmp_path: Path, unique: bool
+) -> None:
+    """An incremental run over many done keys (a sort-merge anti-join): the new rows are shuffled once, into
+    the writer's buckets, and adaptive execution neither merges nor splits a bucket, even a skewed one.
+
+    Before: the join's own exchange, then ``repartition(buckets)``, which Spark dropped as redundant when
+    ``buckets`` equals ``spark.sql.shuffle.partitions`` (4 here); adaptive execution then coalesced the
+    join's exchange (1 task for 4 buckets) and could split a skewed bucket between tasks (one key's rows in
+    two checkpoints: forced here with skew thresholds of 1 byte)."""
+    first = [
+        _write(tmp_path / "in" / f"{i}.parquet", [i * 100 + r for r in range(40)], [f"a{r % 20}" for r in range(40)])
+        for i in range(3)
+    ]
+    # One heavy key, so one bucket is far bigger than the others.
+    heavy = [f"h{r % 3}" if r < 30 else "hot" for r in range(600)]
+    grown = [*first, _write(tmp_path / "in" / "3.parquet", list(range(1000, 1600)), heavy)]
+    operator = FakeOperator(local_target)
+    _, first_keys = _run(spark, local_target, operator, first, unique=unique)
+    skew = {
+        "spark.sql.adaptive.skewJoin.skewedPartitionThresholdInBytes": "1",
+        "spark.sql.adaptive.skewJoin.skewedPartitionFactor": "1",
+        "spark.sql.adaptive.advisoryPartitionSizeInBytes": "1",
+    }
+    for name, value in skew.items():
+        spark.conf.set(name, value)
+    try:
+        epoch = operator.begin()
+        job = CheckpointedJob(spark, local_target.store_uri, epoch=epoch, broadcast_threshold=0, **local_target.options)
+        key = "event_id" if unique else "account"
+        df = job.skip_completed(spark.read.parquet(*grown), key, unique=unique, num_partitions=4)
+        summary = job.write_parquet(df.withColumn("amount2", F.col("amount") * 2), local_target.output_uri)
+        operator.end(epoch, 0)
+    finally:
+        for name in skew:
+            spark.conf.unset(name)
+    assert job._skips[-1].needs_keys
+    assert summary.partitions == 4 and not summary.shuffled, "the anti-join's exchange is the writer's 4 buckets"
+    new_keys = set(range(1000, 1600)) if unique else {"h0", "h1", "h2", "hot"}
+    assert done_keys(operator.store) == first_keys | new_keys
+    # Each key's rows in one checkpoint: the commit's disjointness check passes, the output holds each row once.
+    operator.store.commit(output_roots=[local_target.output_uri])
+    rows = spark.read.parquet(local_target.output_uri.removeprefix("file://")).select("event_id").collect()
+    assert sorted(r[0] for r in rows) == sorted([*range(0, 40), *range(100, 140), *range(200, 240), *range(1000, 1600)])

@@ -25,7 +25,7 @@ from airflow_ckpt_provider.spark.row_source import (
     without_buckets,
     without_files,
 )
-from airflow_ckpt_provider.spark.skip import anti_join, done_keys_frame
+from airflow_ckpt_provider.spark.skip import anti_join, anti_join_in_buckets, done_keys_frame
 from airflow_ckpt_provider.store.errors import InvalidArgumentError
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ def skip_completed(
     if not done.prune:
         pruned = source_df
     if unique and done.needs_keys and progress.keys_done > job.broadcast_threshold:
-        # A sort-merge anti-join shuffles anyway; a fixed repartition after it keeps keys in place.
+        # A sort-merge anti-join shuffles anyway: into buckets, so its exchange is the writer's layout.
         buckets = job.partitions(num_partitions)
         source = dataclasses.replace(source, buckets=buckets)
     with_key = job.keys.add_source_key(pruned, columns, source.source_id)
@@ -97,6 +97,7 @@ def skip_completed(
         with_key = without_buckets(with_key, buckets, done.buckets)
     log.info("skip_completed(%s): %s", list(columns), done.describe())
     frame = None
+    in_buckets = False
     if done.needs_keys:
         frame = done_keys_frame(
             job.spark,
@@ -106,7 +107,11 @@ def skip_completed(
             num_keys=progress.keys_done,
             parallelism=job.backend.default_parallelism(),
         )
-        with_key = anti_join(with_key, frame)
+        # Many done keys (a sort-merge join) and buckets to lay out: the join's exchange is the buckets'.
+        if frame is not None and buckets is not None and progress.keys_done > job.broadcast_threshold:
+            with_key, in_buckets = anti_join_in_buckets(with_key, frame, buckets), True
+        else:
+            with_key = anti_join(with_key, frame)
     # What was filtered decides which writer tasks may record their input as read whole (row_source).
     source = dataclasses.replace(
         source,
@@ -116,9 +121,8 @@ def skip_completed(
         skipped_buckets=done.buckets if buckets is not None else frozenset(),
     )
     job.keys.row_sources[source.source_id] = source
-    if buckets is not None:
-        # After the anti-join: its own shuffle (when the keys are many) may be split by adaptive
-        # execution; a repartition to a fixed number is never split or coalesced.
+    if buckets is not None and not in_buckets:
+        # After a broadcast anti-join (or none): a repartition to a fixed number, never split or coalesced.
         with_key = with_key.repartition(buckets, F.col(SOURCE_KEY_COLUMN))
     return with_key, done
 
