@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from airflow_ckpt_provider.spark import CheckpointedJob
+from airflow_ckpt_provider.spark.summary import WriteSummary
 from airflow_ckpt_provider.store.errors import InvalidArgumentError
 from tests.spark.helpers import FakeOperator, Target, done_keys
 from tests.support.errors import raises_reason
@@ -131,17 +132,18 @@ def test_a_rerun_reads_what_is_left_in_its_share_of_the_tasks(
     assert done_keys(operator.store) == {i * 1000 + r for i in range(8) for r in range(1000)}
 
 
-@pytest.mark.parametrize("unique", [False, True])
+@pytest.mark.parametrize("mode", ["several", "unique", "grouped"])
 def test_many_done_keys_are_anti_joined_in_the_writers_buckets(
-    spark: SparkSession, local_target: Target, tmp_path: Path, unique: bool
+    spark: SparkSession, local_target: Target, tmp_path: Path, mode: str
 ) -> None:
     """An incremental run over many done keys (a sort-merge anti-join): the new rows are shuffled once, into
     the writer's buckets, and adaptive execution neither merges nor splits a bucket, even a skewed one.
 
-    Before: the join's own exchange, then ``repartition(buckets)``, which Spark dropped as redundant when
+    Before: the join's own exchange, then ``repartition(buckets)`` (``unique=False``, ``unique=True``) or the
+    writer's own repartition (a source already grouped by key), which Spark dropped as redundant when
     ``buckets`` equals ``spark.sql.shuffle.partitions`` (4 here); adaptive execution then coalesced the
-    join's exchange (1 task for 4 buckets) and could split a skewed bucket between tasks (one key's rows in
-    two checkpoints: forced here with skew thresholds of 1 byte)."""
+    join's exchange (1 task for 4 buckets) and split a skewed bucket between tasks (5 tasks for 4: one key's
+    rows in two checkpoints; forced here with skew thresholds of 1 byte)."""
     first = [
         _write(tmp_path / "in" / f"{i}.parquet", [i * 100 + r for r in range(40)], [f"a{r % 20}" for r in range(40)])
         for i in range(3)
@@ -149,8 +151,22 @@ def test_many_done_keys_are_anti_joined_in_the_writers_buckets(
     # One heavy key, so one bucket is far bigger than the others.
     heavy = [f"h{r % 3}" if r < 30 else "hot" for r in range(600)]
     grown = [*first, _write(tmp_path / "in" / "3.parquet", list(range(1000, 1600)), heavy)]
+    unique, key = (True, "event_id") if mode == "unique" else (False, "account")
     operator = FakeOperator(local_target)
-    _, first_keys = _run(spark, local_target, operator, first, unique=unique)
+
+    def run(files: list[str], **job_options: int) -> tuple[CheckpointedJob, WriteSummary]:
+        epoch = operator.begin()
+        job = CheckpointedJob(spark, local_target.store_uri, epoch=epoch, **job_options, **local_target.options)
+        source = spark.read.parquet(*files)
+        if mode == "grouped":
+            source = source.repartition(3, "account")
+        df = job.skip_completed(source, key, unique=unique, num_partitions=4)
+        summary = job.write_parquet(df.withColumn("amount2", F.col("amount") * 2), local_target.output_uri)
+        operator.end(epoch, 0)
+        return job, summary
+
+    run(first)
+    first_keys = done_keys(operator.store)
     skew = {
         "spark.sql.adaptive.skewJoin.skewedPartitionThresholdInBytes": "1",
         "spark.sql.adaptive.skewJoin.skewedPartitionFactor": "1",
@@ -159,12 +175,7 @@ def test_many_done_keys_are_anti_joined_in_the_writers_buckets(
     for name, value in skew.items():
         spark.conf.set(name, value)
     try:
-        epoch = operator.begin()
-        job = CheckpointedJob(spark, local_target.store_uri, epoch=epoch, broadcast_threshold=0, **local_target.options)
-        key = "event_id" if unique else "account"
-        df = job.skip_completed(spark.read.parquet(*grown), key, unique=unique, num_partitions=4)
-        summary = job.write_parquet(df.withColumn("amount2", F.col("amount") * 2), local_target.output_uri)
-        operator.end(epoch, 0)
+        job, summary = run(grown, broadcast_threshold=0)
     finally:
         for name in skew:
             spark.conf.unset(name)

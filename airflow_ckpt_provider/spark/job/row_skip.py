@@ -88,8 +88,9 @@ def skip_completed(
     done = skip_audit.audit(job, source_df, source, done, progress.keys_done)
     if not done.prune:
         pruned = source_df
-    if unique and done.needs_keys and progress.keys_done > job.broadcast_threshold:
-        # A sort-merge anti-join shuffles anyway: into buckets, so its exchange is the writer's layout.
+    if (unique or grouped) and done.needs_keys and progress.keys_done > job.broadcast_threshold:
+        # A sort-merge anti-join shuffles anyway (a grouped source's grouping is on the key columns, not on
+        # the hidden key): into buckets, so its exchange is the writer's layout.
         buckets = job.partitions(num_partitions)
         source = dataclasses.replace(source, buckets=buckets)
     with_key = job.keys.add_source_key(pruned, columns, source.source_id)
