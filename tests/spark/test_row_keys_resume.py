@@ -132,9 +132,11 @@ def test_a_rerun_reads_what_is_left_in_its_share_of_the_tasks(
     assert done_keys(operator.store) == {i * 1000 + r for i in range(8) for r in range(1000)}
 
 
-@pytest.mark.parametrize("mode", ["several", "unique", "grouped"])
+@pytest.mark.parametrize(
+    ("mode", "session"), [("several", "classic"), ("unique", "classic"), ("grouped", "classic"), ("several", "connect")]
+)
 def test_many_done_keys_are_anti_joined_in_the_writers_buckets(
-    spark: SparkSession, local_target: Target, tmp_path: Path, mode: str
+    request: pytest.FixtureRequest, local_target: Target, tmp_path: Path, mode: str, session: str
 ) -> None:
     """An incremental run over many done keys (a sort-merge anti-join): the new rows are shuffled once, into
     the writer's buckets, and adaptive execution neither merges nor splits a bucket, even a skewed one.
@@ -143,7 +145,9 @@ def test_many_done_keys_are_anti_joined_in_the_writers_buckets(
     writer's own repartition (a source already grouped by key), which Spark dropped as redundant when
     ``buckets`` equals ``spark.sql.shuffle.partitions`` (4 here); adaptive execution then coalesced the
     join's exchange (1 task for 4 buckets) and split a skewed bucket between tasks (5 tasks for 4: one key's
-    rows in two checkpoints; forced here with skew thresholds of 1 byte)."""
+    rows in two checkpoints; forced here with skew thresholds of 1 byte). Over Spark Connect the writer proves
+    the layout from the plan's text."""
+    spark = request.getfixturevalue("spark" if session == "classic" else "connect_spark")
     first = [
         _write(tmp_path / "in" / f"{i}.parquet", [i * 100 + r for r in range(40)], [f"a{r % 20}" for r in range(40)])
         for i in range(3)
