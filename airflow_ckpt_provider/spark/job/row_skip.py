@@ -88,7 +88,9 @@ def skip_completed(
     done = skip_audit.audit(job, source_df, source, done, progress.keys_done)
     if not done.prune:
         pruned = source_df
-    if (unique or grouped) and done.needs_keys and progress.keys_done > job.broadcast_threshold:
+    # More done keys than are broadcast: a sort-merge anti-join, whose exchange lays the rows out in buckets.
+    sort_merge = done.needs_keys and progress.keys_done > job.broadcast_threshold
+    if (unique or grouped) and sort_merge:
         # A sort-merge anti-join shuffles anyway (a grouped source's grouping is on the key columns, not on
         # the hidden key): into buckets, so its exchange is the writer's layout.
         buckets = job.partitions(num_partitions)
@@ -98,7 +100,6 @@ def skip_completed(
         with_key = without_buckets(with_key, buckets, done.buckets)
     log.info("skip_completed(%s): %s", list(columns), done.describe())
     frame = None
-    in_buckets = False
     if done.needs_keys:
         frame = done_keys_frame(
             job.spark,
@@ -108,11 +109,13 @@ def skip_completed(
             num_keys=progress.keys_done,
             parallelism=job.backend.default_parallelism(),
         )
-        # Many done keys (a sort-merge join) and buckets to lay out: the join's exchange is the buckets'.
-        if frame is not None and buckets is not None and progress.keys_done > job.broadcast_threshold:
-            with_key, in_buckets = anti_join_in_buckets(with_key, frame, buckets), True
-        else:
-            with_key = anti_join(with_key, frame)
+    if frame is not None and buckets is not None and sort_merge:
+        with_key = anti_join_in_buckets(with_key, frame, buckets)
+    else:
+        with_key = anti_join(with_key, frame)
+        if buckets is not None:
+            # After a broadcast anti-join (or none): a repartition to a fixed number, never split or coalesced.
+            with_key = with_key.repartition(buckets, F.col(SOURCE_KEY_COLUMN))
     # What was filtered decides which writer tasks may record their input as read whole (row_source).
     source = dataclasses.replace(
         source,
@@ -122,9 +125,6 @@ def skip_completed(
         skipped_buckets=done.buckets if buckets is not None else frozenset(),
     )
     job.keys.row_sources[source.source_id] = source
-    if buckets is not None and not in_buckets:
-        # After a broadcast anti-join (or none): a repartition to a fixed number, never split or coalesced.
-        with_key = with_key.repartition(buckets, F.col(SOURCE_KEY_COLUMN))
     return with_key, done
 
 
