@@ -619,6 +619,28 @@ class StoreHistory(RuleBasedStateMachine):
             )
 
 
+def histories_of(modes: Iterable[str], *, on_s3: bool | None = None) -> type[StoreHistory]:
+    """The machine with its histories drawn over ``modes`` only, their store on S3 (True), local (False) or
+    either (None): a seeded slice of a few histories then covers what its test says whatever the seed draws."""
+    modes = tuple(modes)
+    assert set(modes) <= set(MODES), modes
+    stores = st.booleans() if on_s3 is None else st.just(on_s3)
+
+    class Histories(StoreHistory):
+        @initialize(
+            mode=st.sampled_from(modes),
+            engine=st.sampled_from(ENGINES),
+            orders=st.integers(4, 10),
+            first=st.sampled_from(["run+commit", "run", "nothing"]),
+            on_s3=stores,
+        )
+        def begin(self, mode: str, engine: str, orders: int, first: str, on_s3: bool) -> None:
+            super().begin(mode, engine, orders, first, on_s3)
+
+    Histories.__name__ = Histories.__qualname__ = f"Histories_{'_'.join(modes)}"
+    return Histories
+
+
 def history_steps() -> Iterable[str]:
     """Rule names (for the bench report's coverage)."""
     return itertools.chain(
