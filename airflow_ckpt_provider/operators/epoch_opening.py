@@ -11,7 +11,7 @@ around its job:
    epoch, push the ``checkpoint_plan`` XCom, count the metrics, record the epoch for a
    durable re-attach;
 3. :meth:`EpochOpener.end` with the job's result, then :meth:`EpochOpener.summary`: the
-   dict both operators push as XCom ``checkpoint_result`` (:meth:`EpochOpener.push_result`:
+   dict both operators push as XCom ``checkpoint_result`` (:func:`push_result`:
    what the commit, the clear and the sensor read).
 
 It imports neither pyspark nor the Spark provider: the operators do.
@@ -131,20 +131,6 @@ class EpochOpener:
         self.rerun = rerun
         return rerun
 
-    @staticmethod
-    def refuse_sibling(store: CheckpointStore, owner: EpochOwner, latest: Epoch | None) -> None:
-        """Fail fast when another mapped instance of this task and run already uses the store."""
-        other = None if latest is None else EpochOwner.from_epoch(latest)
-        if latest is not None and owner.sibling_of(other):
-            assert other is not None
-            raise EpochConflictError(
-                f"{store.uri} already holds the work of map index {other.map_index} of this task and run "
-                f"(epoch {latest.number}, {latest.status.value}); map index {owner.map_index} would count "
-                "those keys as done. Give each mapped instance its own store: leave checkpoint_uri unset (one "
-                "store per map index), or put {{ ti.map_index }} in it. Nothing was changed",
-                reason="mapped_instance",
-            )
-
     def open(self, context: Context, *, result_file: bool = True) -> Handoff:
         """Begin the next epoch for a job that starts now; the :class:`Handoff` says where and which.
 
@@ -156,7 +142,7 @@ class EpochOpener:
         ti = context.get("ti")
         owner = self.owner(context)
         latest = store.epochs.current()
-        self.refuse_sibling(store, owner, latest)
+        refuse_sibling(store, owner, latest)
         # A run of this job killed earlier left its epoch open: taken over if its task instance has ended.
         took_over = None if self.takeover_open_epoch else takeover_of_ended_owner(latest, owner, ti)
         if took_over is not None:
@@ -184,7 +170,7 @@ class EpochOpener:
                 **({"took_over": took_over} if took_over is not None else {}),
             },
         )
-        plan = self.plan(store, epoch) | {XCOM_AWS_CONN_ID: self.aws_conn_id, "map_index": owner.map_index}
+        plan = epoch_plan(store, epoch) | {XCOM_AWS_CONN_ID: self.aws_conn_id, "map_index": owner.map_index}
         if self.rerun is not None:
             plan["rerun"] = self.rerun.to_json()
         if took_over is not None:
@@ -224,23 +210,6 @@ class EpochOpener:
                 {"store_uri": store.uri, "epoch": epoch.number, "result_path": handoff.result_path},
             )
         return handoff
-
-    @staticmethod
-    def plan(store: CheckpointStore, epoch: Epoch) -> dict[str, Any]:
-        if epoch.base_keys is not None and epoch.base_rows is not None:
-            # Counted by begin_epoch from the state it just read: no second pass over every manifest.
-            keys, rows = epoch.base_keys, epoch.base_rows
-        else:
-            progress = store.inspection.progress()
-            keys, rows = progress.keys_done, progress.rows
-        return {
-            XCOM_STORE_URI: store.uri,
-            "epoch": epoch.number,
-            "checkpoints_skipped": len(epoch.base),
-            "keys_skipped": keys,
-            "rows_skipped": rows,
-            "snapshot": epoch.base_snapshot,
-        }
 
     # ------------------------------------------------------------------ after the job
 
@@ -302,9 +271,41 @@ class EpochOpener:
         self.log.info('on_rerun="skip": commit %s of %s is live; nothing submitted', rerun.live_commit, store.uri)
         return summary
 
-    @staticmethod
-    def push_result(context: Context, summary: Mapping[str, Any]) -> None:
-        """Push the job's summary as XCom ``checkpoint_result`` (what store-facing tasks read first)."""
-        ti = context.get("ti")
-        if ti is not None:
-            ti.xcom_push(key=RESULT_XCOM_KEY, value=dict(summary))
+
+def refuse_sibling(store: CheckpointStore, owner: EpochOwner, latest: Epoch | None) -> None:
+    """Fail fast when another mapped instance of this task and run already uses the store."""
+    other = None if latest is None else EpochOwner.from_epoch(latest)
+    if latest is not None and owner.sibling_of(other):
+        assert other is not None
+        raise EpochConflictError(
+            f"{store.uri} already holds the work of map index {other.map_index} of this task and run "
+            f"(epoch {latest.number}, {latest.status.value}); map index {owner.map_index} would count "
+            "those keys as done. Give each mapped instance its own store: leave checkpoint_uri unset (one "
+            "store per map index), or put {{ ti.map_index }} in it. Nothing was changed",
+            reason="mapped_instance",
+        )
+
+
+def epoch_plan(store: CheckpointStore, epoch: Epoch) -> dict[str, Any]:
+    """The plan XCom of a new epoch: what it skips (checkpoints, keys, rows) and where its store is."""
+    if epoch.base_keys is not None and epoch.base_rows is not None:
+        # Counted by begin_epoch from the state it just read: no second pass over every manifest.
+        keys, rows = epoch.base_keys, epoch.base_rows
+    else:
+        progress = store.inspection.progress()
+        keys, rows = progress.keys_done, progress.rows
+    return {
+        XCOM_STORE_URI: store.uri,
+        "epoch": epoch.number,
+        "checkpoints_skipped": len(epoch.base),
+        "keys_skipped": keys,
+        "rows_skipped": rows,
+        "snapshot": epoch.base_snapshot,
+    }
+
+
+def push_result(context: Context, summary: Mapping[str, Any]) -> None:
+    """Push the job's summary as XCom ``checkpoint_result`` (what store-facing tasks read first)."""
+    ti = context.get("ti")
+    if ti is not None:
+        ti.xcom_push(key=RESULT_XCOM_KEY, value=dict(summary))

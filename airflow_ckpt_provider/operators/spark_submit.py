@@ -26,7 +26,7 @@ from airflow_ckpt_provider.contract import (
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.operators import metrics
-from airflow_ckpt_provider.operators.epoch_opening import STORE_TEMPLATE_FIELDS, EpochOpener
+from airflow_ckpt_provider.operators.epoch_opening import STORE_TEMPLATE_FIELDS, EpochOpener, push_result
 from airflow_ckpt_provider.operators.spark_provider import SubmitHookOperator
 from airflow_ckpt_provider.store import CheckpointStore, EpochConflictError, EpochStatus
 from airflow_ckpt_provider.store.rerun import OnRerun, RerunAction
@@ -176,7 +176,7 @@ class CheckpointedSparkSubmitOperator(SubmitHookOperator):
         rerun = epochs.rerun_plan(context, store)
         if rerun.action is RerunAction.SKIP:
             skipped = epochs.skipped(context, store, rerun)
-            epochs.push_result(context, skipped)
+            push_result(context, skipped)
             return skipped
         try:
             super().execute(context)
@@ -219,7 +219,7 @@ class CheckpointedSparkSubmitOperator(SubmitHookOperator):
                 "detached": True,
                 XCOM_DEGRADED: epochs.degraded(store, handoff.epoch),
             }
-            epochs.push_result(context, detached)
+            push_result(context, detached)
             return detached
         job_result = read_job_result(handoff.result_path) or self._result_from_log() or {}
         degraded = bool(job_result.get("degraded")) or epochs.degraded(store, handoff.epoch)
@@ -228,7 +228,7 @@ class CheckpointedSparkSubmitOperator(SubmitHookOperator):
             "reattached": self._submitted is None,
             "duration_seconds": round(time.monotonic() - started, 3),
         }
-        epochs.push_result(context, summary)
+        push_result(context, summary)
         self.log.info("Checkpointed job finished: %s", summary)
         return summary
 

@@ -25,8 +25,8 @@ from airflow_ckpt_provider.spark.paths import file_key
 from airflow_ckpt_provider.spark.summary import WriteSummary, WriteTaskReport
 from airflow_ckpt_provider.spark.writers.arrow_parquet import ParquetSink
 from airflow_ckpt_provider.spark.writers.arrow_task import WriterFn
-from airflow_ckpt_provider.spark.writers.context import WriteContext
 from airflow_ckpt_provider.spark.writers.native import jar_path
+from airflow_ckpt_provider.spark.writers.write_context import WriteContext
 
 __all__ = [
     "CONF_BROADCAST_THRESHOLD",

@@ -98,7 +98,7 @@ class Committer(PartsUser):
             check_disjoint(self._reader, state)
             files_by_id = self._reader.files.files_by_checkpoint(state.valid)
             files = [f for c in state.valid for f in files_by_id[c.checkpoint_id]]
-            guard = self._deleter.guard(output_roots)
+            guard = self._roots.guard(output_roots)
             job = epoch.metadata.get(JOB_METADATA_KEY)
             job = job if isinstance(job, str) and job else None
             # A re-run of a committed job: the earlier commits' files whose keys no longer count are retracted.
@@ -144,7 +144,7 @@ class Committer(PartsUser):
             self._refuse_unknown(sweep, unknown_files)
         result = self._delete_orphans(sweep, committed_files=written)
         self._blobs.put(done_key, dumps(result.to_json()))
-        self._epochs.write_end(epoch.number, EpochStatus.COMMITTED, result.summary())
+        self._epoch_log.write_end(epoch.number, EpochStatus.COMMITTED, result.summary())
         return result
 
     def _plan_orphans(
@@ -166,7 +166,7 @@ class Committer(PartsUser):
         valid_ids = set(state.valid_ids) | set(record["checkpoint_ids"])
         recorded = self._deleter.intents(skip=valid_ids, extra=segment_intents(state, skip=valid_ids))
         intents = recorded.paths
-        guard = self._deleter.guard(output_roots)
+        guard = self._roots.guard(output_roots)
         refused_records = [f"{cid}: {why}" for cid, why in recorded.rejected]
         if output_roots is not None:
             roots, refused_roots = guard.sweep_roots(output_roots)

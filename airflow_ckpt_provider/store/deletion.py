@@ -32,7 +32,7 @@ from airflow_ckpt_provider.store.listing import checkpoint_records
 from airflow_ckpt_provider.store.records import Intents, NamePattern
 
 if TYPE_CHECKING:
-    from airflow_ckpt_provider.store.epochs import EpochLog
+    from airflow_ckpt_provider.store.output_roots import OutputRoots
     from airflow_ckpt_provider.store.state import StateReader
 
 log = logging.getLogger(__name__)
@@ -73,35 +73,11 @@ class SweepPlan:
 class StoreDeleter:
     """Reads the writers' intent records and deletes output files and store records."""
 
-    def __init__(self, context: StoreContext, epochs: EpochLog, reader: StateReader) -> None:
+    def __init__(self, context: StoreContext, roots: OutputRoots, reader: StateReader) -> None:
         self._context = context
         self._blobs = context.blobs
-        self._epochs = epochs
+        self._roots = roots
         self._reader = reader
-
-    def guard(self, explicit_roots: Sequence[str] | None = None) -> DeletionGuard:
-        """The guard of this store as it stands: its root, and the output roots declared by the
-        epochs still recorded and copied into commit records, bounded by the roots the store was
-        opened with (``trusted_output_roots``: the DAG's) or, without those, bound to the store's
-        scheme and bucket (store/deletion_guard.py). ``explicit_roots`` (a commit's
-        ``output_roots``, given by the operator or the CLI user) vouch for recorded roots under
-        them, and count by themselves when no epoch record still present declares any (the epochs
-        were opened without ``output_roots`` and no driver declared one); without any root no
-        output file may be deleted."""
-        epoch_roots, epochs_declared = self._epochs.declared_roots()
-        commit_roots = self._reader.commits.commit_output_roots()
-        # Explicit roots alone do not make the store "declared": what lies outside them is then kept
-        # as output of a store that declares nothing, not reported as a refused record.
-        return DeletionGuard.build(
-            self._context.uri,
-            [*epoch_roots, *commit_roots],
-            declared=epochs_declared or bool(commit_roots),
-            trusted=self._context.trusted_roots,
-            trusted_by=self._context.trusted_by,
-            configured=self._context.configured_roots,
-            explicit=explicit_roots or (),
-            explicit_counts=not epochs_declared,
-        )
 
     def intents(self, skip: Iterable[str] = (), extra: Iterable[Mapping[str, Any]] = ()) -> Intents:
         """Recorded output path → (checkpoint id, epoch) that intended to write it, and name patterns.
@@ -235,7 +211,7 @@ class StoreDeleter:
         ``after_batch`` runs after each batch (failpoints). Every path must pass the deletion guard
         (:class:`InvalidArgumentError` (``path_outside_root``), nothing deleted, if one does not). Returns the paths
         deleted or already absent (canonical URIs)."""
-        guard = guard or self.guard()
+        guard = guard or self._roots.guard()
         canonical = [canonical_uri(p) for p in paths]
         for path in canonical:
             guard.check(path)

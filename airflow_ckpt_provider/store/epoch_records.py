@@ -23,7 +23,7 @@ class EpochRecords:
 
     def __init__(self, parts: StoreParts, loose_tail: LooseTail) -> None:
         self._parts = parts
-        self._log = parts.epochs
+        self._log = parts.epoch_log
         self._loose_tail = loose_tail
         #: Loose checkpoints :meth:`begin` folds at most (its work stays bounded; the driver folds the rest).
         self.submit_fold_limit = SUBMIT_FOLD_LIMIT
@@ -67,6 +67,8 @@ class EpochRecords:
         not in the store's scheme and bucket unless the store was opened with it among its
         ``trusted_output_roots`` (docs/security.md, "The trust model").
         """
+        # A root that cannot be declared refuses the submit before the store is touched.
+        declared = None if output_roots is None else tuple(self._parts.roots.declarable(r) for r in output_roots)
         self._parts.compactor.compact(min_loose=self._loose_tail.max_loose, limit=self.submit_fold_limit)
         state = self._parts.reader.read(with_attempts=False, keep_files=False)
         return self._log.begin(
@@ -76,7 +78,7 @@ class EpochRecords:
             expected_partitions=expected_partitions,
             metadata=metadata,
             takeover=takeover,
-            output_roots=output_roots,
+            output_roots=declared,
             takeover_epoch=takeover_epoch,
         )
 
@@ -102,7 +104,7 @@ class EpochRecords:
         store's that neither the opener's ``output_roots`` nor the store's trusted roots cover),
         :class:`StoreUnavailableError`.
         """
-        return self._log.declare_output_root(epoch, root)
+        return self._parts.roots.declare(epoch, root)
 
     def set_expected_partitions(self, epoch: int, count: int) -> None:
         """Record how many partitions the job of ``epoch`` will seal (for progress). Idempotent."""

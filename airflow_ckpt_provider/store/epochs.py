@@ -11,19 +11,16 @@ import dataclasses
 import logging
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError
 from airflow_ckpt_provider.store.context import StoreContext
-from airflow_ckpt_provider.store.deletion_guard import Location, binding_refusal, parse_location
 from airflow_ckpt_provider.store.errors import (
     CorruptCheckpointError,
     EpochConflictError,
-    InvalidArgumentError,
     PreconditionFailedError,
-    RefusedError,
 )
 from airflow_ckpt_provider.store.layout import (
     DEGRADED_RE,
@@ -33,7 +30,6 @@ from airflow_ckpt_provider.store.layout import (
     OUTPUT_DECLARATION_RE,
     SKIP_AUDIT_RE,
     epoch_key,
-    output_declaration_key,
 )
 from airflow_ckpt_provider.store.model import Epoch, EpochStatus
 from airflow_ckpt_provider.store.records import dumps, now
@@ -148,13 +144,13 @@ class EpochLog:
         expected_partitions: int | None,
         metadata: Mapping[str, Any] | None,
         takeover: bool,
-        output_roots: Sequence[str] | None = None,
+        output_roots: tuple[str, ...] | None = None,
         takeover_epoch: int | None = None,
     ) -> Epoch:
-        """Open the epoch after ``latest`` on ``base`` (the valid checkpoints of the state ``latest`` was read with).
+        """Open the epoch after ``latest`` on ``base`` (the valid checkpoints of the state ``latest`` was read with),
+        recording ``output_roots`` (canonical: ``OutputRoots.declarable``).
         ``takeover_epoch``: take over the open latest epoch only if it is that one (the caller found its
         owner dead); the create-if-absent of the next number makes the check and the takeover one step."""
-        declared = None if output_roots is None else tuple(self.declarable_root(r) for r in output_roots)
         refuse_unfinished_maintenance(self._context.uri, latest, "submit")
         held_by_other = latest is not None and (owner is None or latest.owner != owner)
         taken_over = takeover or (takeover_epoch is not None and latest is not None and latest.number == takeover_epoch)
@@ -174,7 +170,7 @@ class EpochLog:
             base=base,
             metadata=metadata,
             expected_partitions=expected_partitions,
-            output_roots=declared,
+            output_roots=output_roots,
             conflict=(
                 f"another submit opened epoch {number} of {self._context.uri} at the same time; only one run may "
                 "use a store at once. Retry after it finishes, or give each run its own checkpoint_uri"
@@ -229,93 +225,8 @@ class EpochLog:
         if previous is not None and previous.status is EpochStatus.OPEN:
             self.write_end(previous.number, EpochStatus.FAILED, {"reason": reason})
 
-    # ------------------------------------------------------------------ declared output roots
-
-    def declarable_root(self, root: str, vouched_by: Sequence[str] | None = None) -> str:
-        """``root`` in canonical form, if it may be declared as an output root; else
-        :class:`InvalidArgumentError` (``output_root``): not an absolute file/s3 location, the filesystem root,
-        overlapping the store root (deleting output there would reach the store's records), or not
-        bound to the store (another scheme, another bucket) unless it lies under a root the store
-        was opened with (``trusted_output_roots``: the DAG's) or under ``vouched_by`` (the roots the
-        epoch's opener declared)."""
-        found = parse_location(str(root))
-        store_root = parse_location(self._context.uri)
-        if found is None or (found.scheme == "file" and found.path == "/"):
-            raise InvalidArgumentError(
-                f"{root!r} cannot be an output root: give an absolute file:///dir, /dir or s3://bucket/prefix "
-                "(no '..' segments, not the filesystem root)",
-                reason="output_root",
-            )
-        if store_root is not None and found.overlaps(store_root):
-            raise InvalidArgumentError(
-                f"output root {found.uri} overlaps the store root {store_root.uri}: keep output and checkpoint "
-                "store in separate directories (prefixes), or deleting orphans could reach the store's records",
-                reason="output_root",
-            )
-        unbound = None if store_root is None else binding_refusal(found, store_root)
-        if unbound is not None and not _under_any(
-            found,
-            [*(self._context.trusted_roots or ()), *(self._context.configured_roots or ()), *(vouched_by or ())],
-        ):
-            raise InvalidArgumentError(
-                f"{unbound}. Declare it in the DAG (the operators' output_roots), which opens the store with it, or "
-                "keep output in the store's bucket. Nothing was written",
-                reason="output_root",
-            )
-        return found.uri
-
-    def declare_output_root(self, epoch: int, root: str) -> str:
-        """Record, for ``epoch``, that its job writes output under ``root`` (the driver, before a
-        write). Returns the canonical root. If the epoch's opener declared output roots, ``root``
-        must lie under one of them (:class:`RefusedError` (``output_root_not_declared``)). Idempotent."""
-        record = Epoch.from_json(self._context.read_json(epoch_key(epoch)))
-        canonical = self.declarable_root(root, vouched_by=record.output_roots)
-        if record.output_roots is not None:
-            location = parse_location(canonical)
-            allowed = [parse_location(r) for r in record.output_roots]
-            if location is None or not any(a is not None and location.is_under(a) for a in allowed):
-                raise RefusedError(
-                    f"this job writes to {canonical}, but epoch {epoch} of {self._context.uri} was opened with "
-                    f"output_roots={list(record.output_roots)}: add it to the operator's output_roots (or write "
-                    "under one of them). Nothing was written",
-                    reason="output_root_not_declared",
-                )
-        self._blobs.put(
-            output_declaration_key(epoch, canonical),
-            dumps({"epoch": epoch, "root": canonical, "declared_by": "driver", "created_at": now()}),
-        )
-        return canonical
-
-    def declared_roots(self, files: EpochFiles | None = None) -> tuple[list[str], bool]:
-        """The output roots declared by the epochs still recorded: each opener's ``output_roots``
-        and the driver's declarations (those under the opener's roots, when it declared any).
-        Returns (roots, whether any epoch declared anything)."""
-        files = files or self.list_files()
-        records = self._context.map(self._read_epoch_record, sorted(files.records))
-        by_number = {r.number: r for r in records if r is not None}
-        roots: list[str] = []
-        declared = False
-        for record in by_number.values():
-            if record.output_roots is not None:
-                declared = True
-                roots.extend(record.output_roots)
-        keys = [(n, k) for n, ks in sorted(files.outputs.items()) for k in ks]
-        for (number, _), data in zip(keys, self._context.map(self._read_optional, [k for _, k in keys]), strict=True):
-            root = data.get("root") if data else None
-            if not isinstance(root, str):
-                continue
-            declared = True
-            opener = by_number.get(number)
-            if opener is not None and opener.output_roots is not None:
-                location = parse_location(root)
-                allowed = [parse_location(r) for r in opener.output_roots]
-                if location is None or not any(a is not None and location.is_under(a) for a in allowed):
-                    continue  # a declaration the opener's roots do not cover declares nothing
-            roots.append(root)
-        return roots, declared
-
-    def _read_epoch_record(self, number: int) -> Epoch | None:
-        data = self._read_optional(epoch_key(number))
+    def read_record(self, number: int) -> Epoch | None:
+        data = self.read_optional(epoch_key(number))
         if not data:
             return None
         try:
@@ -323,7 +234,7 @@ class EpochLog:
         except (KeyError, TypeError, ValueError):
             return None  # a record that does not parse declares nothing (check() reports it)
 
-    def _read_optional(self, key: str) -> dict[str, Any] | None:
+    def read_optional(self, key: str) -> dict[str, Any] | None:
         try:
             return self._context.read_json(key)
         except (BlobNotFoundError, CorruptCheckpointError):
@@ -349,8 +260,3 @@ class EpochLog:
             )
         except Exception as exc:  # the store is likely down; the job result carries the flag
             log.info("could not record degraded epoch %d in %s: %s", epoch, self._context.uri, exc)
-
-
-def _under_any(location: Location, roots: Sequence[str]) -> bool:
-    parsed = [parse_location(r) for r in roots]
-    return any(p is not None and location.is_under(p) for p in parsed)

@@ -43,6 +43,12 @@ class CorruptCheckpointError(CheckpointError):
     ``airflow-ckpt check`` on the store, restore or remove what it names."""
 
 
+def corrupt_record(uri: str, problem: str, next_step: str = "Run `airflow-ckpt check`") -> CorruptCheckpointError:
+    """The error for a store record that does not parse: which record, what is wrong with it, that
+    nothing was changed, and what to do (``reason="corrupt"``)."""
+    return CorruptCheckpointError(f"{uri} {problem}; nothing was changed. {next_step}", reason="corrupt")
+
+
 class EpochConflictError(CheckpointError):
     """Another run holds or took over the store (an open or newer epoch, an unfinished reprocess, a
     checkpoint sealed by another attempt, a store changed since its preview): wait for it or finish

@@ -14,8 +14,6 @@ import pyarrow.compute as pc
 
 from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError
 from airflow_ckpt_provider.store.commit import check_disjoint
-from airflow_ckpt_provider.store.context import StoreContext
-from airflow_ckpt_provider.store.deletion import StoreDeleter
 from airflow_ckpt_provider.store.deletion_guard import canonical_uri
 from airflow_ckpt_provider.store.errors import (
     CheckpointError,
@@ -40,18 +38,18 @@ from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, OnRerun, RerunPl
 from airflow_ckpt_provider.store.segment_reader import segment_intents
 from airflow_ckpt_provider.store.segments import keys_key as segment_keys_key
 from airflow_ckpt_provider.store.segments import read_owners as read_segment_owners
-from airflow_ckpt_provider.store.state import StateReader
 from airflow_ckpt_provider.store.store_state import StoreState
 
 
 class Inspector:
     """Reports progress and audits a store without changing it."""
 
-    def __init__(self, context: StoreContext, reader: StateReader, deleter: StoreDeleter) -> None:
-        self._context = context
-        self._blobs = context.blobs
-        self._reader = reader
-        self._deleter = deleter
+    def __init__(self, parts: StoreParts) -> None:
+        self._context = parts.context
+        self._blobs = parts.blobs
+        self._reader = parts.reader
+        self._roots = parts.roots
+        self._deleter = parts.deleter
 
     def progress(self) -> Progress:
         # No counter depends on which checkpoints are committed: the commit record (megabytes for a big
@@ -89,7 +87,7 @@ class Inspector:
 
     def contents(self) -> StoreContents:
         state = self._reader.read()
-        guard = self._deleter.guard()
+        guard = self._roots.guard()
         snapshot_keys = int(state.snapshot["num_keys"]) if state.snapshot else 0
         return StoreContents(
             store_uri=self._context.uri,
@@ -188,7 +186,7 @@ class Inspector:
         problems: list[str] = []
         notes: list[str] = []
         intents = self._deleter.intents(extra=segment_intents(state, skip=set()))
-        guard = self._deleter.guard()
+        guard = self._roots.guard()
         for checkpoint_id, why in intents.rejected:
             problems.append(f"unusable intent record of {checkpoint_id}: {why} (never acted on)")
         for why in guard.refused_roots:
@@ -282,7 +280,7 @@ class Inspection:
 
     def __init__(self, parts: StoreParts) -> None:
         self._reader = parts.reader
-        self._inspector = Inspector(parts.context, parts.reader, parts.deleter)
+        self._inspector = Inspector(parts)
 
     def progress(self) -> Progress:
         """Where the store stands: epoch, sealed/expected partitions, keys, files, commit.

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from airflow_ckpt_provider.store.catalog import LOOSE
 from airflow_ckpt_provider.store.context import StoreContext
-from airflow_ckpt_provider.store.errors import CorruptCheckpointError, InvalidArgumentError
+from airflow_ckpt_provider.store.errors import CorruptCheckpointError, InvalidArgumentError, corrupt_record
 from airflow_ckpt_provider.store.keys import KEY_COLUMN
 from airflow_ckpt_provider.store.layout import attempt_prefix, manifest_key, snapshot_prefix
 from airflow_ckpt_provider.store.model import Checkpoint, KeySource
@@ -49,10 +49,10 @@ class KeyReader:
                 with ipc.open_stream(pa.BufferReader(data)) as reader:
                     table = reader.read_all()
         except (pa.ArrowInvalid, OSError) as exc:
-            raise CorruptCheckpointError(
-                f"{self._blobs.child_uri(source.key)} is corrupt or truncated ({exc}); nothing was changed. "
+            raise corrupt_record(
+                self._blobs.child_uri(source.key),
+                f"is corrupt or truncated ({exc})",
                 "Run `airflow-ckpt check`; discard that checkpoint to reprocess its keys",
-                reason="corrupt",
             ) from exc
         if KEY_COLUMN not in table.column_names:
             raise CorruptCheckpointError(

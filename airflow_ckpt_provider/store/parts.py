@@ -14,6 +14,7 @@ from airflow_ckpt_provider.store.compaction import Compactor
 from airflow_ckpt_provider.store.context import StoreContext
 from airflow_ckpt_provider.store.deletion import StoreDeleter
 from airflow_ckpt_provider.store.epochs import EpochLog
+from airflow_ckpt_provider.store.output_roots import OutputRoots
 from airflow_ckpt_provider.store.state import StateReader
 
 
@@ -22,8 +23,11 @@ class StoreParts:
     """One store's shared context and the concerns built on it."""
 
     context: StoreContext
-    epochs: EpochLog
+    #: The epoch records themselves (``store.epochs`` is the role object built on it).
+    epoch_log: EpochLog
     reader: StateReader
+    #: The declared output roots and the deletion guard they make.
+    roots: OutputRoots
     deleter: StoreDeleter
     compactor: Compactor
 
@@ -43,6 +47,7 @@ class PartsUser:
         self._context = parts.context
         self._blobs = parts.blobs
         self._reader = parts.reader
-        self._epochs = parts.epochs
+        self._epoch_log = parts.epoch_log
+        self._roots = parts.roots
         self._deleter = parts.deleter
         self._compactor = parts.compactor

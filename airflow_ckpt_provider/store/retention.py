@@ -168,7 +168,7 @@ class Retention(PartsUser):
         number = latest_number + 1
         snapshot = state.snapshot if keep_committed else None
         folded = set(snapshot["checkpoint_ids"]) if snapshot else set()
-        self._epochs.open_fencing(
+        self._epoch_log.open_fencing(
             number,
             owner=owner,
             base=EpochBase(tuple(sorted(keep_ids - folded)), None if snapshot is None else int(snapshot["snapshot"])),
@@ -177,7 +177,7 @@ class Retention(PartsUser):
                 f"a submit opened epoch {number} of {self._context.uri} while clearing; nothing was deleted. Retry"
             ),
         )
-        self._epochs.end_superseded(state.latest, f"{owner} (epoch {number})")
+        self._epoch_log.end_superseded(state.latest, f"{owner} (epoch {number})")
         drop_ids = sorted((state.sealed_ids() | set(state.unsealed) | set(state.corrupt)) - keep_ids)
         if keep_committed:
             # Before anything is deleted: a segment that cannot be rewritten stops the discard here.
@@ -186,7 +186,7 @@ class Retention(PartsUser):
             canonical_uri(f.path) for f in self._reader.files.files_of(committed)
         }
         recorded = self._deleter.intents(skip=keep_ids, extra=segment_intents(state, skip=keep_ids))
-        guard = self._deleter.guard()
+        guard = self._roots.guard()
         orphans = plan_orphan_sweep(
             self._deleter,
             guard,
@@ -209,7 +209,7 @@ class Retention(PartsUser):
             self._deleter.delete_all_segments()
             snapshots = [int(n) for n in self._blobs.list_dirs("snapshots/")]
             self._deleter.delete_snapshots(keep=None)
-        self._epochs.write_end(number, EpochStatus.CLEARED, {"action": owner})
+        self._epoch_log.write_end(number, EpochStatus.CLEARED, {"action": owner})
         if undeclared:
             log.warning(
                 "%s: %s: %d recorded output file(s) kept, only the store's records were deleted",

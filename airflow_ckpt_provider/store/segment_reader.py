@@ -16,7 +16,7 @@ import pyarrow as pa
 from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError
 from airflow_ckpt_provider.store.catalog import LoadedSegment
 from airflow_ckpt_provider.store.context import StoreContext
-from airflow_ckpt_provider.store.errors import CorruptCheckpointError
+from airflow_ckpt_provider.store.errors import CorruptCheckpointError, corrupt_record
 from airflow_ckpt_provider.store.segments import (
     EMPTY_STATE,
     STATE_KEY,
@@ -57,11 +57,7 @@ class SegmentReader:
         try:
             return SegmentState.from_json(data, found[1])
         except (KeyError, TypeError, ValueError) as exc:
-            raise CorruptCheckpointError(
-                f"{self._blobs.child_uri(STATE_KEY)} is not a valid state object ({exc!r}); nothing was changed. "
-                "Run `airflow-ckpt check`",
-                reason="corrupt",
-            ) from exc
+            raise corrupt_record(self._blobs.child_uri(STATE_KEY), f"is not a valid state object ({exc!r})") from exc
 
     def load_all(self, *, tolerate_corrupt: bool = False) -> tuple[SegmentState, list[LoadedSegment], dict[str, str]]:
         """The state object, every segment it names (immutable: cached by name) and, with

@@ -21,7 +21,7 @@ from airflow_ckpt_provider.store.catalog import Catalog
 from airflow_ckpt_provider.store.commit_records import CommitRecordReader
 from airflow_ckpt_provider.store.context import StoreContext
 from airflow_ckpt_provider.store.epochs import EpochFiles, EpochLog
-from airflow_ckpt_provider.store.errors import CorruptCheckpointError
+from airflow_ckpt_provider.store.errors import CorruptCheckpointError, corrupt_record
 from airflow_ckpt_provider.store.file_reader import FileReader
 from airflow_ckpt_provider.store.key_reader import KeyReader, key_sources
 from airflow_ckpt_provider.store.layout import manifest_key, snapshot_prefix
@@ -82,10 +82,10 @@ class StateReader:
         try:
             return Checkpoint.from_json(data), found[1]
         except (KeyError, TypeError, ValueError) as exc:
-            raise CorruptCheckpointError(
-                f"{self._blobs.child_uri(key)} is not a valid manifest ({exc!r}); nothing was changed. "
+            raise corrupt_record(
+                self._blobs.child_uri(key),
+                f"is not a valid manifest ({exc!r})",
                 "Run `airflow-ckpt check` and delete that checkpoint directory",
-                reason="corrupt",
             ) from exc
 
     def snapshot(self, latest: Epoch | None) -> dict[str, Any] | None:

@@ -47,6 +47,7 @@ from airflow_ckpt_provider.store.model import (
     KeySource,
     UnknownFiles,
 )
+from airflow_ckpt_provider.store.output_roots import OutputRoots
 from airflow_ckpt_provider.store.parts import StoreParts
 from airflow_ckpt_provider.store.reprocess.service import Reprocessing
 from airflow_ckpt_provider.store.state import StateReader
@@ -94,15 +95,16 @@ class CheckpointStore:
             trusted_by=output_roots_declared_by,
             configured_roots=configured_output_roots,
         )
-        self.epoch_log = EpochLog(self.context)
-        self.state_reader = StateReader(self.context, self.epoch_log)
-        self.deleter = StoreDeleter(self.context, self.epoch_log, self.state_reader)
-        self.compactor = Compactor(self.context, self.state_reader, self.deleter)
-        self.loose_tail = LooseTail(self.context, self.compactor, max_loose=max_loose_manifests)
-        self._writers = CheckpointWriters(
-            self.context, self.breaker, self.epoch_log, self.state_reader, self.loose_tail
-        )
-        self.parts = StoreParts(self.context, self.epoch_log, self.state_reader, self.deleter, self.compactor)
+        epoch_log = EpochLog(self.context)
+        reader = StateReader(self.context, epoch_log)
+        roots = OutputRoots(self.context, epoch_log, reader)
+        deleter = StoreDeleter(self.context, roots, reader)
+        compactor = Compactor(self.context, reader, deleter)
+        #: The loose manifests' bound and counters (folds, races lost: what the store benchmarks report).
+        self.loose_tail = LooseTail(self.context, compactor, max_loose=max_loose_manifests)
+        self._writers = CheckpointWriters(self.context, self.breaker, epoch_log, reader, self.loose_tail)
+        #: What the role objects below are built from (store/parts.py); the one way to the store's internals.
+        self.parts = StoreParts(self.context, epoch_log, reader, roots, deleter, compactor)
         self._committer = Committer(self.parts)
         #: Open and end epochs, and what a run records in its epoch (store/epoch_records.py).
         self.epochs = EpochRecords(self.parts, self.loose_tail)
@@ -127,7 +129,7 @@ class CheckpointStore:
     @property
     def degraded(self) -> bool:
         """True once a store failure made this process skip checkpointing (breaker or a failed stage)."""
-        return self.breaker.tripped or self._writers.poisoned or self.epoch_log.marked_degraded
+        return self.breaker.tripped or self._writers.poisoned or self.parts.epoch_log.marked_degraded
 
     def __repr__(self) -> str:
         return f"CheckpointStore({self.uri!r})"
@@ -211,12 +213,12 @@ class CheckpointStore:
     def key_sources(self) -> list[KeySource]:
         """Parts holding every done key (snapshot and valid checkpoints); picklable, for parallel reads."""
         return key_sources(
-            self.state_reader.read(with_status=False, with_commits=False, with_attempts=False, keep_files=False)
+            self.parts.reader.read(with_status=False, with_commits=False, with_attempts=False, keep_files=False)
         )
 
     def read_key_source(self, source: KeySource) -> pa.Table:
         """Read one part (on any machine that can open this store). Raises :class:`CorruptCheckpointError`."""
-        return self.state_reader.keys.read_key_source(source)
+        return self.parts.reader.keys.read_key_source(source)
 
     def get_checkpointed_keys(self) -> pa.Table:
         """Every done key: a table with one column ``key``.
@@ -225,18 +227,18 @@ class CheckpointStore:
         committed). Reads are parallel. Raises :class:`InvalidArgumentError` (``key_type_mismatch``),
         :class:`CorruptCheckpointError`.
         """
-        return self.state_reader.done_keys()
+        return self.parts.reader.done_keys()
 
     def key_type(self) -> str | None:
         """The Arrow type (as a string) of the store's done keys, or None if there are none."""
-        return self.state_reader.keys.key_type(
-            self.state_reader.read(with_status=False, with_commits=False, with_attempts=False, keep_files=False)
+        return self.parts.reader.keys.key_type(
+            self.parts.reader.read(with_status=False, with_commits=False, with_attempts=False, keep_files=False)
         )
 
     def get_checkpointed_files(self) -> list[FileMetadata]:
         """Output files of valid checkpoints that are sealed but not yet committed."""
-        state = self.state_reader.read(with_status=False, with_attempts=False)
-        return self.state_reader.files.files_of([c for c in state.valid if c.status is CheckpointStatus.CHECKPOINTED])
+        state = self.parts.reader.read(with_status=False, with_attempts=False)
+        return self.parts.reader.files.files_of([c for c in state.valid if c.status is CheckpointStatus.CHECKPOINTED])
 
     # ------------------------------------------------------------------ commit and deletions (store/commit.py)
 
@@ -277,4 +279,4 @@ class CheckpointStore:
         the epoch and commit records; changes nothing. ``explicit_roots`` count only for a store
         whose epochs declare none, as a commit's ``output_roots`` do.
         """
-        return self.deleter.guard(explicit_roots)
+        return self.parts.roots.guard(explicit_roots)

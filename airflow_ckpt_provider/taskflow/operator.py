@@ -27,7 +27,7 @@ from airflow_ckpt_provider.contract import (
     flatten_result,
     with_submit_defaults,
 )
-from airflow_ckpt_provider.operators.epoch_opening import STORE_TEMPLATE_FIELDS, EpochOpener
+from airflow_ckpt_provider.operators.epoch_opening import STORE_TEMPLATE_FIELDS, EpochOpener, push_result
 from airflow_ckpt_provider.store import EpochStatus
 from airflow_ckpt_provider.store.errors import InvalidArgumentError
 from airflow_ckpt_provider.store.rerun import OnRerun, RerunAction
@@ -154,7 +154,7 @@ class CheckpointedPySparkOperator(PySparkOperator):
         store = epochs.hook(context).get_store()
         rerun = epochs.rerun_plan(context, store)
         if rerun.action is RerunAction.SKIP:
-            epochs.push_result(context, epochs.skipped(context, store, rerun))
+            push_result(context, epochs.skipped(context, store, rerun))
             return None
         return super().execute(context)
 
@@ -218,7 +218,7 @@ class CheckpointedPySparkOperator(PySparkOperator):
             degraded = bool(job_result.get("degraded")) or epochs.degraded(store, handoff.epoch)
             epochs.end(store, handoff, EpochStatus.SUCCEEDED, job_result)
             summary = epochs.summary(context, store, handoff.epoch, job_result, degraded)
-            epochs.push_result(context, summary)
+            push_result(context, summary)
             self.log.info("Checkpointed job finished: %s", summary)
             return returned
 

@@ -38,8 +38,8 @@ def test_a_write_folds_its_checkpoints_from_the_drivers_threshold(
     )
     summary = run_pipeline(spark, job, mode=mode, inputs=inputs, output=target.output_uri)
     store = target.store()
-    sealed_loose = [c for c in store.state_reader.read().catalog.loose]
-    segments = store.state_reader.segments.segment_state().segments
+    sealed_loose = [c for c in store.parts.reader.read().catalog.loose]
+    segments = store.parts.reader.segments.segment_state().segments
     assert summary.sealed_partitions > 0
     if min_loose == 1:
         assert sealed_loose == []  # every seal is in a segment
@@ -49,5 +49,5 @@ def test_a_write_folds_its_checkpoints_from_the_drivers_threshold(
     assert store.inspection.progress().sealed_partitions == summary.sealed_partitions
     operator.end(epoch, 0)
     store.commit([target.output_uri])
-    assert not target.store().state_reader.read().catalog.loose  # the commit folded them
+    assert not target.store().parts.reader.read().catalog.loose  # the commit folded them
     assert_exactly_once(target, inputs)

@@ -156,7 +156,7 @@ def test_speculative_duplicates_seal_and_only_one_counts(
     assert [c.checkpoint_id for c in valid] == [first.checkpoint_id], "the first seal of a partition is the valid one"
     duplicate = next(c for c in attempts if c.checkpoint_id != first.checkpoint_id)
     # Through the state reader: the driver's compaction may have folded the manifest into a segment.
-    duplicate_files = {f.path for f in operator.store.state_reader.files.files_of([duplicate])}
+    duplicate_files = {f.path for f in operator.store.parts.reader.files.files_of([duplicate])}
     result = operator.store.commit(output_roots=[target.output_uri])
     assert duplicate_files and duplicate_files <= set(result.deleted_files)
     assert_exactly_once(target, inputs)

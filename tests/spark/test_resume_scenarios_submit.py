@@ -174,7 +174,7 @@ def test_zombie_attempt_sealing_after_the_rerun_began_is_ignored(
     assert not valid & stuck, "a checkpoint sealed in an old epoch after a new one began is never valid"
 
     # Through the state reader: the driver's compaction may have folded the manifest into a segment.
-    zombie_files = {f.path for f in store.state_reader.files.files_of(zombies)}
+    zombie_files = {f.path for f in store.parts.reader.files.files_of(zombies)}
     summary = _rerun(spark, operator, target, "rows", inputs, epoch=epoch2)
     assert summary.keys == 24 - len(base)
     result = store.commit(output_roots=[target.output_uri])

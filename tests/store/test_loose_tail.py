@@ -211,14 +211,14 @@ def test_a_fold_that_lost_the_race_to_a_merge_still_lands(backend: Backend) -> N
     thread.start()
     wait_for_hit("store.compact.after_segment")  # its segment of the two late ones is written, not yet named
     other = backend.store()
-    state = other.state_reader.segments.segment_state()
-    assert other.compactor.merger.merge(state, list(state.segments), level=1, delete_retired=True) is not None
+    state = other.parts.reader.segments.segment_state()
+    assert other.parts.compactor.merger.merge(state, list(state.segments), level=1, delete_retired=True) is not None
     failpoints.release("store.compact.after_segment")
     thread.join()
     assert not slow[0].lost_race and slow[0].checkpoints == 2, slow[0]
     assert loose_count(backend) == 0
     reader = backend.store()
-    assert len(reader.state_reader.segments.segment_state().segments) == 2  # the merged one and the late fold's
+    assert len(reader.parts.reader.segments.segment_state().segments) == 2  # the merged one and the late fold's
     assert done_keys(reader) == [0, 1, 2, 3]
     assert set(late) <= {c.checkpoint_id for c in reader.inspection.valid_checkpoints()}
 

@@ -424,6 +424,6 @@ def test_undo_after_a_cleanup_deleted_the_checkpoints_is_refused(backend: Backen
     gone = run.checkpoint_of("a1")
     blobs.delete_many([k for k in backend.store_keys() if k.startswith((f"checkpoints/{gone}/", f"attempts/{gone}/"))])
     # and its row, if a segment holds it (the commit compacted the run's checkpoints)
-    store.compactor.rewrite_without(frozenset({run.checkpoint_of("a1")}))
+    store.parts.compactor.rewrite_without(frozenset({run.checkpoint_of("a1")}))
     _refused(backend, lambda: store.reprocessing.undo(), RefusedError, "undo_unavailable", "deleted since")
     assert store.inspection.check().ok

@@ -95,7 +95,7 @@ def busy_store(backend: Backend) -> tuple[CheckpointStore, dict[str, list[str]]]
     # The zombie passed its fencing check before epoch 2 began and seals now, the race the check cannot close:
     # test_zombie_sealing_into_an_old_epoch_after_compaction_never_counts runs that race for real (it takes
     # seconds); here the check is skipped to reach the same store state at once.
-    zombie_store.epoch_log.is_current = lambda epoch: True  # type: ignore[method-assign]
+    zombie_store.parts.epoch_log.is_current = lambda epoch: True  # type: ignore[method-assign]
     zombie_store.checkpoint(zombie_id, epoch=first, partition=3)
     return store, {
         "kept": kept,
@@ -427,12 +427,12 @@ def test_small_segments_merge_into_bigger_ones_and_nothing_is_lost(backend: Back
     for p in range(MERGE_FANIN * 2 + 1):
         sealed.append(write_task(store, backend, epoch=epoch, partition=p, keys=[p])[0])
         store.housekeeping.compact(delete_retired=p % 2 == 0)
-    state = backend.store().state_reader.segments.segment_state()
+    state = backend.store().parts.reader.segments.segment_state()
     assert len(state.segments) <= MERGE_FANIN  # merged, not one segment per compaction
     assert {r.level for r in state.segments} >= {1}
     assert sum(r.checkpoints for r in state.segments) == len(sealed)
     backend.store().housekeeping.compact()  # deletes what an earlier merge retired
-    assert segment_names(backend) == set(backend.store().state_reader.segments.segment_state().names)
+    assert segment_names(backend) == set(backend.store().parts.reader.segments.segment_state().names)
     assert {c.checkpoint_id for c in backend.store().inspection.valid_checkpoints()} == set(sealed)
     assert done_keys(backend.store()) == list(range(len(sealed)))
 
@@ -557,7 +557,7 @@ def test_an_attempt_sealing_while_the_state_is_read_is_never_taken_for_a_leftove
         return iter(found)
 
     reader.blobs.list = seal_after_the_attempts_listing  # type: ignore[method-assign]
-    state = reader.state_reader.read()
+    state = reader.parts.reader.read()
     assert state.is_sealed(late) and late not in state.unsealed
     assert state.valid_ids == [late]
 

@@ -21,12 +21,14 @@ resumed run would miss the other keys' contributions). Group by the hidden colum
 too (``df.groupBy("event_id", SOURCE_KEY_COLUMN)``) so it reaches the writer; the
 writer raises :class:`InvalidArgumentError` (``source_key_lost``) when it is gone.
 
-The package: :mod:`.checkpointed_job` (the facade a user calls: epoch, result),
-:mod:`.context` (what the concerns share), :mod:`.source_keys` (which kind of key, the
-hidden key column), :mod:`.row_skip` (``skip_completed``), :mod:`.partitioning` (how
-rows reach the writer: all of a key in one task), :mod:`.write_pipeline` (one
-checkpointed write, Spark's or the Arrow writer), :mod:`.failures` (Spark errors
-translated to typed ones).
+The package: :mod:`.checkpointed_job` (the facade a user calls; it only delegates),
+:mod:`.job_context` (what the concerns share, opened once), :mod:`.epoch` (the job's epoch),
+:mod:`.result` (the job's result and the end of its epoch), :mod:`.source_keys` (which
+kind of key, the hidden key column), :mod:`.row_skip` (``skip_completed``),
+:mod:`.partitioning` (how rows reach the writer: all of a key in one task),
+:mod:`.write_pipeline` (one checkpointed write, Spark's or the Arrow writer),
+:mod:`.write_setup` (the output root declared, the file packing pinned),
+:mod:`.failures` (Spark errors translated to typed ones).
 """
 
 from airflow_ckpt_provider.spark.job.checkpointed_job import CheckpointedJob

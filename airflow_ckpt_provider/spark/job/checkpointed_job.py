@@ -1,38 +1,29 @@
 """``CheckpointedJob``: the facade a PySpark application calls (see the package's docstring).
 
-It owns the epoch and the job's result; keys, the row-key source, partitioning and
-writing are each one module of this package, sharing a :class:`JobContext`.
+It only delegates: the epoch (:mod:`.epoch`), the job's result (:mod:`.result`), keys, the
+row-key source, partitioning and writing are each one module of this package, sharing a
+:class:`JobContext`.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from airflow_ckpt_provider.contract import CONF_WRITER_ENGINE
-from airflow_ckpt_provider.spark.backend import session_backend
-from airflow_ckpt_provider.spark.job import row_skip, skip_audit
-from airflow_ckpt_provider.spark.job.context import JobContext
+from airflow_ckpt_provider.spark.job import row_skip
+from airflow_ckpt_provider.spark.job.job_context import JobContext
 from airflow_ckpt_provider.spark.job.partitioning import co_partition
-from airflow_ckpt_provider.spark.job.source_keys import SourceKeys
+from airflow_ckpt_provider.spark.job.result import JobResult
 from airflow_ckpt_provider.spark.job.write_pipeline import WritePipeline
 from airflow_ckpt_provider.spark.job_settings import DEFAULT_BROADCAST_THRESHOLD, settings_from_conf
-from airflow_ckpt_provider.spark.readers.file_inputs import FileInputs
 from airflow_ckpt_provider.spark.row_source import DoneInput
-from airflow_ckpt_provider.spark.summary import WriteSummary, emit_result
+from airflow_ckpt_provider.spark.summary import WriteSummary
 from airflow_ckpt_provider.spark.writers.arrow_parquet import ParquetSink
 from airflow_ckpt_provider.spark.writers.arrow_task import WriterFn
-from airflow_ckpt_provider.spark.writers.native import check_engine
-from airflow_ckpt_provider.store import CheckpointStore, EpochStatus, open_store
-from airflow_ckpt_provider.store.errors import EpochConflictError, InvalidArgumentError, UnsupportedError
-
-log = logging.getLogger(__name__)
 
 
 class CheckpointedJob:
@@ -57,41 +48,22 @@ class CheckpointedJob:
         num_partitions: int | None = None,
         **store_options: Any,
     ) -> None:
-        self.spark = spark
-        self.backend = session_backend(spark)
-        # Over Spark Connect: the server's Python must run this package, checked before anything is written.
-        self.backend.check_server()
-        self.store: CheckpointStore = open_store(store_uri, **store_options)
-        self._options: dict[str, Any] = dict(self.store.options)
-        self.result_path = result_path
-        self._owns_epoch = epoch is None
-        if epoch is None:
-            app = self.backend.app_name()
-            opened = self.store.epochs.begin(
-                owner=owner or f"spark-app:{app}",
-                metadata={"opened_by": "CheckpointedJob", **self.backend.epoch_metadata()},
-            )
-            epoch = opened.number
-        else:
-            self._check_epoch(epoch)
-        self.epoch: int = epoch
-        self._files = FileInputs(spark, self.backend, self._options)
-        self._context = JobContext(
-            spark=spark,
-            backend=self.backend,
-            store=self.store,
+        self._context = context = JobContext.open(
+            spark,
+            store_uri,
             epoch=epoch,
-            options=self._options,
-            files=self._files,
-            keys=SourceKeys(self.store),
+            owner=owner,
             broadcast_threshold=broadcast_threshold,
             num_partitions=num_partitions,
+            store_options=store_options,
         )
-        self._writes = WritePipeline(self._context, record=self._record_summary)
+        self.spark, self.backend, self.store, self.epoch = spark, context.backend, context.store, context.epoch
+        self.result_path = result_path
+        self._files = context.files
+        self._result = JobResult(context, result_path, owns_epoch=epoch is None)
+        self._writes = WritePipeline(self._context, record=self._result.record_write)
         #: What each skip_completed call skipped (in call order).
-        self._skips: list[DoneInput] = []
-        self._summaries: list[WriteSummary] = []
-        self._finished = False
+        self._skips: list[DoneInput] = self._result.skips
 
     @property
     def broadcast_threshold(self) -> int:
@@ -129,29 +101,10 @@ class CheckpointedJob:
             **settings.store_options,
         )
 
-    # ------------------------------------------------------------------ epoch
-
-    def _check_epoch(self, epoch: int) -> None:
-        current = self.store.epochs.current()
-        if current is None or current.number < epoch:
-            raise InvalidArgumentError(
-                f"epoch {epoch} does not exist in {self.store.uri}: the operator opens it before submitting; "
-                "without Airflow, leave epoch=None so the job opens its own",
-                reason="no_epoch",
-            )
-        if current.number != epoch:
-            raise EpochConflictError(
-                f"epoch {epoch} of {self.store.uri} was superseded by epoch {current.number}: a newer submit "
-                "owns the store, so this driver stops before reading or writing anything",
-                reason="epoch_fenced",
-            )
-
     @property
     def degraded(self) -> bool:
         """True if checkpointing was off anywhere in this job (an executor's or the driver's breaker)."""
-        return self.store.degraded or any(s.degraded for s in self._summaries)
-
-    # ------------------------------------------------------------------ file-level resume
+        return self._result.degraded
 
     def pending_files(self, paths: Iterable[str]) -> list[str]:
         """The paths whose file key no valid checkpoint holds, in the given order, duplicates dropped.
@@ -160,13 +113,7 @@ class CheckpointedJob:
         store's done keys on the driver (file lists are small). Raises
         :class:`InvalidArgumentError` (``key_type_mismatch``) if the store holds non-file keys.
         """
-        paths = list(paths)
-        self._context.keys.claim("file")
-        self._context.keys.check_type(pa.string())
-        done: set[str] = set()
-        if self.store.key_type() is not None:
-            done = set(self.store.get_checkpointed_keys().column(0).to_pylist())
-        return self._files.select_pending(paths, done)
+        return self._files.select_pending(paths, self._context.keys.done_files())
 
     def read_parquet(
         self,
@@ -195,12 +142,7 @@ class CheckpointedJob:
         Raises :class:`InvalidArgumentError` (``unreadable_input``).
         """
         paths = list(paths)
-        if reader == "spark" and self.backend.kind == "connect":
-            raise UnsupportedError(
-                "read_parquet(reader='spark') needs Spark's per-task file packing, which Spark Connect does not "
-                "show: use reader='auto' (the pyarrow reader, whole files per task). Nothing was read or written",
-                reason="connect_unsupported",
-            )
+        self._files.check_reader(reader)
         todo = self.pending_files(paths)
         return self._files.read_parquet(
             paths,
@@ -212,8 +154,6 @@ class CheckpointedJob:
             batch_rows=batch_rows,
         )
 
-    # ------------------------------------------------------------------ row-level resume
-
     def skip_completed(
         self,
         df: DataFrame,
@@ -224,35 +164,26 @@ class CheckpointedJob:
     ) -> DataFrame:
         """``df`` without the rows whose key is done, with the hidden source-key column, partitioned for progress.
 
-        ``key``: a column, or a list of columns for a composite key (stored as a
-        struct). The hidden column keeps the key exactly as read, so rewriting the key
-        column later does not change what is checkpointed.
+        ``key``: a column, or a list of columns for a composite key (stored as a struct). The hidden column keeps
+        the key exactly as read, so rewriting the key column later does not change what is checkpointed. Every
+        task that runs your transformation on the result becomes one checkpoint, so a failure in your code keeps
+        the work of the tasks that finished (docs/row-keys.md):
 
-        Every task that runs your transformation on the result becomes one checkpoint,
-        so a failure in your code keeps the work of the tasks that finished
-        (docs/row-keys.md):
+        * ``unique=True``: you declare that each key is in one row of the input (an event id, an order id). No
+          shuffle at all: each task of the source's stage is a checkpoint (``num_partitions``: read a file source
+          in at least that many tasks, never fewer than the cluster's cores). A task meeting a key twice fails
+          with :class:`InvalidArgumentError` (``key_not_unique``) before sealing;
+        * ``unique=False`` (default): rows are hash-partitioned by the key into ``num_partitions`` (default
+          ``spark.sql.shuffle.partitions``) here, before your transformation, unless already grouped by key.
 
-        * ``unique=True``: you declare that each key is in one row of the input (an
-          event id, an order id). No shuffle at all: each task of the source's stage
-          is a checkpoint (``num_partitions``: read a file source in at least that many
-          tasks; a rerun reads what is left in its share of them, never fewer than the
-          cluster's cores). A task meeting a key twice fails with :class:`InvalidArgumentError` (``key_not_unique``)
-          before sealing;
-        * ``unique=False`` (default): rows are hash-partitioned by the key into
-          ``num_partitions`` (default ``spark.sql.shuffle.partitions``) here, before
-          your transformation, unless the plan shows them grouped by key already.
-
-        On a rerun, input files that a finished task read whole and that did not change
-        are not read again; done keys are anti-joined only where the records of the
-        finished tasks do not vouch for them. A null key fails the job with
-        :class:`InvalidArgumentError` (``null_key``) before any output is written. Raises
-        :class:`InvalidArgumentError` (``key_column_not_found``), :class:`InvalidArgumentError` (``key_type_mismatch``).
+        On a rerun, input files that a finished task read whole and that did not change are not read again;
+        done keys are anti-joined only where the finished tasks' records do not vouch for them. Raises (before
+        any output is written) :class:`InvalidArgumentError` (``null_key``, ``key_column_not_found``,
+        ``key_type_mismatch``).
         """
         pending, skipped = row_skip.skip_completed(self._context, df, key, unique=unique, num_partitions=num_partitions)
         self._skips.append(skipped)
         return pending
-
-    # ------------------------------------------------------------------ co-partitioning
 
     def co_partition(
         self, df: DataFrame, key: str | Sequence[str] | None = None, *, num_partitions: int | None = None
@@ -265,8 +196,6 @@ class CheckpointedJob:
         """
         prepared, column = self._context.keys.prepare(df, key)
         return co_partition(self._context, prepared, column, num_partitions).df
-
-    # ------------------------------------------------------------------ writers
 
     def write_parquet(
         self,
@@ -288,18 +217,11 @@ class CheckpointedJob:
         under ``path`` at once, but only the commit makes them authoritative (it
         deletes the files of failed, duplicate and zombie attempts).
 
-        ``engine`` (default: the conf ``spark.ckpt.writer.engine``, else ``"auto"``):
-
-        * ``"spark"``: Spark's own Parquet writer, about as fast as ``df.write.parquet``
-          (the rows never leave the JVM; the driver seals each task's checkpoint as
-          Spark reports it done). Needs file keys read whole per task with no shuffle
-          before the writer (``read_parquet`` + narrow transformations), or row keys
-          (``skip_completed``: the JVM records each task's keys as it writes them), and
-          an output Spark can write (local disk, or ``s3a://`` where the cluster has
-          it); see :mod:`airflow_ckpt_provider.spark.writers.native`;
-        * ``"arrow"``: every task converts its rows to Arrow and writes with pyarrow
-          (any pipeline, ``s3://`` without a Hadoop S3 connector);
-        * ``"auto"``: ``"spark"`` when it can, else ``"arrow"`` (the log says why).
+        ``engine`` (default: the conf ``spark.ckpt.writer.engine``, else ``"auto"``): ``"spark"``, Spark's own
+        Parquet writer (about as fast as ``df.write.parquet``; needs file keys read whole per task and no shuffle
+        before it, or row keys from ``skip_completed``, and an output Spark can write: local disk, ``s3a://``;
+        :mod:`airflow_ckpt_provider.spark.writers.native`); ``"arrow"``, pyarrow in every task (any pipeline,
+        ``s3://`` without a Hadoop S3 connector); ``"auto"``, ``"spark"`` when it can, else ``"arrow"`` (logged).
 
         ``key``: needed only when the source was not read with ``skip_completed`` or
         ``read_parquet``. Not idempotent by itself: a rerun processes only keys no
@@ -307,24 +229,12 @@ class CheckpointedJob:
         hash-partition the rows by it, so a failure anywhere before the writer (the user's
         own transformation) keeps no progress: the log warns before the job runs; take the
         key with ``skip_completed`` at the read to keep every finished task's keys.
-        Raises (before writing anything)
-        :class:`InvalidArgumentError` (``key_column_not_found``), :class:`InvalidArgumentError` (``key_type_mismatch``),
-        :class:`InvalidArgumentError` (``source_key_lost``), :class:`InvalidArgumentError` (``null_key``),
-        :class:`UnsupportedError` (``native_writer``) (``engine="spark"`` where it cannot run);
-        :class:`EpochConflictError` (``epoch_fenced``) if a newer submit took over the store.
+        Raises (before writing anything) :class:`InvalidArgumentError` (``key_column_not_found``,
+        ``key_type_mismatch``, ``source_key_lost``, ``null_key``), :class:`UnsupportedError` (``native_writer``:
+        ``engine="spark"`` where it cannot run), :class:`EpochConflictError` (``epoch_fenced``: a newer submit).
         """
-        chosen = check_engine(engine or str(self.spark.conf.get(CONF_WRITER_ENGINE, None) or "auto"))
-        partition_by = tuple(partition_by or ())
-        missing = [c for c in partition_by if c not in df.columns]
-        if missing:
-            raise InvalidArgumentError(
-                f"partition_by column(s) {missing} are not in the DataFrame ({df.columns})",
-                reason="key_column_not_found",
-            )
-        sink = ParquetSink(
-            partition_by=partition_by, compression=compression, max_records_per_file=max_records_per_file
-        )
-        return self._writes.write(df, sink, key=key, output=path, num_partitions=num_partitions, engine=chosen)
+        sink = ParquetSink(tuple(partition_by or ()), compression, max_records_per_file=max_records_per_file)
+        return self._writes.write_parquet(df, path, sink, key=key, num_partitions=num_partitions, engine=engine)
 
     def write(
         self,
@@ -346,49 +256,13 @@ class CheckpointedJob:
         """
         return self._writes.write(df, writer_fn, output=output, key=key, num_partitions=num_partitions, engine="arrow")
 
-    def _record_summary(self, summary: WriteSummary) -> None:
-        self._summaries.append(summary)
-        self._emit()
-
-    # ------------------------------------------------------------------ result
-
     def result(self) -> dict[str, Any]:
         """The job's machine-readable result: what the operator passes to the commit (``degraded``)."""
-        writes = [s.to_json() for s in self._summaries]
-        return {
-            "store_uri": self.store.uri,
-            "epoch": self.epoch,
-            "session": self.backend.kind,
-            "python_daemon": self.backend.python_daemon(),
-            "degraded": self.degraded,
-            "rows": sum(s.rows for s in self._summaries),
-            "files": sum(s.files for s in self._summaries),
-            "keys": sum(s.keys for s in self._summaries),
-            "sealed_partitions": sum(s.sealed_partitions for s in self._summaries),
-            "input": self._files.stats(),
-            "input_audit": skip_audit.audit_summary(self._skips),
-            "writes": writes,
-        }
-
-    def _emit(self) -> None:
-        try:
-            emit_result(self.result(), self.result_path, self._options)
-        except OSError as exc:
-            log.warning("could not write the job result to %s: %s", self.result_path, exc)
+        return self._result.as_dict()
 
     def finish(self, *, succeeded: bool = True) -> dict[str, Any]:
         """Emit the result; if this job opened its own epoch, record how it ended. Idempotent."""
-        result = self.result()
-        if self._finished:
-            return result
-        self._finished = True
-        self._emit()
-        if self._owns_epoch:
-            status = EpochStatus.SUCCEEDED if succeeded else EpochStatus.FAILED
-            self.store.epochs.end(
-                self.epoch, status=status, summary={k: result[k] for k in ("rows", "keys", "degraded")}
-            )
-        return result
+        return self._result.finish(succeeded=succeeded)
 
     def __enter__(self) -> CheckpointedJob:
         return self

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from airflow_ckpt_provider.spark.job.context import JobContext
+from airflow_ckpt_provider.spark.job.job_context import JobContext
 from airflow_ckpt_provider.spark.keys import SOURCE_KEY_COLUMN
 from airflow_ckpt_provider.spark.plan import PlanShape, plan_shape, row_key_lineage
 from airflow_ckpt_provider.spark.row_source import InputRecords, RowSource, input_records

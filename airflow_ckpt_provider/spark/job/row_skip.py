@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from airflow_ckpt_provider.spark.job import skip_audit
-from airflow_ckpt_provider.spark.job.context import JobContext
+from airflow_ckpt_provider.spark.job.job_context import JobContext
 from airflow_ckpt_provider.spark.keys import SOURCE_FILE_COLUMN, SOURCE_KEY_COLUMN, key_columns
 from airflow_ckpt_provider.spark.plan import clustered_on, source_listing
 from airflow_ckpt_provider.spark.row_source import (

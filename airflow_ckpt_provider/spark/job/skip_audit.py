@@ -25,7 +25,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, Row
 
-from airflow_ckpt_provider.spark.job.context import JobContext
+from airflow_ckpt_provider.spark.job.job_context import JobContext
 from airflow_ckpt_provider.spark.keys import SOURCE_KEY_COLUMN
 from airflow_ckpt_provider.spark.row_source import DoneInput, RowSource, bucket_of, identity_column
 from airflow_ckpt_provider.spark.skip import anti_join, done_keys_frame

@@ -64,6 +64,14 @@ class SourceKeys:
                 reason="key_type_mismatch",
             )
 
+    def done_files(self) -> set[str]:
+        """The file keys valid checkpoints hold (read on the driver: file lists are small); claims file keys."""
+        self.claim("file")
+        self.check_type(pa.string())
+        if self.store.key_type() is None:
+            return set()
+        return set(self.store.get_checkpointed_keys().column(0).to_pylist())
+
     @staticmethod
     def _expression(columns: tuple[str, ...]) -> Column:
         is_null = F.col(columns[0]).isNull()

@@ -10,24 +10,28 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_type
 
-from airflow_ckpt_provider.spark.job.context import JobContext
+from airflow_ckpt_provider.contract import CONF_WRITER_ENGINE
 from airflow_ckpt_provider.spark.job.failures import connect_channel_lost, translate_failure
+from airflow_ckpt_provider.spark.job.job_context import JobContext
 from airflow_ckpt_provider.spark.job.partitioning import Partitioned, co_partition
+from airflow_ckpt_provider.spark.job.write_setup import declare_output_root, pinned_file_packing
 from airflow_ckpt_provider.spark.keys import SOURCE_FILE_COLUMN, SOURCE_KEY_COLUMN, normalize_key_type
 from airflow_ckpt_provider.spark.paths import file_key
 from airflow_ckpt_provider.spark.summary import WriteSummary, WriteTaskReport
-from airflow_ckpt_provider.spark.temporary_conf import session_conf
 from airflow_ckpt_provider.spark.writers.arrow_parquet import ParquetSink
 from airflow_ckpt_provider.spark.writers.arrow_task import REPORT_DDL, TaskSpec, WriterFn, make_task_function
-from airflow_ckpt_provider.spark.writers.native import NativeWrite, native_unsupported_reason, run_native_write
+from airflow_ckpt_provider.spark.writers.native import (
+    NativeWrite,
+    check_engine,
+    native_unsupported_reason,
+    run_native_write,
+)
 from airflow_ckpt_provider.spark.writers.native_keys import NativeRowKeys
-from airflow_ckpt_provider.store.deletion_guard import parse_location
 from airflow_ckpt_provider.store.errors import (
     EpochConflictError,
     IncompleteRunError,
@@ -45,6 +49,26 @@ class WritePipeline:
     def __init__(self, job: JobContext, record: Callable[[WriteSummary], None]) -> None:
         self.job = job
         self._record = record
+
+    def write_parquet(
+        self,
+        df: DataFrame,
+        path: str,
+        sink: ParquetSink,
+        *,
+        key: str | Sequence[str] | None,
+        num_partitions: int | None,
+        engine: str | None,
+    ) -> WriteSummary:
+        """``CheckpointedJob.write_parquet``: its arguments checked, then :meth:`write` with ``sink``."""
+        chosen = check_engine(engine or str(self.job.spark.conf.get(CONF_WRITER_ENGINE, None) or "auto"))
+        missing = [c for c in sink.partition_by if c not in df.columns]
+        if missing:
+            raise InvalidArgumentError(
+                f"partition_by column(s) {missing} are not in the DataFrame ({df.columns})",
+                reason="key_column_not_found",
+            )
+        return self.write(df, sink, key=key, output=path, num_partitions=num_partitions, engine=chosen)
 
     def write(
         self,
@@ -64,13 +88,13 @@ class WritePipeline:
                 "engine='auto' or engine='arrow'. Nothing was written",
                 reason="native_writer",
             )
-        self._declare_output_root(output_root)
+        declare_output_root(self.job, output_root)
         prepared, column = self.job.keys.prepare(df, key)
         source = self.job.keys.row_source_of(prepared) if column == SOURCE_KEY_COLUMN else None
         min_tasks = source.min_tasks if source is not None and source.unique else None
         try:
             # The driver sees every seal: it folds them into segments as they come (docs/store-api.md, "Segments").
-            with self._pinned_file_packing(min_tasks), self.job.store.housekeeping.background_compaction():
+            with pinned_file_packing(self.job, min_tasks), self.job.store.housekeeping.background_compaction():
                 return self._write_partitioned(prepared, column, writer_fn, output_root, num_partitions, engine)
         except Exception as exc:
             # A lost Spark Connect channel also fails the clean-up calls after the write (restoring a conf):
@@ -80,53 +104,6 @@ class WritePipeline:
             ) or not connect_channel_lost(exc):
                 raise
             raise self._translate(exc) or exc from exc
-
-    def _declare_output_root(self, output_root: str) -> None:
-        """Declare, on the driver and before any task writes, where this write puts its files: only
-        there may commit, discard and clear ever delete (docs/design.md, section 7). Executors
-        never declare. A store failure only degrades the run (its orphans are then kept); a root the
-        operator's ``output_roots`` do not cover stops the write before it starts."""
-        store = self.job.store
-        if store.breaker.tripped:
-            return
-        try:
-            store.epochs.declare_output_root(self.job.epoch, output_root)
-        except (StoreUnavailableError, OSError) as exc:
-            store.breaker.record_failure("declare_output_root", exc)
-            log.warning("could not declare output root %s (%s): its orphans will be kept", output_root, exc)
-            return
-        except InvalidArgumentError as exc:
-            if exc.reason != "output_root" or not _unbound(store.uri, output_root):
-                raise
-            # Output on another filesystem or bucket than the store, and no operator declared it: the store
-            # records nothing there (docs/security.md), so only a commit given that root deletes its orphans.
-            log.warning("not declaring output root %s: %s. Its orphans are kept", output_root, exc)
-            return
-        store.breaker.record_success()
-
-    @contextmanager
-    def _pinned_file_packing(self, min_tasks: int | None = None) -> Iterator[None]:
-        """Keep Spark's packing of input files into tasks fixed from plan inspection to execution.
-
-        The writer learns each task's input files from the plan; Spark packs files by
-        ``spark.sql.files.minPartitionNum`` (default: the cluster's cores, which grow as
-        executors register). Pinning it makes the executed plan pack as the inspected one.
-        ``min_tasks`` (unique row keys' ``num_partitions``): read the input in at least that
-        many tasks — each is a checkpoint, so smaller ones lose less to a failure.
-        """
-        spark = self.job.spark
-        name = "spark.sql.files.minPartitionNum"
-        if spark.conf.get(name, None):
-            yield
-            return
-        try:
-            cores = int(spark.conf.get("spark.sql.leafNodeDefaultParallelism", None) or 0)
-            cores = cores or self.job.backend.default_parallelism()
-        except Exception:
-            yield
-            return
-        with session_conf(spark, name, str(max(cores, min_tasks or 0))):
-            yield
 
     def _write_partitioned(
         self,
@@ -301,9 +278,3 @@ class WritePipeline:
 
     def _translate(self, exc: BaseException) -> Exception | None:
         return translate_failure(exc, row_key=self.job.keys.row_key, epoch=self.job.epoch, store_uri=self.job.store.uri)
-
-
-def _unbound(store_uri: str, root: str) -> bool:
-    """Whether ``root`` is in another scheme or bucket than the store (the store records no such root)."""
-    store_root, found = parse_location(store_uri), parse_location(root)
-    return store_root is not None and found is not None and not found.bound_to(store_root)

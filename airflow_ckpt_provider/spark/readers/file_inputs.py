@@ -27,7 +27,7 @@ from airflow_ckpt_provider.spark.paths import arrow_filesystem, arrow_path, file
 from airflow_ckpt_provider.spark.plan import READER_MARKER, native_layout
 from airflow_ckpt_provider.spark.readers.arrow import FileSourceSpec, SourceFile, make_reader, plan_groups
 from airflow_ckpt_provider.spark.temporary_conf import session_conf
-from airflow_ckpt_provider.store.errors import InvalidArgumentError
+from airflow_ckpt_provider.store.errors import InvalidArgumentError, UnsupportedError
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,15 @@ class FileInputs:
         no counter of its own: there ``pyarrow_files_read`` means "files read by tasks that reported")."""
         if self._opened is None:
             self._reported_reads += files
+
+    def check_reader(self, reader: str) -> None:
+        """Refuse, before anything is read, a reader the session cannot run."""
+        if reader == "spark" and self.backend.kind == "connect":
+            raise UnsupportedError(
+                "read_parquet(reader='spark') needs Spark's per-task file packing, which Spark Connect does not "
+                "show: use reader='auto' (the pyarrow reader, whole files per task). Nothing was read or written",
+                reason="connect_unsupported",
+            )
 
     def read_parquet(
         self,

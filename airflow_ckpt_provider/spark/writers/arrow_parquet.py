@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_ckpt_provider.failpoints import failpoint
-from airflow_ckpt_provider.spark.writers.context import WriteContext
+from airflow_ckpt_provider.spark.writers.write_context import WriteContext
 from airflow_ckpt_provider.store import FileMetadata
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"

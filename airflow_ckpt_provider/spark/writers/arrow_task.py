@@ -31,7 +31,7 @@ from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.spark.keys import SOURCE_FILE_COLUMN, SOURCE_KEY_COLUMN, distinct_keys, normalize_keys
 from airflow_ckpt_provider.spark.paths import file_key
 from airflow_ckpt_provider.spark.row_source import INPUT_RECORD, InputRecords
-from airflow_ckpt_provider.spark.writers.context import WriteContext
+from airflow_ckpt_provider.spark.writers.write_context import WriteContext
 from airflow_ckpt_provider.store import CheckpointStore, FileMetadata, new_checkpoint_id, open_store
 from airflow_ckpt_provider.store.errors import (
     CheckpointError,

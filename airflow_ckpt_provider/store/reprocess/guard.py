@@ -34,4 +34,4 @@ def output_guard(view: StoreView, commits: Iterable[int] | None = None) -> Outpu
     """The guard for the files a plan touches. ``commits`` is accepted for the planner's calls;
     the roots are the whole store's (every epoch still recorded and every commit record)."""
     del commits  # the store's declared roots cover every commit's files
-    return OutputGuard(view.parts.deleter.guard())
+    return OutputGuard(view.parts.roots.guard())

@@ -18,21 +18,21 @@ import io
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from airflow_ckpt_provider.store.blobs.base import BlobStore
-from airflow_ckpt_provider.store.errors import CorruptCheckpointError, InvalidArgumentError
+from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError, BlobStore
+from airflow_ckpt_provider.store.context import StoreContext
+from airflow_ckpt_provider.store.errors import CorruptCheckpointError, InvalidArgumentError, corrupt_record
 from airflow_ckpt_provider.store.key_reader import key_sources
 from airflow_ckpt_provider.store.model import Checkpoint, FileMetadata
+from airflow_ckpt_provider.store.records import now
+from airflow_ckpt_provider.store.reprocess.model import dumps
 from airflow_ckpt_provider.store.state import StateReader
 from airflow_ckpt_provider.store.store_state import StoreState
-
-if TYPE_CHECKING:
-    from airflow_ckpt_provider.store.context import StoreContext
 
 KEY_COLUMN = "key"
 ATTRIBUTION_COLUMNS = ("checkpoint_id", "epoch")
@@ -120,11 +120,7 @@ def read_lineage(blobs: BlobStore, commit: int) -> dict[str, LineageEntry] | Non
     try:
         table = pq.read_table(pa.BufferReader(found[0]))
     except (pa.ArrowInvalid, OSError) as exc:
-        raise CorruptCheckpointError(
-            f"{blobs.child_uri(lineage_key(commit))} is corrupt or truncated ({exc}); nothing was changed. "
-            "Run `airflow-ckpt check`",
-            reason="corrupt",
-        ) from exc
+        raise corrupt_record(blobs.child_uri(lineage_key(commit)), f"is corrupt or truncated ({exc})") from exc
     entries: dict[str, LineageEntry] = {}
     grouped: dict[str, list[dict[str, Any]]] = {}
     for row in table.to_pylist():
@@ -190,11 +186,7 @@ def attributed_keys(
         try:
             tables.append(with_attribution(pq.read_table(pa.BufferReader(context.blobs.get(key)[0]))))
         except (pa.ArrowInvalid, OSError) as exc:
-            raise CorruptCheckpointError(
-                f"{context.blobs.child_uri(key)} is corrupt or truncated ({exc}); nothing was changed. "
-                "Run `airflow-ckpt check`",
-                reason="corrupt",
-            ) from exc
+            raise corrupt_record(context.blobs.child_uri(key), f"is corrupt or truncated ({exc})") from exc
     loose = dataclasses.replace(state, snapshot=None)
 
     def one(checkpoint: Checkpoint) -> pa.Table:
@@ -253,9 +245,7 @@ def read_snapshot_index(blobs: BlobStore, number: int) -> dict[str, tuple[int, i
     try:
         table = pq.read_table(pa.BufferReader(found[0]))
     except (pa.ArrowInvalid, OSError) as exc:
-        raise CorruptCheckpointError(
-            f"{blobs.child_uri(key)} is corrupt or truncated ({exc}); nothing was changed", reason="corrupt"
-        ) from exc
+        raise corrupt_record(blobs.child_uri(key), f"is corrupt or truncated ({exc})") from exc
     return {
         str(i): (int(e), int(n))
         for i, e, n in zip(
@@ -273,3 +263,36 @@ def drop_checkpoints(table: pa.Table, checkpoint_ids: Iterable[str]) -> pa.Table
     doomed = pa.array(sorted(set(checkpoint_ids)), pa.string())
     keep = pc.invert(pc.fill_null(pc.is_in(table.column("checkpoint_id"), value_set=doomed), False))
     return table.filter(keep)
+
+
+def derive_snapshot(context: StoreContext, number: int | None, source: int | None, drop: Iterable[str]) -> None:
+    """``snapshots/{number}``: snapshot ``source`` without the keys of the checkpoints in ``drop`` (a reprocess
+    retracting them). Idempotent: a snapshot already written is kept."""
+    assert number is not None and source is not None
+    blobs = context.blobs
+    prefix = f"snapshots/{number:08d}/"
+    if blobs.exists(prefix + "manifest.json"):
+        return
+    source_prefix = f"snapshots/{source:08d}/"
+    old = context.read_json(source_prefix + "manifest.json")
+    try:
+        table = pq.read_table(pa.BufferReader(blobs.get(source_prefix + "keys.parquet")[0]))
+    except BlobNotFoundError:
+        table = pa.table({KEY_COLUMN: pa.array([], pa.string())})
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptCheckpointError(
+            f"{blobs.child_uri(source_prefix + 'keys.parquet')} is corrupt ({exc}); nothing more was changed. "
+            "Run `airflow-ckpt check`",
+            reason="corrupt",
+        ) from exc
+    dropped = set(drop)
+    kept = drop_checkpoints(table, dropped)
+    write_snapshot_data(blobs, prefix, kept)
+    manifest = dict(old) | {
+        "snapshot": number,
+        "checkpoint_ids": sorted(set(old.get("checkpoint_ids", [])) - dropped),
+        "num_keys": kept.num_rows,
+        "created_at": now(),
+        "derived_from": source,
+    }
+    blobs.put(prefix + "manifest.json", dumps(manifest))

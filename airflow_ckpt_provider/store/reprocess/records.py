@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_ckpt_provider.store.blobs.base import BlobStore
-from airflow_ckpt_provider.store.errors import CorruptCheckpointError
+from airflow_ckpt_provider.store.errors import CorruptCheckpointError, corrupt_record
 from airflow_ckpt_provider.store.reprocess.model import ReprocessRecord, Selection
 
 PREFIX = "retractions/"
@@ -47,10 +47,7 @@ def _json(blobs: BlobStore, key: str, data: bytes) -> dict[str, Any]:
     try:
         parsed = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptCheckpointError(
-            f"{blobs.child_uri(key)} is corrupt or truncated ({exc}); nothing was changed. Run `airflow-ckpt check`",
-            reason="corrupt",
-        ) from exc
+        raise corrupt_record(blobs.child_uri(key), f"is corrupt or truncated ({exc})") from exc
     if not isinstance(parsed, dict):
         raise CorruptCheckpointError(f"{blobs.child_uri(key)} does not hold a JSON object", reason="corrupt")
     return parsed

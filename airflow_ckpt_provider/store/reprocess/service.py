@@ -229,7 +229,7 @@ class Reprocessing:
             )
         plan = with_refusals(view, pending)
         check_expected(view, plan, expected)
-        self.parts.epochs.write_end(
+        self.parts.epoch_log.write_end(
             pending.new_epoch,
             EpochStatus.FAILED,
             {"reason": "abandoned: its plan was not run", "abandoned_by": requested_by, "files": len(plan.files)},

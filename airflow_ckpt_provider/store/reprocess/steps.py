@@ -12,16 +12,13 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError, BlobStore
 from airflow_ckpt_provider.store.epochs import EpochBase
 from airflow_ckpt_provider.store.errors import CorruptCheckpointError, EpochConflictError, RefusedError
 from airflow_ckpt_provider.store.model import Epoch, EpochStatus
 from airflow_ckpt_provider.store.records import now
-from airflow_ckpt_provider.store.reprocess.lineage import KEY_COLUMN, drop_checkpoints, write_snapshot_data
+from airflow_ckpt_provider.store.reprocess.lineage import derive_snapshot
 from airflow_ckpt_provider.store.reprocess.model import DELETE, PURGE, UNDO, dumps
 from airflow_ckpt_provider.store.reprocess.plan import PlannedFile, ReprocessPlan, ReprocessResult
 from airflow_ckpt_provider.store.reprocess.planner import quarantine_key
@@ -48,7 +45,7 @@ class Steps:
         assert plan.new_epoch is not None
         plan_record = plan.to_json()
         plan_record.pop("description", None)
-        epochs = self.parts.epochs
+        epochs = self.parts.epoch_log
         epochs.open_fencing(
             plan.new_epoch,
             owner=f"{plan.action}:{plan.requested_by or 'api'}",
@@ -64,7 +61,7 @@ class Steps:
 
     def _end(self, plan: ReprocessPlan, status: EpochStatus, summary: dict[str, Any]) -> None:
         assert plan.new_epoch is not None
-        self.parts.epochs.write_end(plan.new_epoch, status, summary)
+        self.parts.epoch_log.write_end(plan.new_epoch, status, summary)
 
     # ------------------------------------------------------------------ reprocess / rewind
 
@@ -72,7 +69,7 @@ class Steps:
         number = plan.new_epoch
         assert number is not None
         if plan.snapshot_drop:
-            self._write_snapshot(plan)
+            derive_snapshot(self.parts.context, plan.new_epoch, plan.snapshot_from, plan.snapshot_drop)
         failpoint("store.reprocess.after_snapshot")
         outcomes = self._move(plan) if plan.mode != DELETE else self._delete(plan)
         record = {
@@ -105,36 +102,6 @@ class Steps:
         )
         self._end(plan, EpochStatus.RETRACTED, result.summary())
         return result
-
-    def _write_snapshot(self, plan: ReprocessPlan) -> None:
-        """``snapshots/{n}``: the previous snapshot without the retracted checkpoints' keys."""
-        number = plan.new_epoch
-        assert number is not None and plan.snapshot_from is not None
-        prefix = f"snapshots/{number:08d}/"
-        if self.blobs.exists(prefix + "manifest.json"):
-            return
-        source = f"snapshots/{plan.snapshot_from:08d}/"
-        old = self.parts.context.read_json(source + "manifest.json")
-        try:
-            table = pq.read_table(pa.BufferReader(self.blobs.get(source + "keys.parquet")[0]))
-        except BlobNotFoundError:
-            table = pa.table({KEY_COLUMN: pa.array([], pa.string())})
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise CorruptCheckpointError(
-                f"{self.blobs.child_uri(source + 'keys.parquet')} is corrupt ({exc}); nothing more was changed. "
-                "Run `airflow-ckpt check`",
-                reason="corrupt",
-            ) from exc
-        kept = drop_checkpoints(table, plan.snapshot_drop)
-        write_snapshot_data(self.blobs, prefix, kept)
-        manifest = dict(old) | {
-            "snapshot": number,
-            "checkpoint_ids": sorted(set(old.get("checkpoint_ids", [])) - set(plan.snapshot_drop)),
-            "num_keys": kept.num_rows,
-            "created_at": now(),
-            "derived_from": plan.snapshot_from,
-        }
-        self.blobs.put(prefix + "manifest.json", dumps(manifest))
 
     def checked(self, files: Sequence[PlannedFile], number: int) -> list[tuple[PlannedFile, str]]:
         """Each file with its recomputed quarantine key; refuse the lot if any path is not allowed."""
@@ -191,7 +158,7 @@ class Steps:
                 f"Run the reprocess again (it resumes)",
                 reason="corrupt",
             )
-        if not self.parts.epochs.is_current(number):
+        if not self.parts.epoch_log.is_current(number):
             raise EpochConflictError(
                 f"epoch {number} of {self.parts.uri} was superseded while its files were being moved; the "
                 "originals still in the output are kept. Run `airflow-ckpt check`",

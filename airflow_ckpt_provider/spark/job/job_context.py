@@ -7,10 +7,11 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from airflow_ckpt_provider.spark.backend import SparkBackend
+from airflow_ckpt_provider.spark.backend import SparkBackend, session_backend
+from airflow_ckpt_provider.spark.job.epoch import job_epoch
 from airflow_ckpt_provider.spark.job.source_keys import SourceKeys
 from airflow_ckpt_provider.spark.readers.file_inputs import FileInputs
-from airflow_ckpt_provider.store import CheckpointStore
+from airflow_ckpt_provider.store import CheckpointStore, open_store
 
 
 @dataclass
@@ -29,6 +30,36 @@ class JobContext:
     broadcast_threshold: int
     #: The job's default task count where it partitions rows by key (None: ``spark.sql.shuffle.partitions``).
     num_partitions: int | None
+
+    @classmethod
+    def open(
+        cls,
+        spark: SparkSession,
+        store_uri: str,
+        *,
+        epoch: int | None,
+        owner: str | None,
+        broadcast_threshold: int,
+        num_partitions: int | None,
+        store_options: dict[str, Any],
+    ) -> JobContext:
+        """The session's backend checked, the store opened, the job's epoch opened or checked (:func:`job_epoch`)."""
+        backend = session_backend(spark)
+        # Over Spark Connect: the server's Python must run this package, checked before anything is written.
+        backend.check_server()
+        store = open_store(store_uri, **store_options)
+        options = dict(store.options)
+        return cls(
+            spark=spark,
+            backend=backend,
+            store=store,
+            epoch=job_epoch(store, backend, epoch, owner),
+            options=options,
+            files=FileInputs(spark, backend, options),
+            keys=SourceKeys(store),
+            broadcast_threshold=broadcast_threshold,
+            num_partitions=num_partitions,
+        )
 
     def shuffle_partitions(self) -> int:
         return int(self.spark.conf.get("spark.sql.shuffle.partitions", "200") or 200)
