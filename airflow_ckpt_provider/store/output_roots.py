@@ -69,7 +69,7 @@ class OutputRoots:
         if not _covered(canonical, record.output_roots):
             raise RefusedError(
                 f"this job writes to {canonical}, but epoch {epoch} of {self._context.uri} was opened with "
-                f"output_roots={list(record.output_roots)}: add it to the operator's output_roots (or write "
+                f"output_roots={list(record.output_roots or ())}: add it to the operator's output_roots (or write "
                 "under one of them). Nothing was written",
                 reason="output_root_not_declared",
             )
