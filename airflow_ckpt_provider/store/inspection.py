@@ -31,7 +31,7 @@ from airflow_ckpt_provider.store.model import (
     Progress,
     StoreContents,
 )
-from airflow_ckpt_provider.store.parts import StoreParts
+from airflow_ckpt_provider.store.parts import PartsUser, StoreParts
 from airflow_ckpt_provider.store.records import commit_result_from_json
 from airflow_ckpt_provider.store.reprocess.maintenance import maintenance_problems, quarantine_notes
 from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, OnRerun, RerunPlan, plan_rerun
@@ -41,15 +41,8 @@ from airflow_ckpt_provider.store.segments import read_owners as read_segment_own
 from airflow_ckpt_provider.store.store_state import StoreState
 
 
-class Inspector:
+class Inspector(PartsUser):
     """Reports progress and audits a store without changing it."""
-
-    def __init__(self, parts: StoreParts) -> None:
-        self._context = parts.context
-        self._blobs = parts.blobs
-        self._reader = parts.reader
-        self._roots = parts.roots
-        self._deleter = parts.deleter
 
     def progress(self) -> Progress:
         # No counter depends on which checkpoints are committed: the commit record (megabytes for a big

@@ -41,7 +41,7 @@ class StoreParts:
 
 
 class PartsUser:
-    """A concern that works on a store's parts (commit, retention): each part as an attribute."""
+    """A concern that works on a store's parts (commit, retention, inspection): each part as an attribute."""
 
     def __init__(self, parts: StoreParts) -> None:
         self._context = parts.context
