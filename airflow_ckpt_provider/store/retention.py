@@ -26,7 +26,7 @@ from airflow_ckpt_provider.store.model import (
 )
 from airflow_ckpt_provider.store.parts import PartsUser
 from airflow_ckpt_provider.store.records import NamePattern, dumps, now, record_time
-from airflow_ckpt_provider.store.reprocess.lineage import attributed_keys, unattributed_through, write_snapshot_data
+from airflow_ckpt_provider.store.reprocess.lineage import attributed_keys, write_snapshot_data
 from airflow_ckpt_provider.store.reprocess.maintenance import refuse_unfinished_maintenance
 from airflow_ckpt_provider.store.segment_reader import segment_intents
 from airflow_ckpt_provider.store.store_state import StoreState
@@ -82,10 +82,9 @@ class Retention(PartsUser):
             "key_type": str(keys.schema.field(KEY_COLUMN).type) if keys.num_rows else None,
             "created_at": now(),
             "format": "parquet",
-            # Each key's checkpoint and epoch are in keys.parquet (docs/reprocess.md); rows an earlier
-            # version compacted carry none and were committed at or before this epoch.
+            # Each key's checkpoint and epoch are in keys.parquet (docs/reprocess.md); readers refuse a
+            # snapshot that does not say so.
             "attributed": True,
-            "unattributed_through": unattributed_through(state.snapshot),
         }
         self._blobs.put(prefix + "manifest.json", dumps(manifest))
         failpoint("store.cleanup.after_snapshot_manifest")

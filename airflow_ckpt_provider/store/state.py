@@ -103,7 +103,15 @@ class StateReader:
             key = snapshot_prefix(number) + "manifest.json"
             found = self._blobs.get_if_exists(key)
             if found is not None:
-                return self._context.parse_json(key, found[0])
+                data = self._context.parse_json(key, found[0])
+                if data.get("attributed") is not True:
+                    raise corrupt_record(
+                        self._blobs.child_uri(key),
+                        "does not record which checkpoint each of its keys came from, a snapshot format no "
+                        "release of airflow-ckpt-provider wrote",
+                        "Clear the store (`airflow-ckpt clear`) and run the job again",
+                    )
+                return data
         return None
 
     # ------------------------------------------------------------------ the state

@@ -402,6 +402,45 @@ def test_retain_compacts_into_one_snapshot(backend: Backend) -> None:
     assert progress.keys_done == 12 and progress.committed
 
 
+@pytest.mark.parametrize("damage", ["unattributed-manifest", "unattributed-keys", "no-index"])
+def test_a_snapshot_no_release_wrote_is_a_typed_error_and_nothing_is_deleted(backend: Backend, damage: str) -> None:
+    """Every snapshot records which checkpoint each key came from (reprocess and rewind select by it). One
+    without that (a pre-release format: its manifest does not say ``attributed``, its keys lack the columns,
+    or its checkpoint index is gone) is refused where it is read, naming the file, and nothing is deleted."""
+    import pyarrow.parquet as pq
+
+    from airflow_ckpt_provider.store import Selection
+    from airflow_ckpt_provider.store.errors import CorruptCheckpointError
+
+    store = backend.store()
+    epoch = begin(store, backend, owner="t")
+    write_task(store, backend, epoch=epoch.number, partition=0, keys=["a", "b"])
+    store.epochs.end(epoch.number, status=EpochStatus.SUCCEEDED)
+    store.commit([backend.output_uri])
+    store.housekeeping.cleanup(RetentionPolicy.RETAIN)
+    blobs = backend.store_blobs()
+    prefix = f"snapshots/{epoch.number:08d}/"
+    if damage == "unattributed-manifest":
+        manifest = json.loads(blobs.get(prefix + "manifest.json")[0])
+        del manifest["attributed"]
+        blobs.put(prefix + "manifest.json", json.dumps(manifest).encode())
+    elif damage == "unattributed-keys":
+        sink = pa.BufferOutputStream()
+        pq.write_table(pa.table({"key": ["a", "b"]}), sink)
+        blobs.put(prefix + "keys.parquet", sink.getvalue().to_pybytes())
+    else:
+        blobs.delete_many([prefix + "checkpoints.parquet"])
+    store_before, output_before = backend.store_keys(), backend.output_names()
+    if damage == "unattributed-manifest":
+        with raises_reason(CorruptCheckpointError, "corrupt", match="no release of airflow-ckpt-provider wrote"):
+            store.get_checkpointed_keys()
+        with raises_reason(CorruptCheckpointError, "corrupt"):
+            store.inspection.progress()
+    with raises_reason(CorruptCheckpointError, "corrupt", match=prefix):
+        store.reprocessing.run(Selection(keys=["a"]))
+    assert backend.store_keys() == store_before and backend.output_names() == output_before
+
+
 def test_degraded_commit_keeps_what_it_cannot_prove_orphaned(backend: Backend) -> None:
     store = backend.store()
     epoch = begin(store, backend, owner="t")

@@ -164,14 +164,13 @@ def attributed(table: pa.Table, checkpoint_id: str | None, epoch: int | None) ->
 
 
 def with_attribution(table: pa.Table) -> pa.Table:
-    """A snapshot keys table with the attribution columns (null where an earlier version wrote none)."""
-    if all(name in table.column_names for name in ATTRIBUTION_COLUMNS):
-        return table.select([KEY_COLUMN, *ATTRIBUTION_COLUMNS]).cast(
-            pa.schema(
-                [table.schema.field(KEY_COLUMN), pa.field("checkpoint_id", pa.string()), pa.field("epoch", pa.int64())]
-            )
+    """A snapshot's keys table, its attribution columns typed; :class:`KeyError` if it has none (a snapshot
+    format no release wrote: the callers raise it as a corrupt record)."""
+    return table.select([KEY_COLUMN, *ATTRIBUTION_COLUMNS]).cast(
+        pa.schema(
+            [table.schema.field(KEY_COLUMN), pa.field("checkpoint_id", pa.string()), pa.field("epoch", pa.int64())]
         )
-    return attributed(table, None, None)
+    )
 
 
 def attributed_keys(
@@ -185,7 +184,7 @@ def attributed_keys(
         key = f"snapshots/{int(snapshot['snapshot']):08d}/keys.parquet"
         try:
             tables.append(with_attribution(pq.read_table(pa.BufferReader(context.blobs.get(key)[0]))))
-        except (pa.ArrowInvalid, OSError) as exc:
+        except (pa.ArrowInvalid, OSError, KeyError) as exc:
             raise corrupt_record(context.blobs.child_uri(key), f"is corrupt or truncated ({exc})") from exc
     loose = dataclasses.replace(state, snapshot=None)
 
@@ -210,16 +209,6 @@ def attributed_keys(
     return pa.concat_tables(tables)
 
 
-def unattributed_through(snapshot: Mapping[str, Any] | None) -> int | None:
-    """Up to which epoch a snapshot holds keys without attribution (compacted by an earlier version)."""
-    if snapshot is None or not int(snapshot.get("num_keys", 0)):
-        return None
-    if snapshot.get("attributed"):
-        value = snapshot.get("unattributed_through")
-        return None if value is None else int(value)
-    return int(snapshot["snapshot"])
-
-
 def write_snapshot_data(blobs: BlobStore, prefix: str, keys: pa.Table) -> None:
     """A snapshot's data: ``keys.parquet`` (the keys with attribution) and ``checkpoints.parquet``
     (one row per checkpoint: its id, epoch and number of keys), the small index a reprocess plans
@@ -236,12 +225,12 @@ def write_snapshot_data(blobs: BlobStore, prefix: str, keys: pa.Table) -> None:
 
 
 def read_snapshot_index(blobs: BlobStore, number: int) -> dict[str, tuple[int, int]]:
-    """Checkpoint id -> (epoch, number of keys) of the keys snapshot ``number`` holds (empty for a
-    snapshot written by an earlier version: its keys are unattributed)."""
+    """Checkpoint id -> (epoch, number of keys) of the keys snapshot ``number`` holds (every snapshot
+    has this index: ``write_snapshot_data`` writes it before the snapshot's manifest)."""
     key = f"snapshots/{number:08d}/{INDEX_NAME}"
     found = blobs.get_if_exists(key)
     if found is None:
-        return {}
+        raise corrupt_record(blobs.child_uri(key), "is missing (every snapshot has its checkpoint index)")
     try:
         table = pq.read_table(pa.BufferReader(found[0]))
     except (pa.ArrowInvalid, OSError) as exc:
@@ -258,8 +247,7 @@ def read_snapshot_index(blobs: BlobStore, number: int) -> dict[str, tuple[int, i
 
 
 def drop_checkpoints(table: pa.Table, checkpoint_ids: Iterable[str]) -> pa.Table:
-    """The snapshot keys table without the rows of ``checkpoint_ids``."""
-    table = with_attribution(table)
+    """The snapshot keys table (with its attribution) without the rows of ``checkpoint_ids``."""
     doomed = pa.array(sorted(set(checkpoint_ids)), pa.string())
     keep = pc.invert(pc.fill_null(pc.is_in(table.column("checkpoint_id"), value_set=doomed), False))
     return table.filter(keep)
@@ -276,10 +264,10 @@ def derive_snapshot(context: StoreContext, number: int | None, source: int | Non
     source_prefix = f"snapshots/{source:08d}/"
     old = context.read_json(source_prefix + "manifest.json")
     try:
-        table = pq.read_table(pa.BufferReader(blobs.get(source_prefix + "keys.parquet")[0]))
+        table = with_attribution(pq.read_table(pa.BufferReader(blobs.get(source_prefix + "keys.parquet")[0])))
     except BlobNotFoundError:
-        table = pa.table({KEY_COLUMN: pa.array([], pa.string())})
-    except (pa.ArrowInvalid, OSError) as exc:
+        table = attributed(pa.table({KEY_COLUMN: pa.array([], pa.string())}), None, None)
+    except (pa.ArrowInvalid, OSError, KeyError) as exc:
         raise CorruptCheckpointError(
             f"{blobs.child_uri(source_prefix + 'keys.parquet')} is corrupt ({exc}); nothing more was changed. "
             "Run `airflow-ckpt check`",

@@ -70,7 +70,6 @@ def resolve_rewind(view: StoreView, to_commit: int) -> list[Unit]:
     for entry in view.lineages(later).values():
         if entry.epoch > to_commit and view.unit_of_entry(entry) is not None:
             picked[entry.checkpoint_id] = entry.epoch
-    _check_attribution(view, through=to_commit)
     return view.materialize(picked, picked)
 
 
@@ -216,24 +215,6 @@ def _legacy_commit_counts(view: StoreView, commit: int) -> bool:
     record = view.parts.context.read_json(f"commits/{commit:08d}.json")
     ids = {str(i) for i in record.get("checkpoint_ids", [])}
     return bool(ids - set(view.valid) - view.retracted)
-
-
-def _check_attribution(view: StoreView, *, through: int) -> None:
-    """A snapshot compacted by an earlier version holds keys of unknown checkpoints, committed at or
-    before ``unattributed_through``: a rewind to an earlier commit cannot tell which to drop."""
-    snapshot = view.state.snapshot
-    if snapshot is None:
-        return
-    unattributed = snapshot.get("unattributed_through")
-    if unattributed is None and not snapshot.get("attributed", False) and int(snapshot.get("num_keys", 0)):
-        unattributed = int(snapshot["snapshot"])
-    if unattributed is not None and int(unattributed) > through:
-        raise UnsupportedError(
-            f"the keys of {view.parts.uri} were compacted by an earlier version of airflow-ckpt-provider up to "
-            f"epoch {unattributed}, without a record of which checkpoint each came from: rewind to commit "
-            f"{unattributed} or later, or clear. Nothing was changed",
-            reason="selection_unavailable",
-        )
 
 
 def _no_commit(view: StoreView, commit: int) -> str:
