@@ -58,21 +58,10 @@ class EpochOwner:
 
     @classmethod
     def from_epoch(cls, epoch: Epoch) -> EpochOwner | None:
-        """The task instance that opened ``epoch``; None for epochs not opened by a task
-        (``clear``, a job without Airflow).
-
-        Reads the structured record; for epochs written before it existed, the legacy
-        ``dag/task/run`` owner of the epoch metadata's ``dag_id``/``task_id``/``run_id``.
-        """
+        """The task instance that opened ``epoch`` (its structured record, which every operator writes);
+        None for epochs not opened by a task (``clear``, a job without Airflow) or whose record does not parse."""
         recorded = epoch.metadata.get(OWNER_METADATA_KEY)
-        if isinstance(recorded, Mapping):
-            owner = cls.from_json(recorded)
-            if owner is not None:
-                return owner
-        legacy = cls.from_json({k: epoch.metadata.get(k) for k in ("dag_id", "task_id", "run_id")})
-        if legacy is not None and epoch.owner == legacy.key():
-            return legacy
-        return None
+        return cls.from_json(recorded) if isinstance(recorded, Mapping) else None
 
     def same_instance(self, other: EpochOwner | None) -> bool:
         return other is not None and self == other

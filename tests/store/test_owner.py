@@ -26,17 +26,18 @@ def test_keys_keep_the_0_1_owner_for_unmapped_tasks_and_tell_map_indexes_apart()
     assert len(keys) == 4
 
 
-def test_from_epoch_reads_the_record_the_legacy_owner_and_never_raises(tmp_path: Path) -> None:
+def test_from_epoch_reads_the_record_only_and_never_raises(tmp_path: Path) -> None:
     store = open_store(str(tmp_path / "s"))
     owner = EpochOwner("dag", "task", "run", 3)
     _begin(store.uri, owner)
     latest = store.epochs.current()
     assert latest is not None and EpochOwner.from_epoch(latest) == owner
 
-    legacy = store.epochs.begin(
+    # the dag/task/run fields alone, without the structured record (no release wrote such an epoch): no owner
+    bare = store.epochs.begin(
         owner="dag/task/run", metadata={"dag_id": "dag", "task_id": "task", "run_id": "run"}, takeover=True
     )
-    assert EpochOwner.from_epoch(legacy) == EpochOwner("dag", "task", "run", -1)
+    assert EpochOwner.from_epoch(bare) is None
     for metadata in (
         {OWNER_METADATA_KEY: {"dag_id": "d", "task_id": 5, "run_id": "r"}},
         {OWNER_METADATA_KEY: {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": "1"}},
