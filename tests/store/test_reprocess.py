@@ -192,6 +192,31 @@ def test_select_by_epoch_commit_and_time(backend: Backend) -> None:
     assert backend.output_names() == {name(p) for p in first.all_files}
 
 
+@pytest.mark.parametrize("selection", ["commit", "time", "rewind"])
+def test_a_commit_without_its_lineage_is_a_typed_error_and_nothing_changes(backend: Backend, selection: str) -> None:
+    """Every commit writes its lineage (which checkpoint wrote which file) before its record; a store where one
+    is missing (damaged, or a format no release wrote) refuses the selections that need it, naming the file."""
+    from airflow_ckpt_provider.store.errors import CorruptCheckpointError
+
+    store = backend.store()
+    first = run_and_commit(store, backend, [["k1"], ["k2"]])
+    second = run_and_commit(store, backend, [["k3"]])
+    blobs = backend.store_blobs()
+    key = f"lineage/{first.epoch:08d}.parquet"
+    assert blobs.exists(key)
+    blobs.delete_many([key])
+    before = Picture.take(backend)
+    chosen = {
+        "commit": lambda: store.reprocessing.run(Selection(commits=[first.epoch])),
+        "time": lambda: store.reprocessing.run(Selection(sealed_before=dt.datetime.now(dt.UTC))),
+        "rewind": lambda: store.reprocessing.rewind(0),
+    }[selection]
+    with raises_reason(CorruptCheckpointError, "corrupt", match=key):
+        chosen()
+    assert Picture.take(backend) == before and done_keys(store) == ["k1", "k2", "k3"]
+    assert second.epoch > first.epoch
+
+
 def test_file_keys_select_the_checkpoints_that_read_them(backend: Backend) -> None:
     """File keys are normalized input URIs: a plain path or file:/ form names the same key."""
     store = backend.store()

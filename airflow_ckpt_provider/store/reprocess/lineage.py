@@ -112,11 +112,14 @@ def write_lineage(
     blobs.put(lineage_key(commit), sink.getvalue())
 
 
-def read_lineage(blobs: BlobStore, commit: int) -> dict[str, LineageEntry] | None:
-    """Commit ``commit``'s lineage by checkpoint id, or None when that commit wrote none (an earlier version)."""
+def read_lineage(blobs: BlobStore, commit: int) -> dict[str, LineageEntry]:
+    """Commit ``commit``'s lineage by checkpoint id. Every commit writes it before its record, so a missing
+    one is a corrupt record (:class:`CorruptCheckpointError`, ``corrupt``)."""
     found = blobs.get_if_exists(lineage_key(commit))
     if found is None:
-        return None
+        raise corrupt_record(
+            blobs.child_uri(lineage_key(commit)), f"is missing (commit {commit} writes it before its record)"
+        )
     try:
         table = pq.read_table(pa.BufferReader(found[0]))
     except (pa.ArrowInvalid, OSError) as exc:

@@ -161,7 +161,7 @@ def _by_time(view: StoreView, after: str | None, before: str | None) -> Picked:
         return (after is None or moment > parse_time(after)) and (before is None or moment < parse_time(before))
 
     picked: Picked = {c.checkpoint_id: c.epoch for c in view.state.valid if inside(c.sealed_at)}
-    for entry in view.lineages(_lineage_commits(view, view.commits)).values():
+    for entry in view.lineages(view.commits).values():
         if inside(entry.sealed_at) and view.unit_of_entry(entry) is not None:
             picked[entry.checkpoint_id] = entry.epoch
     return picked
@@ -193,28 +193,6 @@ def _as_key_type(values: list[Any], target: pa.DataType, reason: str, what: str)
             "type (a file key is the input file's URI). Nothing was changed",
             reason=reason,
         ) from exc
-
-
-def _lineage_commits(view: StoreView, commits: Sequence[int]) -> list[int]:
-    """The commits whose lineage a whole-history selection needs: all of them, except older ones
-    written before lineage existed whose checkpoints no longer count (nothing to find there)."""
-    from airflow_ckpt_provider.store.reprocess.lineage import lineage_commits
-
-    have = lineage_commits(view.parts.blobs)
-    needed: list[int] = []
-    for commit in commits:
-        if commit in have:
-            needed.append(commit)
-        elif _legacy_commit_counts(view, commit):
-            view.lineage(commit)  # raises UnsupportedError("selection_unavailable") with the explanation
-    return needed
-
-
-def _legacy_commit_counts(view: StoreView, commit: int) -> bool:
-    """Whether a commit without lineage still names output that counts (not valid, not retracted)."""
-    record = view.parts.context.read_json(f"commits/{commit:08d}.json")
-    ids = {str(i) for i in record.get("checkpoint_ids", [])}
-    return bool(ids - set(view.valid) - view.retracted)
 
 
 def _no_commit(view: StoreView, commit: int) -> str:

@@ -62,7 +62,7 @@ class StoreView:
     commits: tuple[int, ...]  # numbers of commit records, sorted
     done_commits: frozenset[int]
     retractions: Retractions
-    _lineage: dict[int, dict[str, LineageEntry] | None] = field(default_factory=dict)
+    _lineage: dict[int, dict[str, LineageEntry]] = field(default_factory=dict)
 
     @classmethod
     def read(cls, parts: StoreParts) -> StoreView:
@@ -130,15 +130,7 @@ class StoreView:
     def lineage(self, commit: int) -> dict[str, LineageEntry]:
         if commit not in self._lineage:
             self._lineage[commit] = read_lineage(self.parts.blobs, commit)
-        found = self._lineage[commit]
-        if found is None:
-            raise UnsupportedError(
-                f"commit {commit} of {self.parts.uri} was made by an earlier version of airflow-ckpt-provider, "
-                "which did not record which files each checkpoint wrote: select commits made since the upgrade, "
-                f"or rewind to commit {commit} or later. Nothing was changed",
-                reason="selection_unavailable",
-            )
-        return found
+        return self._lineage[commit]
 
     def lineages(self, commits: Iterable[int]) -> dict[str, LineageEntry]:
         """Lineage entries of ``commits``, the first commit of each checkpoint winning."""
