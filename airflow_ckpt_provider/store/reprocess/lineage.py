@@ -151,10 +151,6 @@ def read_lineage(blobs: BlobStore, commit: int) -> dict[str, LineageEntry]:
     return entries
 
 
-def lineage_commits(blobs: BlobStore) -> set[int]:
-    return {int(i.key[len(LINEAGE_PREFIX) : len(LINEAGE_PREFIX) + 8]) for i in blobs.list(LINEAGE_PREFIX)}
-
-
 # ---------------------------------------------------------------------- snapshot attribution
 
 
