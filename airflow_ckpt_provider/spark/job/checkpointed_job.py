@@ -59,7 +59,6 @@ class CheckpointedJob:
         )
         self.spark, self.backend, self.store, self.epoch = spark, context.backend, context.store, context.epoch
         self.result_path = result_path
-        self._files = context.files
         self._result = JobResult(context, result_path, owns_epoch=epoch is None)
         self._writes = WritePipeline(self._context, record=self._result.record_write)
         #: What each skip_completed call skipped (in call order).
@@ -113,7 +112,7 @@ class CheckpointedJob:
         store's done keys on the driver (file lists are small). Raises
         :class:`InvalidArgumentError` (``key_type_mismatch``) if the store holds non-file keys.
         """
-        return self._files.select_pending(paths, self._context.keys.done_files())
+        return self._context.files.select_pending(paths, self._context.keys.done_files())
 
     def read_parquet(
         self,
@@ -142,9 +141,9 @@ class CheckpointedJob:
         Raises :class:`InvalidArgumentError` (``unreadable_input``).
         """
         paths = list(paths)
-        self._files.check_reader(reader)
+        self._context.files.check_reader(reader)
         todo = self.pending_files(paths)
-        return self._files.read_parquet(
+        return self._context.files.read_parquet(
             paths,
             todo,
             schema=schema,
