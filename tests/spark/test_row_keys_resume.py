@@ -191,3 +191,37 @@ def test_many_done_keys_are_anti_joined_in_the_writers_buckets(
     operator.store.commit(output_roots=[local_target.output_uri])
     rows = spark.read.parquet(local_target.output_uri.removeprefix("file://")).select("event_id").collect()
     assert sorted(r[0] for r in rows) == sorted([*range(0, 40), *range(100, 140), *range(200, 240), *range(1000, 1600)])
+
+
+@pytest.mark.parametrize(
+    ("key", "event_ids", "accounts", "example"),
+    [
+        ("event_id", [0, 7, 0, 3], ["a", "b", "c", "d"], 0),
+        ("account", [1, 2, 3, 4], ["u1", "u2", "u2", "u3"], "u2"),
+        (("account", "event_id"), [1, 2, 2, 3], ["a", "b", "b", "c"], {"account": "b", "event_id": 2}),
+    ],
+    ids=["int-zero", "string", "composite"],
+)
+def test_a_repeated_string_zero_or_composite_key_declared_unique_is_refused(
+    spark: SparkSession,
+    local_target: Target,
+    tmp_path: Path,
+    key: str | tuple[str, ...],
+    event_ids: list[int],
+    accounts: list[str],
+    example: object,
+) -> None:
+    """Spark's writer, a source declared unique whose key repeats within one task, for an integer key
+    (0, the value a hash set would take for an empty slot), a string key and a composite key: the
+    driver refuses the task with a typed error naming the repeated key (a composite key raised Arrow's
+    "no kernel" error instead), and nothing is sealed."""
+    inputs = [_write(tmp_path / "in" / "0.parquet", event_ids, accounts)]
+    operator = FakeOperator(local_target)
+    epoch = operator.begin()
+    job = CheckpointedJob(spark, local_target.store_uri, epoch=epoch, **local_target.options)
+    df = job.skip_completed(spark.read.parquet(*inputs), list(key) if isinstance(key, tuple) else key, unique=True)
+    with raises_reason(InvalidArgumentError, "key_not_unique", match="unique=True") as raised:
+        job.write_parquet(df, local_target.output_uri, engine="spark")
+    assert f"e.g. {example!r}," in str(raised.value)
+    operator.end(epoch, 1)
+    assert operator.store.inspection.list_checkpoints() == [], "nothing of the task that met the repeated key is sealed"

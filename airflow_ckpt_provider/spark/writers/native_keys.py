@@ -76,6 +76,12 @@ class NativeRowKeys:
 
 
 def _repeated(column: pa.ChunkedArray) -> Any:
-    counts = pc.value_counts(column.combine_chunks())
-    repeated = counts.filter(pc.greater(counts.field("counts"), 1))
-    return repeated.field("values")[0].as_py() if len(repeated) else None
+    """One key that ``column`` holds twice (for the error message), or None. Composite keys are structs,
+    which ``value_counts`` has no kernel for: they are counted by their fields."""
+    table = pa.table({"k": column.combine_chunks()}).flatten()
+    counts = table.group_by(table.column_names, use_threads=False).aggregate([([], "count_all")])
+    repeated = counts.filter(pc.greater(counts.column("count_all"), 1)).drop_columns(["count_all"])
+    if not repeated.num_rows:
+        return None
+    first = repeated.slice(0, 1).to_pylist()[0]
+    return first["k"] if list(first) == ["k"] else {name.split(".", 1)[1]: value for name, value in first.items()}
