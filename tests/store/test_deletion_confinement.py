@@ -367,8 +367,8 @@ def test_who_declares_nothing_is_named_and_configured_roots_never_declare_by_the
     (``[ckpt] trusted_output_roots``) only bound what the records declare (docs/security.md)."""
     uri, out = (tmp_path / "store").as_uri(), tmp_path / "lake" / "out"
     out.mkdir(parents=True)
-    legacy = open_store(uri)
-    legacy.epochs.begin(owner="job")  # declares no root, as stores of earlier versions
+    undeclared = open_store(uri)
+    undeclared.epochs.begin(owner="job")  # declares no root: the store API used directly, no output_roots
     who = "output_roots of DAG task 'etl.commit' and of its Spark task 'process'"
     guard = open_store(uri, trusted_output_roots=(), output_roots_declared_by=who).deletion_guard()
     assert guard.keeps_all_output and guard.root_uris == ()
