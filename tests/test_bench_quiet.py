@@ -60,3 +60,19 @@ def test_busy_processes_reads_the_state_after_the_command_name(tmp_path: Path) -
         (tmp_path / pid).mkdir()
         (tmp_path / pid / "stat").write_text(stat)
     assert quiet.busy_processes(tmp_path) == 2
+
+
+#: Scripts under bench/ that time nothing: fault campaigns (they count violations) and report builders.
+NOT_TIMED = {"fault_campaign.py", "histories.py", "merge_resume.py", "report.py"}
+
+
+def test_every_timing_script_goes_through_the_gate() -> None:
+    """A new benchmark that forgets the gate would print figures from a busy machine unmarked."""
+    scripts = [p for p in sorted((ROOT / "bench").glob("*.py")) if "__main__" in p.read_text()]
+    assert len(scripts) > len(NOT_TIMED)
+    ungated = [
+        p.name
+        for p in scripts
+        if p.name not in NOT_TIMED and not ("quiet.gate(" in p.read_text() and "quiet.add_argument(" in p.read_text())
+    ]
+    assert ungated == [], f"benchmarks that skip bench/quiet.py's gate: {ungated}"
