@@ -30,7 +30,9 @@ def owner_dag_id(epoch: Epoch) -> str | None:
     if _is_id(metadata.get("dag_id")):  # what the submit operator has always recorded
         return str(metadata["dag_id"])
     owner = epoch.owner
-    # Records of earlier versions: "dag_id/task_id/run_id" (DAG and task ids hold no '/').
+    # The owner string the operator passes to begin (EpochOwner.key: "dag_id/task_id/run_id[/map_index=N]";
+    # DAG and task ids hold no '/'), when the metadata above was damaged or left out by another tool. Each
+    # fallback can only name a DAG, so only add a refusal: a damaged record never opens a store to more users.
     if isinstance(owner, str) and owner.count("/") >= 2 and _is_id(owner.split("/", 1)[0]):
         return owner.split("/", 1)[0]
     return None

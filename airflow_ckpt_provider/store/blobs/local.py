@@ -47,7 +47,7 @@ def local_path_of(uri: str) -> Path:
     """``file:///a/b``, ``file:/a/b`` or ``/a/b`` → ``Path('/a/b')`` (absolute, normalized).
 
     A file URI's path is percent-decoded; it has no query or fragment, so a raw '#' or '?'
-    (in URIs written unescaped by earlier versions) is part of the path.
+    (a URI typed by hand or written by another tool without escaping) is part of the path.
     """
     if uri.startswith("file:"):
         rest = uri[len("file:") :]
