@@ -212,9 +212,8 @@ def test_a_repeated_string_zero_or_composite_key_declared_unique_is_refused(
     example: object,
 ) -> None:
     """Spark's writer, a source declared unique whose key repeats within one task, for an integer key
-    (0, the value a hash set would take for an empty slot), a string key and a composite key: the
-    driver refuses the task with a typed error naming the repeated key (a composite key raised Arrow's
-    "no kernel" error instead), and nothing is sealed."""
+    (0), a string key and a composite key: the driver refuses the task with a typed error naming the
+    repeated key (a composite key raised Arrow's "no kernel" error instead), and nothing is sealed."""
     inputs = [_write(tmp_path / "in" / "0.parquet", event_ids, accounts)]
     operator = FakeOperator(local_target)
     epoch = operator.begin()
