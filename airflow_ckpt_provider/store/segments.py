@@ -261,16 +261,22 @@ def attributed_keys(keys: pa.Table, checkpoint_id: str, epoch: int) -> pa.Table:
 # ---------------------------------------------------------------------- decoding
 
 
-def read_manifests(data: bytes, uri: str, columns: Sequence[str] | None = None) -> pa.Table:
-    """A segment's manifests table; :class:`CorruptCheckpointError` if the object is not one."""
+def _parquet(data: bytes, what: str, columns: list[str] | None = None) -> pa.Table:
+    """One segment object as a table; :class:`CorruptCheckpointError` naming ``what`` ("segment X is")
+    if it does not parse or lacks a column asked for."""
     try:
-        table = pq.read_table(pa.BufferReader(data), columns=list(columns) if columns else None)
+        return pq.read_table(pa.BufferReader(data), columns=columns)
     except (pa.ArrowInvalid, OSError, KeyError) as exc:
         raise CorruptCheckpointError(
-            f"segment {uri} is corrupt or truncated ({exc}); nothing was changed. Run `airflow-ckpt check`; "
+            f"{what} corrupt or truncated ({exc}); nothing was changed. Run `airflow-ckpt check`; "
             "restore the object, or clear the store to start over",
             reason="corrupt",
         ) from exc
+
+
+def read_manifests(data: bytes, uri: str, columns: Sequence[str] | None = None) -> pa.Table:
+    """A segment's manifests table; :class:`CorruptCheckpointError` if the object is not one."""
+    table = _parquet(data, f"segment {uri} is", list(columns) if columns else None)
     missing = [c for c in (columns or MANIFEST_SCHEMA.names) if c not in table.column_names]
     if missing:
         raise CorruptCheckpointError(
@@ -363,27 +369,13 @@ def files_by_id(table: pa.Table) -> dict[str, list[FileMetadata]]:
 
 def read_table(data: bytes, uri: str) -> pa.Table:
     """A segment's whole keys table (``key``, ``checkpoint_id``, ``epoch``)."""
-    try:
-        return pq.read_table(pa.BufferReader(data))
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise CorruptCheckpointError(
-            f"segment keys {uri} are corrupt or truncated ({exc}); nothing was changed. Run `airflow-ckpt check`; "
-            "restore the object, or clear the store to start over",
-            reason="corrupt",
-        ) from exc
+    return _parquet(data, f"segment keys {uri} are")
 
 
 def read_keys(data: bytes, uri: str, exclude: Sequence[str] = ()) -> pa.Table:
     """A segment's ``key`` column, without the keys of the ``exclude`` checkpoints."""
     columns = [KEY_COLUMN, "checkpoint_id"] if exclude else [KEY_COLUMN]
-    try:
-        table = pq.read_table(pa.BufferReader(data), columns=columns)
-    except (pa.ArrowInvalid, OSError, KeyError) as exc:
-        raise CorruptCheckpointError(
-            f"segment keys {uri} are corrupt or truncated ({exc}); nothing was changed. Run `airflow-ckpt check`; "
-            "restore the object, or clear the store to start over",
-            reason="corrupt",
-        ) from exc
+    table = _parquet(data, f"segment keys {uri} are", columns)
     if exclude:
         owners = table.column("checkpoint_id")
         keep = pc.invert(pc.is_in(owners, value_set=pa.array(list(exclude), pa.string())))
@@ -393,10 +385,7 @@ def read_keys(data: bytes, uri: str, exclude: Sequence[str] = ()) -> pa.Table:
 
 def read_owners(data: bytes, uri: str) -> dict[str, list[Any]]:
     """How many keys a segment holds per checkpoint: ``{"checkpoint_id": [...], "count": [...]}``."""
-    try:
-        table = pq.read_table(pa.BufferReader(data), columns=["checkpoint_id"])
-    except (pa.ArrowInvalid, OSError, KeyError) as exc:
-        raise CorruptCheckpointError(f"segment keys {uri} are corrupt or truncated ({exc})", reason="corrupt") from exc
+    table = _parquet(data, f"segment keys {uri} are", ["checkpoint_id"])
     owners = pa.table({"checkpoint_id": pc.cast(table.column("checkpoint_id"), pa.string())})
     counts = owners.group_by("checkpoint_id").aggregate([([], "count_all")])
     return {
