@@ -5,7 +5,7 @@ filters out the done files (``without_files``). Both once cost one Py4J round tr
 literal (4 s of a rerun's driver at 320 files): now the package jar describes a scan in one call and
 the done files are one SQL ``IN`` list (one call, and a hash set per row). These tests hold the bulk
 paths to the old answers, on file names with quotes, backslashes, commas, spaces, the identity
-separator ``|`` and non-ASCII characters.
+separator ``|`` and non-ASCII characters. The job result's one core conf is read in a call or two.
 """
 
 from __future__ import annotations
@@ -107,3 +107,25 @@ def test_done_files_are_left_out_by_one_literal_whatever_their_names(spark: Spar
     stale = [f"{f.path}|{f.size + 1}|{f.mtime_us}" for f in left]
     stale += [f"{f.path}|{f.size}|{f.mtime_us + 1}" for f in left]
     assert without_files(df, stale).count() == df.count()  # type: ignore[union-attr]
+
+
+def test_the_python_daemon_conf_is_read_in_a_round_trip_or_two(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every job result names the Python worker daemon (a core conf). ``getConf()`` copied each of the
+    context's conf entries over Py4J (three calls per entry) to read that one key, three times per job."""
+    import py4j.java_gateway as gateway
+
+    from airflow_ckpt_provider.contract import CONF_PYTHON_DAEMON
+
+    expected = spark.sparkContext.getConf().get(CONF_PYTHON_DAEMON, None)
+    calls: list[str] = []
+    real = gateway.JavaMember.__call__
+
+    def counted(member: gateway.JavaMember, *args: object) -> object:
+        calls.append(member.name)
+        return real(member, *args)
+
+    monkeypatch.setattr(gateway.JavaMember, "__call__", counted)
+    assert ClassicBackend(spark).python_daemon() == expected
+    assert len(calls) <= 2, calls

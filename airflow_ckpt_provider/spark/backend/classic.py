@@ -277,8 +277,9 @@ class ClassicBackend:
         return str(self.spark.sparkContext.appName)
 
     def python_daemon(self) -> str | None:
-        # A core conf: the session's SQL conf (spark.conf) does not hold it.
-        daemon = self.spark.sparkContext.getConf().get(CONF_PYTHON_DAEMON, None)
+        # A core conf: the session's SQL conf (spark.conf) does not hold it. The context's live conf, one
+        # key: getConf() copies every conf entry over Py4J (three calls each; a few hundred per job result).
+        daemon = self.spark.sparkContext._conf.get(CONF_PYTHON_DAEMON, None)
         return None if daemon is None else str(daemon)
 
     def plan(self, df: DataFrame) -> JvmPlanNode | None:
