@@ -69,7 +69,10 @@ def local_path_of(uri: str) -> Path:
 
 
 def _etag(data: bytes) -> str:
-    return hashlib.md5(data, usedforsecurity=False).hexdigest()
+    """A local object's etag: 128 bits of its SHA-256, which CPUs with SHA instructions (current x86 and
+    ARM servers) hash about three times as fast as MD5: every seal writes a key object of a few MB, and
+    every read of one hashes it again."""
+    return hashlib.sha256(data).hexdigest()[:32]
 
 
 class LocalBlobStore(BlobStore):
