@@ -224,3 +224,32 @@ def test_a_repeated_string_zero_or_composite_key_declared_unique_is_refused(
     assert f"e.g. {example!r}," in str(raised.value)
     operator.end(epoch, 1)
     assert operator.store.inspection.list_checkpoints() == [], "nothing of the task that met the repeated key is sealed"
+
+
+def test_unique_integer_keys_are_sealed_without_hashing_every_key_again(
+    spark: SparkSession, local_target: Target, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark's writer, integer keys declared unique: the driver checks each task's keys by sorting them
+    and seals them as they are, without finding the distinct keys by hash (half of its work per sealed
+    task); every key is sealed once. (A repeated integer key is still refused: the test above.)"""
+    import airflow_ckpt_provider.spark.writers.native_keys as native_keys
+
+    calls: list[int] = []
+    real = native_keys.distinct_keys
+
+    def counted(arrays: list[pa.Array]) -> pa.Array:
+        calls.append(sum(len(a) for a in arrays))
+        return real(arrays)
+
+    monkeypatch.setattr(native_keys, "distinct_keys", counted)
+    files = [_write(tmp_path / "in" / f"{i}.parquet", [i * 100 + r for r in range(50)], ["x"] * 50) for i in range(4)]
+    operator = FakeOperator(local_target)
+    epoch = operator.begin()
+    job = CheckpointedJob(spark, local_target.store_uri, epoch=epoch, **local_target.options)
+    df = job.skip_completed(spark.read.parquet(*files), "event_id", unique=True)
+    summary = job.write_parquet(df, local_target.output_uri, engine="spark")
+    operator.end(epoch, 0)
+    assert summary.engine == "spark" and summary.sealed_partitions == summary.partitions > 1
+    assert done_keys(operator.store) == {i * 100 + r for i in range(4) for r in range(50)}
+    assert sum(c.num_keys for c in operator.store.inspection.list_checkpoints()) == 200
+    assert calls == [], "the driver hashed integer keys a sort had shown distinct"
