@@ -58,6 +58,8 @@ def ipc_bytes(arrays: Sequence[pa.Array]) -> bytes:
 def duplicate_keys(keys: pa.Table) -> tuple[int, list[Any]] | None:
     """(number of surplus keys, a few examples) if any key appears twice, else None."""
     flat = keys.flatten()
+    while any(pa.types.is_struct(f.type) for f in flat.schema):  # a struct key with struct fields
+        flat = flat.flatten()
     if flat.num_columns == 1 and sorted_has_duplicates(flat.column(0)) is False:
         return None  # the usual answer, found without counting every key
     counts = flat.group_by(flat.column_names).aggregate([([], "count_all")])

@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from airflow_ckpt_provider.spark.keys import distinct_keys, normalize_keys
 from airflow_ckpt_provider.spark.row_source import InputRecords
 from airflow_ckpt_provider.store.errors import IncompleteRunError, InvalidArgumentError
-from airflow_ckpt_provider.store.keys import sorted_has_duplicates
+from airflow_ckpt_provider.store.keys import duplicate_keys, sorted_has_duplicates
 
 #: The Spark data source that writes Parquet and records the hidden key column (the jar).
 KEYED_FORMAT = "io.airflowckpt.spark.KeyedParquetFormat"
@@ -84,18 +83,13 @@ class NativeRowKeys:
 
 
 def _repeated(column: pa.ChunkedArray) -> Any:
-    """One key that ``column`` holds twice (for the error message), or None. Composite keys are structs,
-    which ``value_counts`` has no kernel for: they are counted by their fields. Only an example: whatever
-    it cannot count leaves it out, never the typed error it goes into."""
+    """One key that ``column`` holds twice (for the error message), or None; struct (composite) keys as a
+    dict of their fields. Only an example: whatever it cannot count leaves it out, never the typed error."""
     try:
-        table = pa.table({"k": column.combine_chunks()})
-        while any(pa.types.is_struct(f.type) for f in table.schema):
-            table = table.flatten()
-        counts = table.group_by(table.column_names, use_threads=False).aggregate([([], "count_all")])
-        repeated = counts.filter(pc.greater(counts.column("count_all"), 1)).drop_columns(["count_all"])
+        found = duplicate_keys(pa.table({"k": column.combine_chunks()}))
     except (pa.ArrowException, ValueError):  # pragma: no cover - a key type Arrow cannot group
         return None
-    if not repeated.num_rows:
+    if found is None or not found[1]:
         return None
-    first = repeated.slice(0, 1).to_pylist()[0]
+    first = found[1][0]
     return first["k"] if list(first) == ["k"] else {name.split(".", 1)[1]: value for name, value in first.items()}
