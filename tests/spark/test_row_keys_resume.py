@@ -32,6 +32,12 @@ def _write(path: Path, event_ids: list[int], accounts: list[str]) -> str:
     return str(path)
 
 
+def _write_keys(path: Path, keys: list[str]) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"event_key": keys, "amount": [float(len(k)) for k in keys]}), path)
+    return str(path)
+
+
 def _run(
     spark: SparkSession, target: Target, operator: FakeOperator, inputs: list[str], *, unique: bool, **write: object
 ) -> tuple[CheckpointedJob, set[object]]:
@@ -253,3 +259,38 @@ def test_unique_integer_keys_are_sealed_without_hashing_every_key_again(
     assert done_keys(operator.store) == {i * 100 + r for i in range(4) for r in range(50)}
     assert sum(c.num_keys for c in operator.store.inspection.list_checkpoints()) == 200
     assert calls == [], "the driver hashed integer keys a sort had shown distinct"
+
+
+def test_keys_that_arrive_in_order_are_sealed_without_hashing_them(
+    spark: SparkSession, local_target: Target, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark's writer, string keys in ascending order within each file (ids written in order, the common
+    case): the driver finds them distinct by comparing each key with the one before it and never hashes keys
+    that are in order (hashing was most of its work per sealed task); every key is sealed once, and keys out
+    of order are still hashed."""
+    import pyarrow.compute as pc
+
+    hashed: list[pa.Array] = []
+    real = pc.unique
+
+    def counted(values: pa.Array, *args: object, **kwargs: object) -> pa.Array:
+        if pa.types.is_string(values.type):
+            hashed.append(values)
+        return real(values, *args, **kwargs)
+
+    monkeypatch.setattr(pc, "unique", counted)
+    ids = [[f"e{i}{r:04d}" for r in range(60)] for i in range(4)]
+    ids.append(list(reversed([f"f{r:04d}" for r in range(60)])))  # one file out of order
+    files = [_write_keys(tmp_path / "in" / f"{i}.parquet", keys) for i, keys in enumerate(ids)]
+    operator = FakeOperator(local_target)
+    epoch = operator.begin()
+    job = CheckpointedJob(spark, local_target.store_uri, epoch=epoch, **local_target.options)
+    df = job.skip_completed(spark.read.parquet(*files), "event_key", unique=True)
+    summary = job.write_parquet(df, local_target.output_uri, engine="spark")
+    operator.end(epoch, 0)
+    assert summary.engine == "spark" and summary.sealed_partitions == summary.partitions > 1
+    assert done_keys(operator.store) == {k for keys in ids for k in keys}
+    assert sum(c.num_keys for c in operator.store.inspection.list_checkpoints()) == 300
+    in_order = [a for a in hashed if pc.all(pc.greater(a.slice(1), a.slice(0, len(a) - 1))).as_py()]
+    assert in_order == [], f"the driver hashed {len(in_order)} tasks' keys that were already in order"
+    assert 1 <= len(hashed) < summary.partitions, "only the tasks that read keys out of order are hashed"
