@@ -129,3 +129,35 @@ def test_the_python_daemon_conf_is_read_in_a_round_trip_or_two(
     monkeypatch.setattr(gateway.JavaMember, "__call__", counted)
     assert ClassicBackend(spark).python_daemon() == expected
     assert len(calls) <= 2, calls
+
+
+def test_the_jar_is_reached_in_a_few_round_trips_once_its_methods_are_known(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row-key write asks twice whether the commit protocol's class loads and describes its source's scan
+    twice. Looking a jar method up by reflection resolves every package and class name over Py4J (a dozen
+    round trips, 0.1-0.2 s of the driver on a slow machine): done once per gateway and thread, every later
+    call is the call itself."""
+    import py4j.clientserver as clientserver
+
+    folder = _inputs(tmp_path)
+    plan = physical_plan(spark.read.parquet(str(folder)))
+    assert plan is not None
+    scan = _plain_scan(plan)
+    assert scan is not None
+    context = spark.sparkContext
+    first = scan_files(scan.java, context._jvm, context._gateway)
+    assert protocol_available(spark) is None
+    trips: list[str] = []
+    real = clientserver.ClientServerConnection.send_command
+
+    def counted(connection: clientserver.ClientServerConnection, command: str) -> str:
+        trips.append(command.split("\n", 1)[0])
+        return real(connection, command)
+
+    monkeypatch.setattr(clientserver.ClientServerConnection, "send_command", counted)
+    assert scan_files(scan.java, context._jvm, context._gateway) == first
+    assert len(trips) <= 4, trips
+    trips.clear()
+    assert protocol_available(spark) is None
+    assert len(trips) <= 2, trips

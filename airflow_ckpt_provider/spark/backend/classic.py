@@ -10,6 +10,7 @@ reached the same way.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 
 #: The package jar's class that describes a scan's file pieces in one call (jvm/src/.../ScanPieces.java).
 _SCAN_PIECES_CLASS = "io.airflowckpt.spark.ScanPieces"
+_STRING = "java.lang.String"
 
 
 def _seq(scala_seq: Any) -> list[Any]:
@@ -158,19 +160,48 @@ def scan_files(scan: Any, spark_jvm: Any, gateway: Any | None = None) -> tuple[t
     return tuple(tasks)
 
 
+class _JarHandles:
+    """Reflection handles of the package jar's static methods, looked up once per Py4J gateway and driver
+    thread (Python threads are pinned to JVM threads, whose class loaders may differ). A lookup is a dozen
+    Py4J round trips (each resolves a package or class name): 0.1-0.2 s of a row-key write's driver on a
+    slow machine, where the call itself is three."""
+
+    def __init__(self) -> None:
+        self._handles: dict[tuple[int, int, str], tuple[Any, Any, Any]] = {}
+
+    def static_method(self, spark_jvm: Any, gateway: Any, class_name: str, method: str, parameter: str) -> Any:
+        """(the ``java.lang.reflect.Method``, the JVM's ``Object`` class); raises what the lookup raised."""
+        key = (id(gateway), threading.get_ident(), f"{class_name}.{method}({parameter})")
+        found = self._handles.get(key)
+        if found is not None and found[0] is gateway:
+            return found[1], found[2]
+        loader = spark_jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        cls = spark_jvm.java.lang.Class.forName(class_name, True, loader)
+        classes = gateway.new_array(spark_jvm.java.lang.Class, 1)
+        classes[0] = spark_jvm.java.lang.Class.forName(parameter)
+        handle = cls.getMethod(method, classes)
+        object_class = spark_jvm.java.lang.Object
+        self._handles[key] = (gateway, handle, object_class)  # the gateway kept: its id is never reused
+        return handle, object_class
+
+    def invoke(self, spark_jvm: Any, gateway: Any, class_name: str, method: str, parameter: str, arg: Any) -> Any:
+        handle, object_class = self.static_method(spark_jvm, gateway, class_name, method, parameter)
+        args = gateway.new_array(object_class, 1)
+        args[0] = arg
+        return handle.invoke(None, args)
+
+
+_JAR = _JarHandles()
+
+
 def _scan_files_in_jvm(scan: Any, spark_jvm: Any, gateway: Any) -> tuple[tuple[FilePiece, ...], ...] | None:
     """``scan_files`` by one call to the package jar's ``ScanPieces.describe``; None when the jar is not
     loaded in this session (the caller walks the pieces itself)."""
     try:
-        loader = spark_jvm.java.lang.Thread.currentThread().getContextClassLoader()
-        cls = spark_jvm.java.lang.Class.forName(_SCAN_PIECES_CLASS, True, loader)
+        _JAR.static_method(spark_jvm, gateway, _SCAN_PIECES_CLASS, "describe", "java.lang.Object")
     except Exception:
         return None
-    classes = gateway.new_array(spark_jvm.java.lang.Class, 1)
-    classes[0] = spark_jvm.java.lang.Class.forName("java.lang.Object")
-    args = gateway.new_array(spark_jvm.java.lang.Object, 1)
-    args[0] = scan
-    text = str(cls.getMethod("describe", classes).invoke(None, args))
+    text = str(_JAR.invoke(spark_jvm, gateway, _SCAN_PIECES_CLASS, "describe", "java.lang.Object", scan))
     *records, footer = text.split("\u0000")
     tasks: list[list[FilePiece]] = [[] for _ in range(int(footer.removeprefix("tasks=")))]
     for record in records:
@@ -179,17 +210,10 @@ def _scan_files_in_jvm(scan: Any, spark_jvm: Any, gateway: Any) -> tuple[tuple[F
     return tuple(tuple(pieces) for pieces in tasks)
 
 
-def _protocol_class(spark: SparkSession) -> Any:
-    """The protocol's Java class, looked up through this thread's class loader (it sees a jar added at run time)."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
-    return jvm.java.lang.Class.forName(PROTOCOL_CLASS, True, loader)
-
-
 def _protocol_loadable(spark: SparkSession) -> bool:
+    """Whether this thread's class loader sees the protocol class (it sees a jar added at run time)."""
     try:
-        _protocol_class(spark)
+        _JAR.static_method(spark.sparkContext._jvm, spark.sparkContext._gateway, PROTOCOL_CLASS, "open", _STRING)
         return True
     except Exception:
         return False
@@ -226,16 +250,8 @@ class _NativeJob:
         self._commits = self._open(token)
 
     def _open(self, token: str) -> Any:
-        spark = self._spark
-        jvm = spark.sparkContext._jvm
-        assert jvm is not None
-        cls = _protocol_class(spark)
-        string_class = jvm.java.lang.Class.forName("java.lang.String")
-        classes = spark.sparkContext._gateway.new_array(jvm.java.lang.Class, 1)  # type: ignore[union-attr]
-        classes[0] = string_class
-        args = spark.sparkContext._gateway.new_array(jvm.java.lang.Object, 1)  # type: ignore[union-attr]
-        args[0] = token
-        return cls.getMethod("open", classes).invoke(None, args)
+        context = self._spark.sparkContext
+        return _JAR.invoke(context._jvm, context._gateway, PROTOCOL_CLASS, "open", _STRING, token)
 
     def drain(self) -> str:
         return str(self._commits.drain())
