@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from airflow_ckpt_provider.spark.backend.classic import ClassicBackend, physical_plan, protocol_available, scan_files
 from airflow_ckpt_provider.spark.plan import _plain_scan, source_listing
@@ -160,4 +161,31 @@ def test_the_jar_is_reached_in_a_few_round_trips_once_its_methods_are_known(
     assert len(trips) <= 4, trips
     trips.clear()
     assert protocol_available(spark) is None
+    assert len(trips) <= 2, trips
+
+
+def test_a_plan_nodes_column_names_are_read_in_two_round_trips(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer walks the plan to learn where its key column comes from and asks each node for its output
+    names: two Py4J round trips per node (its schema as JSON), where one attribute at a time took two per
+    column. The names are exactly the frame's, odd ones included."""
+    import py4j.clientserver as clientserver
+
+    from airflow_ckpt_provider.spark.backend.classic import JvmPlanNode
+
+    names = ["id", "a.b", "it's", "naïve", "with space", "`tick`", 'quo"te'] + [f"c{i}" for i in range(8)]
+    df = spark.range(3).select(*[(F.col("id") + i).alias(name) for i, name in enumerate(names)])
+    plan = physical_plan(df)
+    assert plan is not None
+    node = JvmPlanNode(plan.java)
+    trips: list[str] = []
+    real = clientserver.ClientServerConnection.send_command
+
+    def counted(connection: clientserver.ClientServerConnection, command: str) -> str:
+        trips.append(command.split("\n", 1)[0])
+        return real(connection, command)
+
+    monkeypatch.setattr(clientserver.ClientServerConnection, "send_command", counted)
+    assert node.output_names == frozenset(names)
     assert len(trips) <= 2, trips
