@@ -8,11 +8,12 @@ task covered, so that a rerun on an unchanged input skips work without reading k
   task read **whole** (path, size, modification time as Spark's ``_metadata`` shows
   them), and the byte ranges it read of files Spark split across tasks;
 * the exchange at the source: the task's **bucket** ``p`` of ``N``
-  (``pmod(murmur3(key), N)``, the hash Spark's ``HashPartitioning`` uses);
+  (``pmod(murmur3(key), N)``, the hash Spark's ``HashPartitioning`` uses); bucket 0 also
+  records the run's listing;
 * both: a **digest of the whole input listing** of the run.
 
 A rerun drops unchanged files that valid checkpoints read completely (whole, or every
-byte range of a split file), filters
+byte range of a split file, or every bucket of an exchange run over them), filters
 buckets whose checkpoint saw an identical listing (no new key can fall into them),
 and anti-joins the done keys only when some valid checkpoint or the compacted
 snapshot is vouched for by neither.
@@ -50,6 +51,8 @@ INPUT_RECORD = "input"
 SOURCE_ID_METADATA = "ckpt.row_source"
 #: How buckets are computed; a bucket record of another hash never counts.
 BUCKET_HASH = "spark-murmur3-42"
+#: Bucket 0's record carries the run's whole listing up to this many files (a few hundred KB in one manifest).
+LISTING_RECORD_MAX = 10_000
 
 
 def listing_digest(listing: Sequence[InputFile]) -> str:
@@ -106,18 +109,23 @@ class InputRecords:
     task_files: tuple[tuple[FilePiece, ...], ...] | None = field(default=None, repr=False)
     skipped_buckets: frozenset[int] = frozenset()
     pruned: frozenset[str] = field(default=frozenset(), repr=False)
+    #: Buckets: the run's input listing, recorded by bucket 0 (see :func:`resolve_done_input`).
+    listing: tuple[InputFile, ...] | None = field(default=None, repr=False)
 
     def for_partition(self, partition: int) -> dict[str, Any] | None:
         if self.buckets is not None:
             if self.pruned or partition in self.skipped_buckets:
                 return None
-            return {
+            record: dict[str, Any] = {
                 "digest": self.digest,
                 "bucket": partition,
                 "buckets": self.buckets,
                 "hash": BUCKET_HASH,
                 "complete": True,
             }
+            if partition == 0 and self.listing is not None and len(self.listing) <= LISTING_RECORD_MAX:
+                record["listing"] = [f.to_json() for f in self.listing]
+            return record
         if self.task_files is None or partition >= len(self.task_files):
             return None
         pieces = self.task_files[partition]
@@ -152,6 +160,7 @@ def input_records(
         task_files=task_files,
         skipped_buckets=source.skipped_buckets,
         pruned=source.pruned,
+        listing=source.listing if buckets is not None else None,
     )
 
 
@@ -208,6 +217,7 @@ def resolve_done_input(valid: Iterable[Checkpoint], *, snapshot_keys: int, sourc
             coverage.setdefault(file.identity, []).append((start, start + length))
             sizes[file.identity] = file.size
     prune = {identity for identity, ranges in coverage.items() if _covers(ranges, sizes[identity])}
+    prune |= _files_of_whole_bucket_runs([r for _, r in records if r is not None], current)
     buckets: set[int] = set()
     needs_keys = snapshot_keys > 0
     vouched = unvouched = 0
@@ -261,6 +271,37 @@ def _covers(ranges: list[tuple[int, int]], size: int) -> bool:
             return False
         reached = max(reached, end)
     return reached >= size
+
+
+def _files_of_whole_bucket_runs(records: Sequence[Mapping[str, Any]], current: Mapping[str, str]) -> set[str]:
+    """Files of this listing that an earlier exchange run read in full: every bucket of that run has a valid
+    complete record (so each of its rows is in a valid checkpoint, or was filtered by none) and its bucket 0
+    recorded the run's listing, whose digest is the one every bucket saw. Only the files unchanged since
+    count; the done keys still decide for every other file (a key of a done bucket may have rows in a new
+    file), so these checkpoints never vouch for their keys here: only the files are skipped unread."""
+    runs: dict[tuple[str, int], set[int]] = {}
+    listings: dict[tuple[str, int], Any] = {}
+    for record in records:
+        digest, buckets, bucket = record.get("digest"), record.get("buckets"), record.get("bucket")
+        if record.get("hash") != BUCKET_HASH or not isinstance(digest, str):
+            continue
+        if not isinstance(buckets, int) or not isinstance(bucket, int) or not 0 <= bucket < buckets:
+            continue
+        runs.setdefault((digest, buckets), set()).add(bucket)
+        if bucket == 0 and "listing" in record:
+            listings[(digest, buckets)] = record["listing"]
+    done: set[str] = set()
+    for (digest, buckets), seen in runs.items():
+        if len(seen) < buckets or (digest, buckets) not in listings:
+            continue
+        try:
+            listing = [InputFile.from_json(item) for item in listings[(digest, buckets)]]
+        except (TypeError, ValueError):
+            continue
+        if listing_digest(listing) != digest:  # a listing its buckets did not see: vouches for nothing
+            continue
+        done.update(f.identity for f in listing if current.get(f.path) == f.identity)
+    return done
 
 
 def _bucket_covers(record: Mapping[str, Any], digest: str, buckets: int | None, done: set[int]) -> bool:

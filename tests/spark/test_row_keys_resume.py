@@ -52,19 +52,23 @@ def _run(
     return job, seen
 
 
-def test_new_keys_in_a_done_bucket_are_processed(spark: SparkSession, local_target: Target, tmp_path: Path) -> None:
-    """Several rows per key: the rerun over a grown input filters no bucket by its record."""
+@pytest.mark.parametrize("engine", ["spark", "arrow"])
+def test_new_keys_in_a_done_bucket_are_processed(
+    spark: SparkSession, local_target: Target, tmp_path: Path, engine: str
+) -> None:
+    """Several rows per key: the rerun over a grown input filters no bucket by its record; the files every
+    bucket of an earlier run read are skipped unread, and the done keys still decide for the new file."""
     first = [
         _write(tmp_path / "in" / f"{i}.parquet", [i * 10 + r for r in range(10)], [f"a{r}" for r in range(10)])
         for i in range(3)
     ]
     operator = FakeOperator(local_target)
-    job1, seen1 = _run(spark, local_target, operator, first, unique=False)
+    job1, seen1 = _run(spark, local_target, operator, first, unique=False, engine=engine)
     assert seen1 == {f"a{r}" for r in range(10)}
     assert job1._skips[-1].buckets == frozenset()
 
     # Same input again: every bucket is done and filtered by its record, no key is read.
-    job2, seen2 = _run(spark, local_target, operator, first, unique=False)
+    job2, seen2 = _run(spark, local_target, operator, first, unique=False, engine=engine)
     assert seen2 == set() and len(job2._skips[-1].buckets) == 4 and not job2._skips[-1].needs_keys
 
     # A new file: new keys (hashing into done buckets too) and two old ones.
@@ -72,9 +76,15 @@ def test_new_keys_in_a_done_bucket_are_processed(spark: SparkSession, local_targ
         *first,
         _write(tmp_path / "in" / "3.parquet", list(range(100, 120)), [f"b{r}" for r in range(18)] + ["a1", "a2"]),
     ]
-    job3, seen3 = _run(spark, local_target, operator, grown, unique=False)
+    job3, seen3 = _run(spark, local_target, operator, grown, unique=False, engine=engine)
     assert seen3 == {f"b{r}" for r in range(18)}, "new keys processed, done keys skipped, none silently"
     assert job3._skips[-1].buckets == frozenset() and job3._skips[-1].needs_keys
+    pruned = {identity.split("|", 1)[0].rsplit("/", 1)[-1] for identity in job3._skips[-1].prune}
+    assert pruned == {"0.parquet", "1.parquet", "2.parquet"}, "the first run's files, read by all its buckets"
+    # Again: the first files skipped unread again; the new file's keys are done (the third run's buckets saw
+    # pruned input, so they vouch for no file: their keys decide).
+    job4, seen4 = _run(spark, local_target, operator, grown, unique=False, engine=engine)
+    assert seen4 == set() and len(job4._skips[-1].prune) == 3 and job4._skips[-1].needs_keys
     assert done_keys(operator.store) == {f"a{r}" for r in range(10)} | {f"b{r}" for r in range(18)}
 
 

@@ -156,3 +156,46 @@ def test_a_record_not_marked_complete_does_not_vouch() -> None:
         [_checkpoint(3, bucket)], snapshot_keys=0, source=RowSource(("k",), False, 8, listing=listing)
     )
     assert as_bucket.buckets == frozenset() and as_bucket.needs_keys
+
+
+def _bucket_run(listing: tuple[InputFile, ...], buckets: int, *, skip: int | None = None) -> list[Checkpoint]:
+    """The valid checkpoints of one exchange run over ``listing`` (bucket ``skip`` retracted, if given)."""
+    records = InputRecords(listing_digest(listing), buckets=buckets, listing=listing)
+    done = [_checkpoint(b, records.for_partition(b)) for b in range(buckets) if b != skip]
+    return done
+
+
+def test_files_every_bucket_of_an_earlier_run_read_are_skipped_unread() -> None:
+    """An exchange run over (A, B) sealed all four buckets, unfiltered: every row of A and B is in one of
+    them. A run over (A, B, C) skips A and B unread; the done keys still decide for C (a done key may have
+    rows in a new file), so those checkpoints vouch for no key."""
+    first = _bucket_run((A, B), 4)
+    assert "listing" in (first[0].metadata[INPUT_RECORD]) and "listing" not in first[1].metadata[INPUT_RECORD]
+    grown = resolve_done_input(first, snapshot_keys=0, source=RowSource(("k",), False, 4, listing=(A, B, C)))
+    assert grown.prune == {A.identity, B.identity} and grown.needs_keys and grown.buckets == frozenset()
+    other_count = resolve_done_input(first, snapshot_keys=0, source=RowSource(("k",), False, 8, listing=(A, B, C)))
+    assert other_count.prune == {A.identity, B.identity}, "the files are done whatever the new bucket count"
+    a_changed = InputFile(A.path, A.size, A.mtime_us + 1)
+    changed = resolve_done_input(first, snapshot_keys=0, source=RowSource(("k",), False, 4, listing=(a_changed, B)))
+    assert changed.prune == {B.identity} and changed.needs_keys
+
+
+def test_a_bucket_run_missing_a_bucket_or_with_a_forged_listing_skips_no_file() -> None:
+    source = RowSource(("k",), False, 4, listing=(A, B, C))
+    for skip in (0, 3):  # bucket 0 (it holds the listing) or another one retracted by a reprocess
+        resolved = resolve_done_input(_bucket_run((A, B), 4, skip=skip), snapshot_keys=0, source=source)
+        assert resolved.prune == frozenset() and resolved.needs_keys
+    forged = _bucket_run((A, B), 4)
+    record = dict(forged[0].metadata[INPUT_RECORD])
+    record["listing"] = [f.to_json() for f in (A, B, C)]  # a file its buckets never saw
+    forged[0] = _checkpoint(0, record)
+    assert resolve_done_input(forged, snapshot_keys=0, source=source).prune == frozenset()
+    garbage = _bucket_run((A, B), 4)
+    garbage[0] = _checkpoint(0, {**garbage[0].metadata[INPUT_RECORD], "listing": [["x"], 5]})
+    assert resolve_done_input(garbage, snapshot_keys=0, source=source).prune == frozenset()
+    unfinished = _bucket_run((A, B), 4)
+    for index, checkpoint in enumerate(unfinished):
+        record = dict(checkpoint.metadata[INPUT_RECORD])
+        del record["complete"]
+        unfinished[index] = _checkpoint(index, record)
+    assert resolve_done_input(unfinished, snapshot_keys=0, source=source).prune == frozenset()
