@@ -132,23 +132,10 @@ def test_the_python_daemon_conf_is_read_in_a_round_trip_or_two(
     assert len(calls) <= 2, calls
 
 
-def test_the_jar_is_reached_in_a_few_round_trips_once_its_methods_are_known(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A row-key write asks twice whether the commit protocol's class loads and describes its source's scan
-    twice. Looking a jar method up by reflection resolves every package and class name over Py4J (a dozen
-    round trips, 0.1-0.2 s of the driver on a slow machine): done once per gateway and thread, every later
-    call is the call itself."""
+def _count_round_trips(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """From now on, every Py4J round trip of this test (its command's first line) is appended to the list."""
     import py4j.clientserver as clientserver
 
-    folder = _inputs(tmp_path)
-    plan = physical_plan(spark.read.parquet(str(folder)))
-    assert plan is not None
-    scan = _plain_scan(plan)
-    assert scan is not None
-    context = spark.sparkContext
-    first = scan_files(scan.java, context._jvm, context._gateway)
-    assert protocol_available(spark) is None
     trips: list[str] = []
     real = clientserver.ClientServerConnection.send_command
 
@@ -157,6 +144,25 @@ def test_the_jar_is_reached_in_a_few_round_trips_once_its_methods_are_known(
         return real(connection, command)
 
     monkeypatch.setattr(clientserver.ClientServerConnection, "send_command", counted)
+    return trips
+
+
+def test_the_jar_is_reached_in_a_few_round_trips_once_its_methods_are_known(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row-key write asks twice whether the commit protocol's class loads and describes its source's scan
+    twice. Looking a jar method up by reflection resolves every package and class name over Py4J (a dozen
+    round trips, 0.1-0.2 s of the driver on a slow machine): done once per gateway and thread, every later
+    call is the call itself."""
+    folder = _inputs(tmp_path)
+    plan = physical_plan(spark.read.parquet(str(folder)))
+    assert plan is not None
+    scan = _plain_scan(plan)
+    assert scan is not None
+    context = spark.sparkContext
+    first = scan_files(scan.java, context._jvm, context._gateway)
+    assert protocol_available(spark) is None
+    trips = _count_round_trips(monkeypatch)
     assert scan_files(scan.java, context._jvm, context._gateway) == first
     assert len(trips) <= 4, trips
     trips.clear()
@@ -170,8 +176,6 @@ def test_a_plan_nodes_column_names_are_read_in_two_round_trips(
     """The writer walks the plan to learn where its key column comes from and asks each node for its output
     names: two Py4J round trips per node (its schema as JSON), where one attribute at a time took two per
     column. The names are exactly the frame's, odd ones included."""
-    import py4j.clientserver as clientserver
-
     from airflow_ckpt_provider.spark.backend.classic import JvmPlanNode
 
     names = ["id", "a.b", "it's", "naïve", "with space", "`tick`", 'quo"te'] + [f"c{i}" for i in range(8)]
@@ -179,13 +183,6 @@ def test_a_plan_nodes_column_names_are_read_in_two_round_trips(
     plan = physical_plan(df)
     assert plan is not None
     node = JvmPlanNode(plan.java)
-    trips: list[str] = []
-    real = clientserver.ClientServerConnection.send_command
-
-    def counted(connection: clientserver.ClientServerConnection, command: str) -> str:
-        trips.append(command.split("\n", 1)[0])
-        return real(connection, command)
-
-    monkeypatch.setattr(clientserver.ClientServerConnection, "send_command", counted)
+    trips = _count_round_trips(monkeypatch)
     assert node.output_names == frozenset(names)
     assert len(trips) <= 2, trips

@@ -9,6 +9,7 @@ before sealing — never a silent skip.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -242,6 +243,18 @@ def test_a_repeated_string_zero_or_composite_key_declared_unique_is_refused(
     assert operator.store.inspection.list_checkpoints() == [], "nothing of the task that met the repeated key is sealed"
 
 
+def _seal_unique(spark: SparkSession, target: Target, files: list[str], key: str) -> tuple[FakeOperator, Any]:
+    """One run of Spark's writer over ``files`` with ``key`` declared unique; every task sealed."""
+    operator = FakeOperator(target)
+    epoch = operator.begin()
+    job = CheckpointedJob(spark, target.store_uri, epoch=epoch, **target.options)
+    df = job.skip_completed(spark.read.parquet(*files), key, unique=True)
+    summary = job.write_parquet(df, target.output_uri, engine="spark")
+    operator.end(epoch, 0)
+    assert summary.engine == "spark" and summary.sealed_partitions == summary.partitions > 1
+    return operator, summary
+
+
 def test_unique_integer_keys_are_sealed_without_hashing_every_key_again(
     spark: SparkSession, local_target: Target, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -259,13 +272,7 @@ def test_unique_integer_keys_are_sealed_without_hashing_every_key_again(
 
     monkeypatch.setattr(native_keys, "distinct_keys", counted)
     files = [_write(tmp_path / "in" / f"{i}.parquet", [i * 100 + r for r in range(50)], ["x"] * 50) for i in range(4)]
-    operator = FakeOperator(local_target)
-    epoch = operator.begin()
-    job = CheckpointedJob(spark, local_target.store_uri, epoch=epoch, **local_target.options)
-    df = job.skip_completed(spark.read.parquet(*files), "event_id", unique=True)
-    summary = job.write_parquet(df, local_target.output_uri, engine="spark")
-    operator.end(epoch, 0)
-    assert summary.engine == "spark" and summary.sealed_partitions == summary.partitions > 1
+    operator, _ = _seal_unique(spark, local_target, files, "event_id")
     assert done_keys(operator.store) == {i * 100 + r for i in range(4) for r in range(50)}
     assert sum(c.num_keys for c in operator.store.inspection.list_checkpoints()) == 200
     assert calls == [], "the driver hashed integer keys a sort had shown distinct"
@@ -292,13 +299,7 @@ def test_keys_that_arrive_in_order_are_sealed_without_hashing_them(
     ids = [[f"e{i}{r:04d}" for r in range(60)] for i in range(4)]
     ids.append(list(reversed([f"f{r:04d}" for r in range(60)])))  # one file out of order
     files = [_write_keys(tmp_path / "in" / f"{i}.parquet", keys) for i, keys in enumerate(ids)]
-    operator = FakeOperator(local_target)
-    epoch = operator.begin()
-    job = CheckpointedJob(spark, local_target.store_uri, epoch=epoch, **local_target.options)
-    df = job.skip_completed(spark.read.parquet(*files), "event_key", unique=True)
-    summary = job.write_parquet(df, local_target.output_uri, engine="spark")
-    operator.end(epoch, 0)
-    assert summary.engine == "spark" and summary.sealed_partitions == summary.partitions > 1
+    operator, summary = _seal_unique(spark, local_target, files, "event_key")
     assert done_keys(operator.store) == {k for keys in ids for k in keys}
     assert sum(c.num_keys for c in operator.store.inspection.list_checkpoints()) == 300
     in_order = [a for a in hashed if pc.all(pc.greater(a.slice(1), a.slice(0, len(a) - 1))).as_py()]
