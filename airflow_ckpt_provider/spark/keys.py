@@ -15,12 +15,13 @@ The writer stages these values and drops the columns before writing output.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_ckpt_provider.store.errors import InvalidArgumentError
-from airflow_ckpt_provider.store.keys import distinct_if_ascending
+from airflow_ckpt_provider.store.keys import distinct_if_ascending, duplicate_keys
 
 #: Hidden column holding the row key as read (``skip_completed``).
 SOURCE_KEY_COLUMN = "__ckpt_source_key"
@@ -90,3 +91,25 @@ def distinct_keys(arrays: Sequence[pa.Array]) -> pa.Array:
     fields = list(combined.type)
     children = [grouped.column(f"k.{f.name}").combine_chunks() for f in fields]
     return pa.StructArray.from_arrays(children, fields=fields)
+
+
+#: How much of a repeated key an error message shows: a key can be long, and a task's message crosses
+#: Spark as text that the driver cuts (spark/job/failures.py).
+EXAMPLE_CHARS = 80
+
+
+def repeated_key_example(keys: pa.Array | pa.ChunkedArray) -> str:
+    """``", e.g. <key>"`` naming one key that ``keys`` holds twice, for an error message; struct (composite)
+    keys as a dict of their fields. Only an example: '' when none is found or Arrow cannot count the type."""
+    found: Any = None
+    try:
+        column = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+        found = duplicate_keys(pa.table({"k": column}))
+    except (pa.ArrowException, ValueError):  # pragma: no cover - a key type Arrow cannot group
+        return ""
+    if found is None or not found[1]:
+        return ""
+    first = found[1][0]
+    value = first["k"] if list(first) == ["k"] else {name.split(".", 1)[1]: v for name, v in first.items()}
+    text = repr(value)
+    return f", e.g. {text if len(text) <= EXAMPLE_CHARS else text[: EXAMPLE_CHARS - 3] + '...'}"

@@ -17,13 +17,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
 
 import airflow_ckpt_provider
 from airflow_ckpt_provider.spark import CheckpointedJob
-from airflow_ckpt_provider.store.errors import IncompleteRunError, UnsupportedError
+from airflow_ckpt_provider.spark.job.failures import spark_error_text
+from airflow_ckpt_provider.store.errors import IncompleteRunError, InvalidArgumentError, UnsupportedError
 from ckpt_testkit.connect_server import connect_client
 from ckpt_testkit.faultproxy import FaultProxy
 from ckpt_testkit.spark_events import finished_write_tasks
@@ -158,6 +160,30 @@ def _resume_scenario(spark: Any, events: Path, target: Target, tmp_path: Path, k
     result = operator.store.commit(output_roots=[target.output_uri])
     assert not result.unknown_files
     assert_exactly_once(target, scenario.inputs)
+
+
+def test_a_task_error_comes_back_typed_over_connect(connect_spark: Any, local_target: Target, tmp_path: Path) -> None:
+    """A package error a write task raises on the server (here: a key declared unique repeats) reaches the
+    client as the same typed error: the task notes its reason at the end of its error text
+    (``CKPT_REASON: ...``, spark/job/failures.py), which reaches a Connect client whole (it fetches the
+    error's details past the gRPC status message). The message names the repeated key, shortened (a
+    4,000-character key), and nothing is sealed."""
+    long_key = "k" * 4000
+    path = tmp_path / "in" / "0.parquet"
+    path.parent.mkdir(parents=True)
+    keys = ["a", long_key, long_key, "b"]
+    pq.write_table(pa.table({"event_key": keys, "amount": [1.0, 2.0, 3.0, 4.0]}), path)
+    operator = FakeOperator(local_target)
+    epoch = operator.begin()
+    job = CheckpointedJob(connect_spark, local_target.store_uri, epoch=epoch, **local_target.options)
+    df = job.skip_completed(connect_spark.read.parquet(str(path)), "event_key", unique=True)
+    with raises_reason(InvalidArgumentError, "key_not_unique", match="unique=True") as raised:
+        job.write_parquet(df, local_target.output_uri)
+    message = str(raised.value)
+    assert f"e.g. '{'k' * 60}" in message and "..." in message and len(message) < 600, message
+    assert "CKPT_REASON: key_not_unique" in spark_error_text(raised.value.__cause__)  # what came over the channel
+    operator.end(epoch, 1)
+    assert operator.store.inspection.list_checkpoints() == [], "nothing of the task that met the repeated key is sealed"
 
 
 def test_file_keys_over_connect_read_whole_files_per_task(

@@ -28,7 +28,13 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_ckpt_provider.failpoints import failpoint
-from airflow_ckpt_provider.spark.keys import SOURCE_FILE_COLUMN, SOURCE_KEY_COLUMN, distinct_keys, normalize_keys
+from airflow_ckpt_provider.spark.keys import (
+    SOURCE_FILE_COLUMN,
+    SOURCE_KEY_COLUMN,
+    distinct_keys,
+    normalize_keys,
+    repeated_key_example,
+)
 from airflow_ckpt_provider.spark.paths import file_key
 from airflow_ckpt_provider.spark.row_source import INPUT_RECORD, InputRecords
 from airflow_ckpt_provider.spark.writers.write_context import WriteContext
@@ -115,13 +121,18 @@ class _KeyTap:
         #: Rows that carried a key (a unique key's count must equal its distinct keys).
         self.keyed_rows = 0
         self.exhausted = False
+        #: The first batch's keys that repeat within it (kept only then: for the error's example).
+        self._repeating: pa.Array | None = None
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         drop = [c for c in self._spec.drop_columns]
         for batch in self._batches:
             index = batch.schema.get_field_index(self._spec.key_column)
             if index >= 0 and batch.num_rows:
-                self._keys.append(distinct_keys([batch.column(index)]))
+                distinct = distinct_keys([batch.column(index)])
+                if len(distinct) < batch.num_rows and self._repeating is None:
+                    self._repeating = batch.column(index)
+                self._keys.append(distinct)
                 self.keyed_rows += batch.num_rows
             self.rows += batch.num_rows
             present = [c for c in drop if batch.schema.get_field_index(c) >= 0]
@@ -134,6 +145,12 @@ class _KeyTap:
         for _ in self:
             pass
         return self.rows - before
+
+    def repeated_key(self) -> str:
+        """An example of a key met twice (within a batch, else across batches), for the error message."""
+        if self._repeating is not None:
+            return repeated_key_example(self._repeating)
+        return repeated_key_example(pa.chunked_array([normalize_keys(a) for a in self._keys])) if self._keys else ""
 
     def keys(self, partition: int) -> pa.Array:
         spec = self._spec
@@ -229,9 +246,9 @@ def run_write_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterato
         if spec.unique_keys and not spec.file_keyed and len(keys) < tap.keyed_rows:
             raise InvalidArgumentError(
                 f"partition {partition} wrote {tap.keyed_rows} rows for {len(keys)} distinct keys "
-                f"{list(spec.key_columns)}, but skip_completed(unique=True) was told each key has one row. Nothing "
-                "of this task was sealed. Pass unique=False (the default: rows are grouped by key before your "
-                "transformation), or make the key unique",
+                f"{list(spec.key_columns)}{tap.repeated_key()}, but skip_completed(unique=True) was told each key has "
+                "one row. Nothing of this task was sealed. Pass unique=False (the default: rows are grouped by key "
+                "before your transformation), or make the key unique",
                 reason="key_not_unique",
             )
         store.stage_keys(checkpoint_id, keys)

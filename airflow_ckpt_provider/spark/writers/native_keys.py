@@ -17,10 +17,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from airflow_ckpt_provider.spark.keys import distinct_keys, normalize_keys
+from airflow_ckpt_provider.spark.keys import distinct_keys, normalize_keys, repeated_key_example
 from airflow_ckpt_provider.spark.row_source import InputRecords
 from airflow_ckpt_provider.store.errors import IncompleteRunError, InvalidArgumentError
-from airflow_ckpt_provider.store.keys import duplicate_keys, sorted_has_duplicates
+from airflow_ckpt_provider.store.keys import sorted_has_duplicates
 
 #: The Spark data source that writes Parquet and records the hidden key column (the jar).
 KEYED_FORMAT = "io.airflowckpt.spark.KeyedParquetFormat"
@@ -74,22 +74,9 @@ class NativeRowKeys:
         if self.unique and len(keys) < rows:
             raise InvalidArgumentError(
                 f"task {message.get('partition')} wrote {rows} rows for {len(keys)} distinct keys "
-                f"{list(self.columns)}, e.g. {_repeated(column)!r}, but skip_completed(unique=True) was told each "
+                f"{list(self.columns)}{repeated_key_example(column)}, but skip_completed(unique=True) was told each "
                 "key has one row. Nothing of that task was sealed. Pass unique=False (the default: rows are "
                 "grouped by key before your transformation), or make the key unique",
                 reason="key_not_unique",
             )
         return keys, rows
-
-
-def _repeated(column: pa.ChunkedArray) -> Any:
-    """One key that ``column`` holds twice (for the error message), or None; struct (composite) keys as a
-    dict of their fields. Only an example: whatever it cannot count leaves it out, never the typed error."""
-    try:
-        found = duplicate_keys(pa.table({"k": column.combine_chunks()}))
-    except (pa.ArrowException, ValueError):  # pragma: no cover - a key type Arrow cannot group
-        return None
-    if found is None or not found[1]:
-        return None
-    first = found[1][0]
-    return first["k"] if list(first) == ["k"] else {name.split(".", 1)[1]: value for name, value in first.items()}
