@@ -10,9 +10,11 @@ on a fresh store (its own logical date):
 
 * **fixed cost**: a run on one file of 100 orders: what a try costs before and after any work;
 * **clean**: the whole day;
-* **resume**: the user's code raises on the first order of the middle write task (a run that fails at
-  about half way), the record is corrected, the failed task is cleared ("only failed") and its next try
-  resumes.
+* **baseline**: the Spark provider's own ``@task.pyspark`` on the same server, without checkpoints
+  (fixed cost and clean run): what any Airflow task on that server pays, so the difference is ours;
+* **resume**: the user's code raises on the first order of the write task after the middle one (a run
+  that fails at half way: the middle task, running beside it, is cancelled), the record is corrected, the
+  failed task is cleared ("only failed") and its next try resumes.
 
 Durations are the task instance's own (``start_date`` to ``end_date`` in the metadata DB), and "in the
 task": from the task runner's "Task started" to its last state update (the task instance's duration
@@ -45,6 +47,10 @@ from bench.jobs import connect_work  # noqa: E402
 WORK = ROOT / "bench" / "work" / "connect_resume"
 RESULTS = ROOT / "bench" / "results"
 OPERATORS = {"submit": "bench_connect_submit", "taskflow": "bench_connect_taskflow"}
+#: The baseline: the Spark provider's own ``@task.pyspark`` on the same warm server, without checkpoints
+#: (fixed cost and clean run only: without checkpoints a rerun starts over).
+PLAIN, PLAIN_DAG = "plain", "bench_connect_plain"
+DAGS = {**OPERATORS, PLAIN: PLAIN_DAG}
 RESUME_TARGET, FIXED_TARGET = 0.60, 5.0
 
 
@@ -100,10 +106,10 @@ class Bench:
 
     def _run(self, operator: str, day: dt.datetime, *, only_failed: bool = False, state: str = "success") -> Any:
         outcome = self.harness.run_dag(
-            OPERATORS[operator], logical_date=day, env=self.env, timeout=1800, only_failed=only_failed
+            DAGS[operator], logical_date=day, env=self.env, timeout=1800, only_failed=only_failed
         )
         if outcome.state != state:
-            raise RuntimeError(f"{OPERATORS[operator]} {day.date()}: {outcome.state}\n{outcome.output[-4000:]}")
+            raise RuntimeError(f"{DAGS[operator]} {day.date()}: {outcome.state}\n{outcome.output[-4000:]}")
         return outcome
 
     def fixed(self, operator: str) -> dict[str, float]:
@@ -111,7 +117,7 @@ class Bench:
         connect_work.land(str(self.lake), day.date().isoformat(), 1, 100)
         outcome = self._run(operator, day)
         return {
-            "seconds": _task_seconds(self.harness, OPERATORS[operator], outcome.run_id),
+            "seconds": _task_seconds(self.harness, DAGS[operator], outcome.run_id),
             "in_task": _in_task_seconds(outcome.output),
         }
 
@@ -120,7 +126,7 @@ class Bench:
         connect_work.land(str(self.lake), day.date().isoformat(), self.args.files, self.args.rows)
         outcome = self._run(operator, day)
         return {
-            "seconds": _task_seconds(self.harness, OPERATORS[operator], outcome.run_id),
+            "seconds": _task_seconds(self.harness, DAGS[operator], outcome.run_id),
             "in_task": _in_task_seconds(outcome.output),
         }
 
@@ -129,7 +135,10 @@ class Bench:
         ds = day.date().isoformat()
         connect_work.land(str(self.lake), ds, self.args.files, self.args.rows)
         marker = Path(connect_work.bad_marker(str(self.lake), ds))
-        marker.write_text(str(self.args.files // 2))  # the middle write task's first order
+        # The first order of the task after the middle one: when it fails, the task running beside it (the
+        # middle one, started a moment before) is cancelled, so the first half is done. Failing the middle task
+        # itself left 7 of 16 tasks done (44 %): its neighbour, started earlier, was cancelled with it.
+        marker.write_text(str(self.args.files // 2 + 1))
         failed = self._run(operator, day, state="failed")
         failed_seconds = _task_seconds(self.harness, OPERATORS[operator], failed.run_id)
         marker.unlink()  # the record is corrected
@@ -175,15 +184,19 @@ def main() -> int:
     }
     bench = Bench(harness, lake, env, args)
     started = time.monotonic()
-    for operator in OPERATORS:  # warm-up (imports, the server's first job), untimed
+    for operator in DAGS:  # warm-up (imports, the server's first job), untimed
         bench.fixed(operator)
     results: dict[str, dict[str, list[Any]]] = {op: {"fixed": [], "clean": [], "resume": []} for op in OPERATORS}
+    plain: dict[str, list[Any]] = {"fixed": [], "clean": []}
     for _ in range(args.repeat):
-        for operator in OPERATORS:  # interleaved, so a drift of the machine touches both alike
+        for operator in OPERATORS:  # interleaved, so a drift of the machine touches all alike
             results[operator]["fixed"].append(bench.fixed(operator))
             results[operator]["clean"].append(bench.clean(operator))
             results[operator]["resume"].append(bench.resume(operator))
             print(operator, json.dumps({k: v[-1] for k, v in results[operator].items()}), flush=True)
+        plain["fixed"].append(bench.fixed(PLAIN))
+        plain["clean"].append(bench.clean(PLAIN))
+        print(PLAIN, json.dumps({k: v[-1] for k, v in plain.items()}), flush=True)
     spark.stop()
     machine.finish()
 
@@ -193,8 +206,8 @@ def main() -> int:
         "input": {"files": args.files, "rows_per_file": args.rows, "spin": args.spin},
         "repeat": args.repeat,
         "seconds": round(time.monotonic() - started),
-        "runs": results,
-        "summary": {op: _summary(runs) for op, runs in results.items()},
+        "runs": {**results, PLAIN: plain},
+        "summary": {**{op: _summary(runs) for op, runs in results.items()}, PLAIN: _plain_summary(plain)},
         "machine": machine.record(),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -224,6 +237,18 @@ def _summary(runs: dict[str, list[Any]]) -> dict[str, float]:
     }
 
 
+def _plain_summary(runs: dict[str, list[Any]]) -> dict[str, float]:
+    def median(name: str, field: str = "seconds") -> float:
+        return statistics.median(r[field] for r in runs[name])
+
+    return {
+        "fixed_seconds": median("fixed"),
+        "fixed_in_task": median("fixed", "in_task"),
+        "clean_seconds": median("clean"),
+        "clean_in_task": median("clean", "in_task"),
+    }
+
+
 def _commit() -> str:
     import subprocess
 
@@ -245,9 +270,10 @@ def _table(report: dict[str, Any]) -> str:
         + (" -- NOISY: not evidence" if machine["noisy"] else ""),
         "task start to task end (the metadata DB's task instance), seconds:",
         "",
-        f"{'':<36}{'submit (new app)':>18}{'TaskFlow (Connect)':>20}",
+        f"{'':<36}{'submit (new app)':>18}{'TaskFlow (Connect)':>20}{'@task.pyspark':>16}",
     ]
     s, t = report["summary"]["submit"], report["summary"]["taskflow"]
+    p = report["summary"].get(PLAIN, {})
     for label, key, fmt in (
         ("fixed cost (100 orders)", "fixed_seconds", "{:.1f}"),
         ("  of it in the task", "fixed_in_task", "{:.1f}"),
@@ -260,7 +286,8 @@ def _table(report: dict[str, Any]) -> str:
         ("resume / clean", "resume_ratio", "{:.2f}"),
         ("  in the task", "resume_ratio_in_task", "{:.2f}"),
     ):
-        lines.append(f"{label:<36}{fmt.format(s[key]):>18}{fmt.format(t[key]):>20}")
+        baseline = fmt.format(p[key]) if key in p else "-"
+        lines.append(f"{label:<36}{fmt.format(s[key]):>18}{fmt.format(t[key]):>20}{baseline:>16}")
 
     def verdict(value: float, limit: float) -> str:
         return "met" if value <= limit else "NOT met"
@@ -274,6 +301,14 @@ def _table(report: dict[str, Any]) -> str:
         f"{t['fixed_seconds']:.1f} s ({verdict(t['fixed_seconds'], FIXED_TARGET)}), in the task "
         f"{t['fixed_in_task']:.1f} s ({verdict(t['fixed_in_task'], FIXED_TARGET)})",
     ]
+    if p:
+        lines += [
+            f"baseline (@task.pyspark, no checkpoints, same server): fixed cost {p['fixed_seconds']:.1f} s "
+            f"({p['fixed_in_task']:.1f} in the task): the checkpoints' own fixed cost is "
+            f"{t['fixed_seconds'] - p['fixed_seconds']:+.1f} s per task instance "
+            f"({t['fixed_in_task'] - p['fixed_in_task']:+.1f} in the task); a clean run costs "
+            f"{t['clean_seconds'] / p['clean_seconds']:.2f}x the baseline's",
+        ]
     return "\n".join(lines)
 
 

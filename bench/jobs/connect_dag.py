@@ -1,5 +1,6 @@
 """DAGs of ``bench/connect_resume.py``: the same job through the submit operator (a new Spark
-application per try) and through ``@task.checkpointed_pyspark`` on a warm Spark Connect server."""
+application per try) and through ``@task.checkpointed_pyspark`` on a warm Spark Connect server; the
+baseline: the Spark provider's own ``@task.pyspark`` on the same server, without checkpoints."""
 
 from __future__ import annotations
 
@@ -33,5 +34,16 @@ with DAG("bench_connect_taskflow", schedule=None, catchup=False):
 
         assert ds is not None
         return run(spark, ckpt_job, LAKE, "taskflow", ds, int(SPIN))
+
+    job()
+
+with DAG("bench_connect_plain", schedule=None, catchup=False):
+
+    @task.pyspark(conn_id="spark_bench_connect", retries=0)
+    def job(ds: str | None = None, spark: Any = None) -> dict[str, Any]:  # type: ignore[no-redef]
+        from bench.jobs.connect_work import run
+
+        assert ds is not None
+        return run(spark, None, LAKE, "plain", ds, int(SPIN))
 
     job()
