@@ -28,6 +28,9 @@ from tests.support.api_server import (
     MAPPED_TASK,
     OTHER_TASK,
     SPARK_TASK,
+    TASKFLOW_COMMIT,
+    TASKFLOW_DAG,
+    TASKFLOW_TASK,
     UNREACHABLE_SECRET,
     ApiServer,
 )
@@ -275,6 +278,39 @@ def test_a_commit_task_shows_its_spark_tasks_store(ui_server: ApiServer) -> None
     assert len(rows) == 1, rows  # one store, two tasks
     assert sorted(rows[0]["task_ids"]) == [OTHER_TASK, SPARK_TASK]
     assert rows[0]["task_id"] == SPARK_TASK  # labelled by the task that names it
+
+
+def test_a_taskflow_tasks_store_is_shown_and_cleared_as_a_submit_tasks(ui_server: ApiServer) -> None:
+    """``@task.checkpointed_pyspark``: its task page shows its default store, its commit task finds that store
+    through ``spark_task_id``, the DAG page lists it, and the admin's clear deletes its checkpoints and their
+    uncommitted output, audited, as for a submit task."""
+    run_id = f"ui_{uuid.uuid4().hex[:12]}"
+    ui_server.trigger_run(run_id, TASKFLOW_DAG)
+    root = ui_server.default_store_path(run_id, TASKFLOW_TASK, TASKFLOW_DAG)
+    out_dir = ui_server.home / "out" / run_id
+    fill_store(root.as_uri(), out_dir.as_uri(), owner=f"{TASKFLOW_DAG}/{TASKFLOW_TASK}/{run_id}")
+
+    def params(task_id: str) -> dict[str, str]:
+        return {"dag_id": TASKFLOW_DAG, "run_id": run_id, "task_id": task_id}
+
+    with ui_server.client("admin") as admin:
+        body = admin.get("/checkpoints/api/task", params=params(TASKFLOW_TASK)).json()
+        assert body["store_uri"] == file_uri(str(root)) and body["can_edit"] is True, body
+        assert body["report"]["progress"]["keys_done"] == 150
+        commit = admin.get("/checkpoints/api/task", params=params(TASKFLOW_COMMIT)).json()
+        assert (commit["store_uri"], commit["spark_task_id"]) == (file_uri(str(root)), TASKFLOW_TASK)
+        dag = admin.get("/checkpoints/api/dag", params={"dag_id": TASKFLOW_DAG}).json()
+        [row] = [s for s in dag["stores"] if s["run_id"] == run_id]
+        assert sorted(row["task_ids"]) == [TASKFLOW_COMMIT, TASKFLOW_TASK] and row["task_id"] == TASKFLOW_TASK
+        epoch = body["report"]["progress"]["epoch"]["number"]
+        clear = {**params(TASKFLOW_TASK), "expected_epoch": epoch}
+        response = admin.post("/checkpoints/api/task/clear", json=clear, headers=ACTION_HEADERS)
+        assert response.status_code == 200, response.text
+        assert (response.json()["result"]["deleted_checkpoints"], response.json()["result"]["deleted_files"]) == (3, 3)
+    assert checkpoints_left(root) == 0 and list(out_dir.iterdir()) == []
+    [entry] = ui_server.audit_entries(run_id)
+    assert (entry["event"], entry["dag_id"], entry["task_id"]) == ("checkpoints.clear", TASKFLOW_DAG, TASKFLOW_TASK)
+    assert entry["extra"]["store_uri"] == file_uri(str(root))
 
 
 def test_dag_view_lists_latest_runs_stores(ui_server: ApiServer) -> None:

@@ -30,6 +30,10 @@ DAG_ID = "ckpt_ui_demo"
 SPARK_TASK = "spark_job"
 OTHER_TASK = "report"
 #: A DAG with a mapped submit (two instances, one store each) and a commit mapped over it.
+#: A TaskFlow task (``@task.checkpointed_pyspark``) and its commit: the views treat it as a submit task.
+TASKFLOW_DAG = "ckpt_ui_taskflow"
+TASKFLOW_TASK = "orders"
+TASKFLOW_COMMIT = "commit_orders"
 MAPPED_DAG = "ckpt_ui_mapped"
 MAPPED_TASK = "tenants"
 MAPPED_COMMIT = "commit_tenants"
@@ -74,7 +78,7 @@ DAG_SOURCE = f'''
 import os
 
 import pendulum
-from airflow.sdk import DAG
+from airflow.sdk import DAG, task
 
 from airflow_ckpt_provider.operators.commit import CheckpointCommitOperator
 from airflow_ckpt_provider.operators.spark_submit import CheckpointedSparkSubmitOperator
@@ -95,6 +99,14 @@ with DAG("{MAPPED_DAG}", schedule=None, start_date=pendulum.datetime(2024, 1, 1)
     tenants >> CheckpointCommitOperator.partial(task_id="{MAPPED_COMMIT}", spark_task_id="{MAPPED_TASK}").expand(
         output_roots=[["/tmp/a"], ["/tmp/b"]]
     )
+
+with DAG("{TASKFLOW_DAG}", schedule=None, start_date=pendulum.datetime(2024, 1, 1), catchup=False):
+
+    @task.checkpointed_pyspark(output_roots=[f"{{HOME}}/out"])
+    def {TASKFLOW_TASK}(spark=None, ckpt_job=None):
+        raise AssertionError("never runs: the tests fill its store")
+
+    {TASKFLOW_TASK}() >> CheckpointCommitOperator(task_id="{TASKFLOW_COMMIT}", spark_task_id="{TASKFLOW_TASK}")
 '''
 
 
