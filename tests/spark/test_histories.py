@@ -13,13 +13,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, seed, settings
+from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 from pyspark.sql import SparkSession
 
 from ckpt_testkit import histories
 from ckpt_testkit.faults.settings import CampaignSettings
 from ckpt_testkit.histories import TALLY, StoreHistory, histories_of, history_steps, use_s3, use_session
+from tests.spark.helpers import wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -35,6 +36,9 @@ SLICE = settings(
     print_blob=True,
 )
 SEED = 20261127
+#: The Connect slice's seed: here it drew file and unique row keys, failed runs, new input, discard and reprocess
+#: (what a seed draws varies between runs: a failed run's progress depends on which tasks finished first).
+CONNECT_SEED = 20261129
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -192,6 +196,38 @@ def test_random_histories(
     assert {mode.split("/")[0] for mode in ran} <= set(modes), ran
     if on_s3:
         assert all(mode.endswith("/s3") for mode in ran), ran
+
+
+@pytest.mark.s3
+def test_random_histories_over_spark_connect(
+    spark: SparkSession, connect_spark: Any, s3_options: dict[str, Any], s3_bucket: str
+) -> None:
+    """A seeded slice of three histories on a Spark Connect session (the suite's server; the Arrow writer, the
+    one writer over Connect) over every key mode, the store local or on the S3 server: the oracle of the classic
+    slices holds after every step (runs, runs failing in the user's code, new input, commits and the store's
+    actions, as drawn). After a failed run the model reads the store once the server's job has no task left."""
+    histories_before, steps_before, modes_before = TALLY.histories, Counter(TALLY.steps), Counter(TALLY.modes)
+    use_s3(s3_options, s3_bucket)
+    tracker = spark.sparkContext.statusTracker()  # the server's application: the Connect service runs in it
+
+    def quiesce() -> None:
+        wait_for(lambda: not tracker.getActiveJobsIds(), 60, "the failed job's tasks on the server to end")
+
+    use_session(connect_spark, quiesce)
+    try:
+        machine = histories_of(("files", "grouped", "unique", "composite"), engines=("arrow",))
+        seed(CONNECT_SEED)(machine)
+        # No shrinking: a failure is reported as it happened (a replay over a server may take other steps).
+        run_state_machine_as_test(
+            machine, settings=settings(SLICE, max_examples=3, phases=[Phase.explicit, Phase.generate])
+        )
+    finally:
+        use_session(spark)
+    steps, ran = TALLY.steps - steps_before, TALLY.modes - modes_before
+    print(f"\nhistories over Connect: {TALLY.histories - histories_before}; modes: {dict(ran)}; steps: {dict(steps)}")
+    assert TALLY.histories - histories_before >= SLICE.max_examples
+    assert sum(steps.values()) - steps["run"] - steps["commit"] >= SLICE.max_examples, steps
+    assert all("/arrow" in mode for mode in ran), ran
 
 
 def _armed(point: str, step: str, argument: Callable[[StoreHistory], Any] | None = None) -> Step:
