@@ -101,13 +101,14 @@ def test_a_udf_raising_in_one_of_n_partitions_keeps_every_finished_task(
     _resume_scenario(connect_spark, spark_event_log, target, tmp_path, "unique")
 
 
+@pytest.mark.parametrize("target", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
 def test_composite_non_unique_keys_keep_every_finished_task(
-    connect_spark: Any, spark_event_log: Path, local_target: Target, tmp_path: Path
+    connect_spark: Any, spark_event_log: Path, target: Target, tmp_path: Path
 ) -> None:
     """Composite keys, several rows per key: skip_completed's exchange at the source groups them; the plan
     text proves the writer needs no second one, so a failure in the user's code keeps the finished tasks;
     the rerun filters the done buckets (bucket records, with Spark's own input listing over Connect)."""
-    _resume_scenario(connect_spark, spark_event_log, local_target, tmp_path, "composite")
+    _resume_scenario(connect_spark, spark_event_log, target, tmp_path, "composite")
 
 
 def _resume_scenario(spark: Any, events: Path, target: Target, tmp_path: Path, key: str) -> None:
