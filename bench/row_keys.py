@@ -19,6 +19,9 @@ in the same run against the same baseline — ``spark.read.parquet`` + transform
 * every measure above runs for integer keys (``event_id``) and string keys (``event_key``, such as
   ``u000000123456``: the same input with that column added), ``--keys int,string``; the rerun and the
   incremental run also with ``unique=False`` (targets 0.65 at 50 %, 0.30 at 90 %).
+* ``--connect``: every run, the baseline too, through a Spark Connect client session on the same
+  application (its Connect service), where the default writer is the Arrow one;
+  ``bench/results/row_keys_connect.txt``.
 * **store read of done keys** — a store holding 1 M, 5 M and 10 M done keys (250 k per
   checkpoint): the driver's read (``get_checkpointed_keys``) and the executors' read
   that a rerun on a changed input anti-joins with.
@@ -39,6 +42,7 @@ shuffled) and with ``--broadcast-threshold`` (4 M: broadcast, no shuffle of the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -216,11 +220,12 @@ def measure_rerun(
     events: Path,
     buckets: int,
     scan_share: bool,
+    scan_tasks: int,
 ) -> list[dict[str, Any]]:
     """Fail at ``fraction`` of the write tasks (user code), then resume, then a plain full run (this
     repetition's baseline: the ratio pairs runs made a minute apart); one dict per repetition."""
     # The write stage's tasks: the scan's (unique keys, no exchange) or the buckets of the exchange.
-    tasks = spark.read.parquet(*inputs).rdd.getNumPartitions() if unique else buckets
+    tasks = scan_tasks if unique else buckets
     rows = []
     tag = f"{key}-{'u' if unique else 'x'}-{fraction}"
     for i in range(repeat):
@@ -358,9 +363,17 @@ def main() -> int:
     parser.add_argument(
         "--scan-share", action="store_true", help="also each rerun's source alone into the no-op sink (its read)"
     )
-    parser.add_argument("--out", type=Path, default=RESULTS / "row_keys.txt", help="the table; the JSON beside it")
+    parser.add_argument(
+        "--connect",
+        action="store_true",
+        help="every run (the baseline too) over Spark Connect: a client session on the Connect service of the "
+        "same local[2] application (its default writer: the Arrow one); default out row_keys_connect.txt",
+    )
+    parser.add_argument("--out", type=Path, default=None, help="the table; the JSON beside it")
     quiet.add_argument(parser)
     args = parser.parse_args()
+    if args.out is None:
+        args.out = RESULTS / ("row_keys_connect.txt" if args.connect else "row_keys.txt")
     machine = quiet.gate(args)
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -388,6 +401,12 @@ def main() -> int:
     print(f"Python worker daemon: {args.python_daemon}", flush=True)
     run_dir = _fresh(WORK / "runs")
     tasks = spark.read.parquet(*inputs).rdd.getNumPartitions()
+    classic = spark
+    sessions = contextlib.ExitStack()
+    if args.connect:  # the same application serves Spark Connect; every run goes through a client session
+        from ckpt_testkit.connect_server import connect_client, start_in_session
+
+        spark = sessions.enter_context(connect_client(start_in_session(classic)))
     kinds = [k for k in args.keys.split(",") if k]
     sources = {"int": inputs, "string": generate_string_keys(inputs) if "string" in kinds else []}
     # Warm-up: JIT, Python workers, the page cache; untimed.
@@ -403,7 +422,17 @@ def main() -> int:
         measured["reruns"] = {
             mode: {
                 str(f): measure_rerun(
-                    spark, files, key, mode == "unique", f, args.repeat, run_dir, events, buckets, args.scan_share
+                    spark,
+                    files,
+                    key,
+                    mode == "unique",
+                    f,
+                    args.repeat,
+                    run_dir,
+                    events,
+                    buckets,
+                    args.scan_share,
+                    classic.read.parquet(*files).rdd.getNumPartitions(),  # the scan's tasks (a classic-only call)
                 )
                 for f in (0.5, 0.9)
             }
@@ -420,7 +449,8 @@ def main() -> int:
         by_key[kind] = measured
         print(f"{kind} keys measured", flush=True)
     store_read = measure_store_read(spark, [int(m) for m in args.store_keys.split(",") if m], run_dir)
-    spark.stop()
+    sessions.close()
+    classic.stop()
     machine.finish()
 
     report = {
@@ -429,6 +459,7 @@ def main() -> int:
         "keys": by_key,
         "store_read": store_read,
         "python_daemon": args.python_daemon,
+        "session": "connect" if args.connect else "classic",
         "exchange_buckets": args.exchange_buckets,
         "repeat": args.repeat,
         "machine": machine.record(),
@@ -471,7 +502,9 @@ def _table(report: dict[str, Any]) -> str:
     info = report["input"]
     lines = [
         f"input: {info['files']} Parquet files, {info['bytes'] / 1e6:.0f} MB, {info['rows']:,} rows, "
-        f"{info['tasks']} scan tasks; local[2], one SparkSession; Python worker daemon {report['python_daemon']}; "
+        f"{info['tasks']} scan tasks; local[2], one SparkSession"
+        + (" reached over Spark Connect (every run, the baseline too)" if report.get("session") == "connect" else "")
+        + f"; Python worker daemon {report['python_daemon']}; "
         f"unique=False runs in {report['exchange_buckets']} buckets",
         f"each ratio: the median of {report['repeat']} repetitions (their range in brackets), each divided by "
         "the plain run of the same repetition (made within a minute of it)",
@@ -480,7 +513,8 @@ def _table(report: dict[str, Any]) -> str:
         + (" -- NOISY: not evidence" if report["machine"]["noisy"] else ""),
     ]
     labels = {
-        "unique": "unique=True, Spark's writer",
+        # Over Spark Connect the default writer is the Arrow one (Spark's own needs the JVM in this process).
+        "unique": "unique=True, " + ("Arrow writer" if report.get("session") == "connect" else "Spark's writer"),
         "exchange": "unique=False (exchange at the source)",
         "arrow": "unique=True, Arrow writer",
     }
