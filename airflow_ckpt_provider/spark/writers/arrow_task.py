@@ -121,7 +121,8 @@ class _KeyTap:
         #: Rows that carried a key (a unique key's count must equal its distinct keys).
         self.keyed_rows = 0
         self.exhausted = False
-        #: The first batch's keys that repeat within it (kept only then: for the error's example).
+        #: Keys declared unique: the first batch whose keys repeat within it (for the error's example).
+        self._unique = spec.unique_keys and not spec.file_keyed
         self._repeating: pa.Array | None = None
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
@@ -130,7 +131,7 @@ class _KeyTap:
             index = batch.schema.get_field_index(self._spec.key_column)
             if index >= 0 and batch.num_rows:
                 distinct = distinct_keys([batch.column(index)])
-                if len(distinct) < batch.num_rows and self._repeating is None:
+                if self._unique and self._repeating is None and len(distinct) < batch.num_rows:
                     self._repeating = batch.column(index)
                 self._keys.append(distinct)
                 self.keyed_rows += batch.num_rows
