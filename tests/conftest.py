@@ -167,6 +167,7 @@ LONGEST_FILES = (
     "tests/faults/test_cluster_trials.py",
     "tests/dags_examples/test_ckpt_daily_events.py",
     "tests/operators/test_rerun.py",
+    "tests/operators/test_taskflow_rerun.py",
     "tests/dags_examples/test_ckpt_connect_orders.py",
     "tests/dags_examples/test_ckpt_tenant_orders.py",
     "tests/spark/test_row_keys_progress.py",
