@@ -207,7 +207,7 @@ def main() -> int:
         "repeat": args.repeat,
         "seconds": round(time.monotonic() - started),
         "runs": {**results, PLAIN: plain},
-        "summary": {**{op: _summary(runs) for op, runs in results.items()}, PLAIN: _plain_summary(plain)},
+        "summary": {op: _summary(runs) for op, runs in {**results, PLAIN: plain}.items()},
         "machine": machine.record(),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -219,34 +219,28 @@ def main() -> int:
 
 
 def _summary(runs: dict[str, list[Any]]) -> dict[str, float]:
+    """Medians of an operator's runs; the resume's figures only where it resumed (not the baseline)."""
+
     def median(name: str, field: str = "seconds") -> float:
         return statistics.median(r[field] for r in runs[name])
 
-    clean, resume = median("clean"), median("resume")
-    return {
-        "fixed_seconds": median("fixed"),
-        "fixed_in_task": median("fixed", "in_task"),
-        "clean_seconds": clean,
-        "clean_in_task": median("clean", "in_task"),
-        "resume_seconds": resume,
-        "resume_in_task": median("resume", "in_task"),
-        "resume_ratio": resume / clean,
-        "resume_ratio_in_task": median("resume", "in_task") / median("clean", "in_task"),
-        "done_fraction": statistics.median(r["done_fraction"] for r in runs["resume"]),
-        "failed_try_seconds": statistics.median(r["failed_seconds"] for r in runs["resume"]),
-    }
-
-
-def _plain_summary(runs: dict[str, list[Any]]) -> dict[str, float]:
-    def median(name: str, field: str = "seconds") -> float:
-        return statistics.median(r[field] for r in runs[name])
-
-    return {
+    summary = {
         "fixed_seconds": median("fixed"),
         "fixed_in_task": median("fixed", "in_task"),
         "clean_seconds": median("clean"),
         "clean_in_task": median("clean", "in_task"),
     }
+    if runs.get("resume"):
+        resume = median("resume")
+        summary |= {
+            "resume_seconds": resume,
+            "resume_in_task": median("resume", "in_task"),
+            "resume_ratio": resume / summary["clean_seconds"],
+            "resume_ratio_in_task": median("resume", "in_task") / summary["clean_in_task"],
+            "done_fraction": statistics.median(r["done_fraction"] for r in runs["resume"]),
+            "failed_try_seconds": statistics.median(r["failed_seconds"] for r in runs["resume"]),
+        }
+    return summary
 
 
 def _commit() -> str:

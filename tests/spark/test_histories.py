@@ -183,16 +183,10 @@ def test_random_histories(
     store on the S3 server), both writers and every operation; then the slice's own report (what this test
     ran, whatever ran before it in this process): its histories took steps beyond their first run, on these
     modes only. Which operations the seed draws varies; the history through every operation above runs all."""
-    histories_before, steps_before, modes_before = TALLY.histories, Counter(TALLY.steps), Counter(TALLY.modes)
     use_s3(s3_options, s3_bucket)
-    machine = histories_of(modes, on_s3=on_s3)
-    seed(SEED)(machine)
-    run_state_machine_as_test(machine, settings=SLICE)
-    steps, ran = TALLY.steps - steps_before, TALLY.modes - modes_before
+    histories_run, steps, ran = _run_slice(histories_of(modes, on_s3=on_s3), SEED, SLICE)
     table = "\n".join(f"  {name:22} {steps[name]}" for name in history_steps())
-    print(f"\nhistories: {TALLY.histories - histories_before}; modes: {dict(ran)}\nsteps:\n{table}")
-    assert TALLY.histories - histories_before >= SLICE.max_examples
-    assert sum(steps.values()) - steps["run"] - steps["commit"] >= SLICE.max_examples, steps
+    print(f"\nhistories: {histories_run}; modes: {dict(ran)}\nsteps:\n{table}")
     assert {mode.split("/")[0] for mode in ran} <= set(modes), ran
     if on_s3:
         assert all(mode.endswith("/s3") for mode in ran), ran
@@ -206,7 +200,6 @@ def test_random_histories_over_spark_connect(
     one writer over Connect) over every key mode, the store local or on the S3 server: the oracle of the classic
     slices holds after every step (runs, runs failing in the user's code, new input, commits and the store's
     actions, as drawn). After a failed run the model reads the store once the server's job has no task left."""
-    histories_before, steps_before, modes_before = TALLY.histories, Counter(TALLY.steps), Counter(TALLY.modes)
     use_s3(s3_options, s3_bucket)
     tracker = spark.sparkContext.statusTracker()  # the server's application: the Connect service runs in it
 
@@ -216,18 +209,27 @@ def test_random_histories_over_spark_connect(
     use_session(connect_spark, quiesce)
     try:
         machine = histories_of(("files", "grouped", "unique", "composite"), engines=("arrow",))
-        seed(CONNECT_SEED)(machine)
         # No shrinking: a failure is reported as it happened (a replay over a server may take other steps).
-        run_state_machine_as_test(
-            machine, settings=settings(SLICE, max_examples=3, phases=[Phase.explicit, Phase.generate])
-        )
+        slice_settings = settings(SLICE, max_examples=3, phases=[Phase.explicit, Phase.generate])
+        histories_run, steps, ran = _run_slice(machine, CONNECT_SEED, slice_settings)
     finally:
         use_session(spark)
-    steps, ran = TALLY.steps - steps_before, TALLY.modes - modes_before
-    print(f"\nhistories over Connect: {TALLY.histories - histories_before}; modes: {dict(ran)}; steps: {dict(steps)}")
-    assert TALLY.histories - histories_before >= SLICE.max_examples
-    assert sum(steps.values()) - steps["run"] - steps["commit"] >= SLICE.max_examples, steps
+    print(f"\nhistories over Connect: {histories_run}; modes: {dict(ran)}; steps: {dict(steps)}")
     assert all("/arrow" in mode for mode in ran), ran
+
+
+def _run_slice(
+    machine: type[StoreHistory], seed_value: int, slice_settings: Any
+) -> tuple[int, Counter[str], Counter[str]]:
+    """Run a seeded slice; what it ran (histories, steps, modes: this slice's only, whatever ran before it in
+    this process). Each history took steps beyond its first run and commit."""
+    histories_before, steps_before, modes_before = TALLY.histories, Counter(TALLY.steps), Counter(TALLY.modes)
+    seed(seed_value)(machine)
+    run_state_machine_as_test(machine, settings=slice_settings)
+    histories_run, steps = TALLY.histories - histories_before, TALLY.steps - steps_before
+    assert histories_run >= slice_settings.max_examples
+    assert sum(steps.values()) - steps["run"] - steps["commit"] >= slice_settings.max_examples, steps
+    return histories_run, steps, TALLY.modes - modes_before
 
 
 def _armed(point: str, step: str, argument: Callable[[StoreHistory], Any] | None = None) -> Step:
