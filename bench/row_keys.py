@@ -268,11 +268,14 @@ def measure_incremental(
     run_dir: Path,
     buckets: int,
     broadcast_threshold: int | None = None,
+    interleaved: bool = False,
 ) -> list[dict[str, Any]]:
     """Half the files run and committed, then a run over all of them, then a plain full run (the
-    repetition's baseline); the second run, one dict per repetition."""
+    repetition's baseline); the second run, one dict per repetition. The first half: the first 24 files
+    (the new files' keys all beyond the done ones), or with ``interleaved`` every other file (each new
+    file's keys between two done files' keys: the done keys are joined)."""
     seconds = []
-    tag = f"{key}-{'u' if unique else 'x'}-{broadcast_threshold}"
+    tag = f"{key}-{'u' if unique else 'x'}-{broadcast_threshold}-{interleaved}"
     for i in range(repeat):
         store, out = _fresh(run_dir / f"i{tag}-{i}"), _fresh(run_dir / f"i{tag}-{i}-out")
         run = functools.partial(
@@ -285,7 +288,7 @@ def measure_incremental(
             buckets=buckets,
             broadcast_threshold=broadcast_threshold,
         )
-        first = run(inputs=inputs[: len(inputs) // 2])
+        first = run(inputs=inputs[::2] if interleaved else inputs[: len(inputs) // 2])
         assert not first["failed"]
         _commit(store, out)
         second = run(inputs=inputs)
@@ -369,6 +372,11 @@ def main() -> int:
         help="every run (the baseline too) over Spark Connect: a client session on the Connect service of the "
         "same local[2] application (its default writer: the Arrow one); default out row_keys_connect.txt",
     )
+    parser.add_argument(
+        "--measures",
+        default="clean,rerun,incremental",
+        help="which measures run for each key kind (comma-separated; the store read has --store-keys)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="the table; the JSON beside it")
     quiet.add_argument(parser)
     args = parser.parse_args()
@@ -408,6 +416,7 @@ def main() -> int:
 
         spark = sessions.enter_context(connect_client(start_in_session(classic)))
     kinds = [k for k in args.keys.split(",") if k]
+    measures = {m for m in args.measures.split(",") if m}
     sources = {"int": inputs, "string": generate_string_keys(inputs) if "string" in kinds else []}
     # Warm-up: JIT, Python workers, the page cache; untimed.
     plain_run(spark, inputs, run_dir / "warm-plain")
@@ -417,32 +426,39 @@ def main() -> int:
     for kind in kinds:
         files, key = sources[kind], KEY_COLUMNS[kind]
         buckets = args.exchange_buckets
-        clean = measure_clean(spark, files, key, args.repeat, run_dir, buckets, args.arrow)
-        measured: dict[str, Any] = {"key": key, "clean_seconds": clean}
-        measured["reruns"] = {
-            mode: {
-                str(f): measure_rerun(
-                    spark,
-                    files,
-                    key,
-                    mode == "unique",
-                    f,
-                    args.repeat,
-                    run_dir,
-                    events,
-                    buckets,
-                    args.scan_share,
-                    classic.read.parquet(*files).rdd.getNumPartitions(),  # the scan's tasks (a classic-only call)
-                )
-                for f in (0.5, 0.9)
+        measured: dict[str, Any] = {"key": key, "clean_seconds": {}, "reruns": {}, "incremental": {}}
+        if "clean" in measures:
+            measured["clean_seconds"] = measure_clean(spark, files, key, args.repeat, run_dir, buckets, args.arrow)
+        if "rerun" in measures:
+            measured["reruns"] = {
+                mode: {
+                    str(f): measure_rerun(
+                        spark,
+                        files,
+                        key,
+                        mode == "unique",
+                        f,
+                        args.repeat,
+                        run_dir,
+                        events,
+                        buckets,
+                        args.scan_share,
+                        classic.read.parquet(*files).rdd.getNumPartitions(),  # the scan's tasks (a classic-only call)
+                    )
+                    for f in (0.5, 0.9)
+                }
+                for mode in ("unique", "exchange")
             }
-            for mode in ("unique", "exchange")
-        }
-        measured["incremental"] = {
-            mode: measure_incremental(spark, files, key, mode == "unique", args.repeat, run_dir, buckets)
-            for mode in ("unique", "exchange")
-        }
-        if args.broadcast_threshold:
+        if "incremental" in measures:
+            measured["incremental"] = {
+                mode: measure_incremental(spark, files, key, mode == "unique", args.repeat, run_dir, buckets)
+                for mode in ("unique", "exchange")
+            }
+        if "incremental" in measures:
+            measured["incremental"]["unique, new files between the done ones"] = measure_incremental(
+                spark, files, key, True, args.repeat, run_dir, buckets, interleaved=True
+            )
+        if "incremental" in measures and args.broadcast_threshold:
             measured["incremental"][f"exchange, broadcast_threshold {args.broadcast_threshold / 1e6:g} M"] = (
                 measure_incremental(spark, files, key, False, args.repeat, run_dir, buckets, args.broadcast_threshold)
             )
@@ -520,14 +536,15 @@ def _table(report: dict[str, Any]) -> str:
     }
     for kind, measured in report["keys"].items():
         clean = measured["clean_seconds"]
-        plain = clean["plain"]
+        plain = clean.get("plain", [])
         lines += [
             "",
             f"{kind} keys ({measured['key']})",
             f"{'measure':<52}{'value':>20}{'target':>10}{'ok':>5}",
             "-" * 87,
-            f"{'plain df.write.parquet (s)':<52}{_spread(plain):>20}",
         ]
+        if plain:
+            lines.append(f"{'plain df.write.parquet (s)':<52}{_spread(plain):>20}")
         for name, times in clean.items():
             if name == "plain":
                 continue

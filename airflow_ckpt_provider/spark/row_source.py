@@ -180,6 +180,8 @@ class DoneInput:
     #: Whether this run checked its shortcut (spark/job/skip_audit.py), and how many pending keys it found.
     audited: bool = False
     pending_skipped: int = 0
+    #: No pending key lies between the least and the greatest done key: nothing to anti-join (row_skip.py).
+    beyond_done_keys: bool = False
 
     @property
     def shortcut(self) -> bool:
@@ -188,7 +190,10 @@ class DoneInput:
 
     def describe(self) -> str:
         parts = [f"{len(self.prune)} done files skipped unread", f"{len(self.buckets)} done buckets filtered"]
-        parts.append("done keys anti-joined" if self.needs_keys else "no done key read")
+        if self.beyond_done_keys:
+            parts.append("pending keys all beyond the done ones: none joined")
+        else:
+            parts.append("done keys anti-joined" if self.needs_keys else "no done key read")
         audit = f"; audit found {self.pending_skipped} pending keys in skipped input" if self.audited else ""
         return ", ".join(parts) + f" ({self.vouched} checkpoints vouched by their input, {self.unvouched} not{audit})"
 

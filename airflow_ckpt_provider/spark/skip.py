@@ -13,10 +13,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_type
-from pyspark.sql.types import DataType, StructField, StructType
+from pyspark.sql.types import (
+    ByteType,
+    DataType,
+    DateType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from airflow_ckpt_provider.spark.backend import session_backend
 from airflow_ckpt_provider.spark.keys import SOURCE_KEY_COLUMN, normalize_keys
@@ -40,7 +51,8 @@ def _conform_keys(table: pa.Table, arrow_type: pa.DataType) -> pa.Array:
     return keys if keys.type == arrow_type else keys.cast(arrow_type)
 
 
-def _make_key_reader(spec: KeyReaderSpec) -> Any:
+def _make_key_reader(spec: KeyReaderSpec, *, bounds: bool = False) -> Any:
+    """Each task reads its key parts; ``bounds``: it yields only each part's least and greatest key."""
     schema = pa.schema([pa.field(DONE_KEY_COLUMN, spec.arrow_type)])
 
     def _ckpt_read_done_keys(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -50,12 +62,24 @@ def _make_key_reader(spec: KeyReaderSpec) -> Any:
                 for source_id in batch.column(0).to_pylist():
                     table = store.read_key_source(spec.sources[source_id])
                     keys = _conform_keys(table, spec.arrow_type)
-                    if len(keys):
-                        yield pa.RecordBatch.from_arrays([keys], schema=schema)
+                    if not len(keys):
+                        continue
+                    if bounds:
+                        least, greatest = pc.min_max(keys).values()
+                        keys = pa.array([least.as_py(), greatest.as_py()], spec.arrow_type)
+                    yield pa.RecordBatch.from_arrays([keys], schema=schema)
         finally:
             store.close()
 
     return _ckpt_read_done_keys
+
+
+def ranged_key_type(spark_type: DataType) -> bool:
+    """Whether keys of this type order the same in Spark, in Arrow and in Parquet's statistics, so that the
+    range of the done keys, compared with the input's keys and pushed down to its row groups, is exact."""
+    if isinstance(spark_type, StringType):
+        return getattr(spark_type, "collation", "UTF8_BINARY") == "UTF8_BINARY"
+    return isinstance(spark_type, (ByteType, ShortType, IntegerType, LongType, DateType))
 
 
 def done_keys_frame(
@@ -76,6 +100,31 @@ def done_keys_frame(
     """
     if num_keys <= 0:
         return None
+    keys = _read_keys(spark, store, spark_type, parallelism, bounds=False)
+    if keys is None:
+        return None
+    if num_keys <= broadcast_threshold:
+        return F.broadcast(keys)
+    # A sort-merge join: Spark must not broadcast (collect on the driver) what we kept off it.
+    return keys.hint("merge")
+
+
+def done_key_bounds(
+    spark: SparkSession, store: CheckpointStore, spark_type: DataType, *, parallelism: int | None = None
+) -> tuple[Any, Any] | None:
+    """The least and the greatest done key (one small job: each task sends two keys per key part), or None."""
+    keys = _read_keys(spark, store, spark_type, parallelism, bounds=True)
+    if keys is None:
+        return None
+    row = keys.agg(F.min(DONE_KEY_COLUMN), F.max(DONE_KEY_COLUMN)).first()
+    if row is None or row[0] is None:
+        return None
+    return row[0], row[1]
+
+
+def _read_keys(
+    spark: SparkSession, store: CheckpointStore, spark_type: DataType, parallelism: int | None, *, bounds: bool
+) -> DataFrame | None:
     sources = tuple(store.key_sources())
     if not sources:
         return None
@@ -86,11 +135,7 @@ def done_keys_frame(
         parallelism = session_backend(spark).default_parallelism()
     slices = max(1, min(len(sources), parallelism * 4))
     ids = spark.range(0, len(sources), 1, slices)
-    keys = ids.mapInArrow(_make_key_reader(spec), schema)
-    if num_keys <= broadcast_threshold:
-        return F.broadcast(keys)
-    # A sort-merge join: Spark must not broadcast (collect on the driver) what we kept off it.
-    return keys.hint("merge")
+    return ids.mapInArrow(_make_key_reader(spec, bounds=bounds), schema)
 
 
 def anti_join(df: DataFrame, done: DataFrame | None) -> DataFrame:

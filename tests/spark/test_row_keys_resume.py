@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 
 from airflow_ckpt_provider.spark import CheckpointedJob
 from airflow_ckpt_provider.spark.summary import WriteSummary
+from airflow_ckpt_provider.store import RetentionPolicy
 from airflow_ckpt_provider.store.errors import InvalidArgumentError
 from tests.spark.helpers import FakeOperator, Target, done_keys
 from tests.support.errors import raises_reason
@@ -87,6 +88,86 @@ def test_new_keys_in_a_done_bucket_are_processed(
     job4, seen4 = _run(spark, local_target, operator, grown, unique=False, engine=engine)
     assert seen4 == set() and len(job4._skips[-1].prune) == 3 and job4._skips[-1].needs_keys
     assert done_keys(operator.store) == {f"a{r}" for r in range(10)} | {f"b{r}" for r in range(18)}
+
+
+@pytest.mark.parametrize(("unique", "session"), [(True, "classic"), (False, "classic"), (False, "connect")])
+def test_new_input_beyond_the_done_keys_is_not_joined_with_them(
+    request: pytest.FixtureRequest, local_target: Target, tmp_path: Path, unique: bool, session: str
+) -> None:
+    """Keys that only grow (the next day's files): the run over all files reads the new file without joining
+    it with the done keys, and its tasks vouch for the file; a file holding a key between the done ones
+    (here a done one) is joined again and the done key skipped, every event once after the commit. Over
+    Spark Connect with unique keys nothing is pruned (no per-task file records there), so the done input is
+    pending and the keys are always joined: only the exchange run is shown."""
+    spark = request.getfixturevalue("spark" if session == "classic" else "connect_spark")
+    operator = FakeOperator(local_target)
+    first = [
+        _write(tmp_path / "in" / f"{i}.parquet", [i * 10 + r for r in range(10)], [f"a{r}" for r in range(10)])
+        for i in range(3)
+    ]
+    _run(spark, local_target, operator, first, unique=unique)
+    operator.store.commit(output_roots=[local_target.output_uri])
+
+    # Ids 100-109 and accounts b0-b9: beyond ids 0-29 and accounts a0-a9.
+    day2 = [*first, _write(tmp_path / "in" / "3.parquet", list(range(100, 110)), [f"b{r}" for r in range(10)])]
+    job, seen = _run(spark, local_target, operator, day2, unique=unique)
+    skip = job._skips[-1]
+    assert skip.beyond_done_keys and not skip.needs_keys, skip.describe()
+    assert len(skip.prune) == 3, "the first day's files skipped unread"
+    assert seen == (set(range(100, 110)) if unique else {f"b{r}" for r in range(10)})
+    operator.store.commit(output_roots=[local_target.output_uri])
+
+    # Event 5 again (account a5, done) among new ones: within the done keys, so they are joined.
+    day3 = [*day2, _write(tmp_path / "in" / "4.parquet", [5, *range(200, 209)], ["a5", *[f"c{r}" for r in range(9)]])]
+    job, seen = _run(spark, local_target, operator, day3, unique=unique)
+    skip = job._skips[-1]
+    assert skip.needs_keys and not skip.beyond_done_keys, skip.describe()
+    assert seen == (set(range(200, 209)) if unique else {f"c{r}" for r in range(9)})
+    operator.store.commit(output_roots=[local_target.output_uri])
+    rows = spark.read.parquet(local_target.output_uri.removeprefix("file://")).select("event_id").collect()
+    assert sorted(r[0] for r in rows) == [*range(30), *range(100, 110), *range(200, 209)]
+
+
+def test_the_done_keys_bounds_count_compacted_and_snapshot_keys(
+    spark: SparkSession, local_target: Target, tmp_path: Path
+) -> None:
+    """The bounds the shortcut compares with span every done key wherever the store keeps it: a snapshot
+    (keys compacted by the retain policy, with no input record) and a segment. Had they left the snapshot
+    out, the third run would take the first day's ids 0-29 for new keys and write them again."""
+    operator = FakeOperator(local_target)
+    first = [_write(tmp_path / "in" / f"{i}.parquet", [i * 10 + r for r in range(10)], ["x"] * 10) for i in range(3)]
+    _run(spark, local_target, operator, first, unique=True)
+    operator.store.commit(output_roots=[local_target.output_uri])
+    operator.store.housekeeping.cleanup(RetentionPolicy.RETAIN)
+    day2 = [*first, _write(tmp_path / "in" / "3.parquet", list(range(100, 110)), ["y"] * 10)]
+    _, seen = _run(spark, local_target, operator, [day2[-1]], unique=True)
+    assert seen == set(range(100, 110))
+    operator.store.commit(output_roots=[local_target.output_uri])
+    operator.store.housekeeping.compact()
+    job, seen = _run(spark, local_target, operator, day2, unique=True)
+    skip = job._skips[-1]
+    assert len(skip.prune) == 1, "the second run's file skipped unread: only the first day's files are pending"
+    assert seen == set() and skip.needs_keys and not skip.beyond_done_keys, skip.describe()
+    assert done_keys(operator.store) == {*range(30), *range(100, 110)}
+
+
+def test_a_source_that_is_not_a_plain_scan_is_joined_with_the_done_keys(
+    spark: SparkSession, local_target: Target, tmp_path: Path
+) -> None:
+    """A filter, a join or a UDF before skip_completed: asking whether a pending key lies among the done ones
+    could cost the user's upstream work again, so the done keys are joined as before."""
+    operator = FakeOperator(local_target)
+    first = [_write(tmp_path / "in" / f"{i}.parquet", [i * 10 + r for r in range(10)], ["x"] * 10) for i in range(2)]
+    grown = [*first, _write(tmp_path / "in" / "2.parquet", list(range(100, 110)), ["y"] * 10)]
+    for files in (first, grown):
+        epoch = operator.begin()
+        job = CheckpointedJob(spark, local_target.store_uri, epoch=epoch, **local_target.options)
+        df = job.skip_completed(spark.read.parquet(*files).where(F.col("amount") >= 0), "event_id", unique=True)
+        job.write_parquet(df, local_target.output_uri)
+        operator.end(epoch, 0)
+    skip = job._skips[-1]
+    assert skip.needs_keys and not skip.beyond_done_keys, skip.describe()
+    assert done_keys(operator.store) == {*range(20), *range(100, 110)}
 
 
 def test_a_file_rewritten_in_place_is_read_again(spark: SparkSession, local_target: Target, tmp_path: Path) -> None:
@@ -169,9 +250,10 @@ def test_many_done_keys_are_anti_joined_in_the_writers_buckets(
         _write(tmp_path / "in" / f"{i}.parquet", [i * 100 + r for r in range(40)], [f"a{r % 20}" for r in range(40)])
         for i in range(3)
     ]
-    # One heavy key, so one bucket is far bigger than the others.
-    heavy = [f"h{r % 3}" if r < 30 else "hot" for r in range(600)]
-    grown = [*first, _write(tmp_path / "in" / "3.parquet", list(range(1000, 1600)), heavy)]
+    # One heavy key, so one bucket is far bigger than the others. New keys between the done ones (event 50,
+    # accounts a1h0...), so that the done keys are joined (see the test above for keys beyond them).
+    heavy = [f"a1h{r % 3}" if r < 30 else "a1hot" for r in range(600)]
+    grown = [*first, _write(tmp_path / "in" / "3.parquet", [50, *range(1001, 1600)], heavy)]
     unique, key = (True, "event_id") if mode == "unique" else (False, "account")
     operator = FakeOperator(local_target)
 
@@ -202,12 +284,13 @@ def test_many_done_keys_are_anti_joined_in_the_writers_buckets(
             spark.conf.unset(name)
     assert job._skips[-1].needs_keys
     assert summary.partitions == 4 and not summary.shuffled, "the anti-join's exchange is the writer's 4 buckets"
-    new_keys = set(range(1000, 1600)) if unique else {"h0", "h1", "h2", "hot"}
+    new_keys = {50, *range(1001, 1600)} if unique else {"a1h0", "a1h1", "a1h2", "a1hot"}
     assert done_keys(operator.store) == first_keys | new_keys
     # Each key's rows in one checkpoint: the commit's disjointness check passes, the output holds each row once.
     operator.store.commit(output_roots=[local_target.output_uri])
     rows = spark.read.parquet(local_target.output_uri.removeprefix("file://")).select("event_id").collect()
-    assert sorted(r[0] for r in rows) == sorted([*range(0, 40), *range(100, 140), *range(200, 240), *range(1000, 1600)])
+    expected = [*range(0, 40), 50, *range(100, 140), *range(200, 240), *range(1001, 1600)]
+    assert sorted(r[0] for r in rows) == sorted(expected)
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from airflow_ckpt_provider.spark.job import skip_audit
 from airflow_ckpt_provider.spark.job.job_context import JobContext
 from airflow_ckpt_provider.spark.keys import SOURCE_FILE_COLUMN, SOURCE_KEY_COLUMN, key_columns
-from airflow_ckpt_provider.spark.plan import clustered_on, source_listing
+from airflow_ckpt_provider.spark.plan import clustered_on, scans_files_only, source_listing
 from airflow_ckpt_provider.spark.row_source import (
     DoneInput,
     RowSource,
@@ -25,7 +25,13 @@ from airflow_ckpt_provider.spark.row_source import (
     without_buckets,
     without_files,
 )
-from airflow_ckpt_provider.spark.skip import anti_join, anti_join_in_buckets, done_keys_frame
+from airflow_ckpt_provider.spark.skip import (
+    anti_join,
+    anti_join_in_buckets,
+    done_key_bounds,
+    done_keys_frame,
+    ranged_key_type,
+)
 from airflow_ckpt_provider.store.errors import InvalidArgumentError
 
 log = logging.getLogger(__name__)
@@ -88,6 +94,10 @@ def skip_completed(
     done = skip_audit.audit(job, source_df, source, done, progress.keys_done)
     if not done.prune:
         pruned = source_df
+    # The key's type is checked against the store's before any done key is read.
+    with_key = job.keys.add_source_key(pruned, columns, source.source_id)
+    if done.needs_keys and len(columns) == 1:
+        done = beyond_done_keys(job, source_df, pruned, columns[0], done)
     # More done keys than are broadcast: a sort-merge anti-join, whose exchange lays the rows out in buckets.
     sort_merge = done.needs_keys and progress.keys_done > job.broadcast_threshold
     if (unique or grouped) and sort_merge:
@@ -95,7 +105,6 @@ def skip_completed(
         # the hidden key): into buckets, so its exchange is the writer's layout.
         buckets = job.partitions(num_partitions)
         source = dataclasses.replace(source, buckets=buckets)
-    with_key = job.keys.add_source_key(pruned, columns, source.source_id)
     if buckets is not None:
         with_key = without_buckets(with_key, buckets, done.buckets)
     log.info("skip_completed(%s): %s", list(columns), done.describe())
@@ -126,6 +135,31 @@ def skip_completed(
     )
     job.keys.row_sources[source.source_id] = source
     return with_key, done
+
+
+def beyond_done_keys(
+    job: JobContext, source_df: DataFrame, pending: DataFrame, column: str, done: DoneInput
+) -> DoneInput:
+    """``done`` without the anti-join when no pending row's key lies between the least and the greatest done key.
+
+    New input whose keys all lie beyond the done ones (increasing ids: the next day's
+    files, the second half of an incremental load) cannot repeat a done key, so joining
+    it with every done key (a shuffle of both sides) filters nothing. Asked of Spark: the
+    done keys' bounds (one small job, two keys per key part), then whether any pending row
+    lies within them (``isEmpty`` of a range filter, which Parquet's row-group statistics
+    answer from the files' footers when the keys do not interleave, and which stops at the
+    first row when they do). Only for a source that is a plain file scan (the question then
+    costs at most a scan, never the user's upstream work) and a key type that orders the same
+    in Spark and in Arrow; anything else is anti-joined as before.
+    """
+    spark_type = source_df.schema[column].dataType
+    if not ranged_key_type(spark_type) or not scans_files_only(job.backend, source_df):
+        return done
+    bounds = done_key_bounds(job.spark, job.store, spark_type, parallelism=job.backend.default_parallelism())
+    if bounds is None or not pending.where(F.col(column).between(*bounds)).isEmpty():
+        return done
+    log.info("skip_completed(%s): no pending key between the done keys %r and %r", column, *bounds)
+    return dataclasses.replace(done, needs_keys=False, beyond_done_keys=True)
 
 
 def pending_tasks(source: RowSource, skipped: frozenset[str]) -> int | None:
