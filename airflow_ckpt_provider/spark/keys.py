@@ -27,6 +27,9 @@ from airflow_ckpt_provider.store.keys import distinct_if_ascending, duplicate_ke
 SOURCE_KEY_COLUMN = "__ckpt_source_key"
 #: Hidden column holding the index of the input file a row came from (``read_parquet``).
 SOURCE_FILE_COLUMN = "__ckpt_source_file"
+#: Hidden column naming the piece of its input file a row was read from (``skip_completed`` over Spark Connect,
+#: docs/row-keys.md): a struct of the file path's ``xxhash64`` and the piece's first byte and length.
+SOURCE_PIECE_COLUMN = "__ckpt_source_piece"
 #: Marker in the message of the Spark error raised for a null key (translated to InvalidArgumentError("null_key")).
 NULL_KEY_MARKER = "CKPT_NULL_KEY"
 

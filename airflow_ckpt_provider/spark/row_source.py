@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_ckpt_provider.spark.backend.base import FilePiece, InputFile
@@ -88,6 +88,9 @@ class RowSource:
     anti_joined: bool = False
     pruned: frozenset[str] = field(default=frozenset(), repr=False)
     skipped_buckets: frozenset[int] = frozenset()
+    #: The rows carry the piece they came from (:data:`SOURCE_PIECE_COLUMN`): the listed files by the
+    #: ``xxhash64`` of their path, so each writer task records the pieces it met (Spark Connect).
+    piece_files: Mapping[int, InputFile] | None = field(default=None, repr=False)
 
     @property
     def digest(self) -> str | None:
@@ -111,6 +114,8 @@ class InputRecords:
     pruned: frozenset[str] = field(default=frozenset(), repr=False)
     #: Buckets: the run's input listing, recorded by bucket 0 (see :func:`resolve_done_input`).
     listing: tuple[InputFile, ...] | None = field(default=None, repr=False)
+    #: Pieces met by each task (Spark Connect): the listed files by the ``xxhash64`` of their path.
+    piece_files: Mapping[int, InputFile] | None = field(default=None, repr=False)
 
     def for_partition(self, partition: int) -> dict[str, Any] | None:
         if self.buckets is not None:
@@ -128,7 +133,25 @@ class InputRecords:
             return record
         if self.task_files is None or partition >= len(self.task_files):
             return None
-        pieces = self.task_files[partition]
+        return self._files_record(self.task_files[partition])
+
+    def for_pieces_met(self, met: Iterable[tuple[int, int, int]]) -> dict[str, Any] | None:
+        """The record of a task that met rows of these pieces (path hash, first byte, length; Spark Connect).
+
+        A task reads each piece of its scan whole, so a piece it met rows of is one it read (a piece
+        none of whose rows reached the writer is simply not recorded: less is skipped, never more). A
+        piece of a file the run did not list (the input changed under it) records nothing."""
+        if self.piece_files is None:
+            return None
+        pieces = []
+        for path_hash, start, length in met:
+            file = self.piece_files.get(path_hash)
+            if file is None:
+                return None
+            pieces.append(FilePiece(file, start, length))
+        return self._files_record(pieces) if pieces else None
+
+    def _files_record(self, pieces: Sequence[FilePiece]) -> dict[str, Any] | None:
         if any(p.file.identity in self.pruned for p in pieces):
             return None
         whole = sorted({p.file.path: p.file for p in pieces if p.whole}.values(), key=lambda f: f.path)
@@ -146,13 +169,16 @@ def input_records(
     *,
     buckets: int | None = None,
     task_files: tuple[tuple[FilePiece, ...], ...] | None = None,
+    pieces_met: bool = False,
 ) -> InputRecords | None:
     """The input records of ``source``'s writer tasks, or None when none of them may vouch for its input:
     no listing (not a plain file scan), or the done keys were anti-joined (each task then holds only the
-    keys pending in this run, not every key of what it read)."""
+    keys pending in this run, not every key of what it read). ``pieces_met``: each task records the pieces
+    its rows came from (the source carries them, :func:`piece_files`)."""
     if not source.digest or source.anti_joined:
         return None
-    if buckets is None and task_files is None:
+    piece_files = source.piece_files if pieces_met else None
+    if buckets is None and task_files is None and piece_files is None:
         return None
     return InputRecords(
         source.digest,
@@ -161,6 +187,30 @@ def input_records(
         skipped_buckets=source.skipped_buckets,
         pruned=source.pruned,
         listing=source.listing if buckets is not None else None,
+        piece_files=piece_files,
+    )
+
+
+def piece_files(spark: SparkSession, listing: Sequence[InputFile]) -> dict[int, InputFile] | None:
+    """The listed files by Spark's ``xxhash64`` of their path (one small query), or None when two collide."""
+    if not listing:
+        return None
+    rows = (
+        spark.createDataFrame([(f.path,) for f in listing], "path string")
+        .select("path", F.xxhash64("path").alias("hash"))
+        .collect()
+    )
+    by_path = {f.path: f for f in listing}
+    files = {int(r["hash"]): by_path[r["path"]] for r in rows}
+    return files if len(files) == len(listing) else None
+
+
+def piece_column() -> Column:
+    """The piece of its file each row was read from, as Spark's ``_metadata`` shows it."""
+    return F.struct(
+        F.xxhash64(F.col("_metadata.file_path")).alias("file"),
+        F.col("_metadata.file_block_start").alias("start"),
+        F.col("_metadata.file_block_length").alias("length"),
     )
 
 

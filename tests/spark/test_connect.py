@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
@@ -25,6 +26,7 @@ from pyspark.sql import functions as F
 import airflow_ckpt_provider
 from airflow_ckpt_provider.spark import CheckpointedJob
 from airflow_ckpt_provider.spark.job.failures import spark_error_text
+from airflow_ckpt_provider.spark.paths import arrow_filesystem
 from airflow_ckpt_provider.store.errors import IncompleteRunError, InvalidArgumentError, UnsupportedError
 from ckpt_testkit.connect_server import connect_client
 from ckpt_testkit.faultproxy import FaultProxy
@@ -149,11 +151,16 @@ def _resume_scenario(spark: Any, events: Path, target: Target, tmp_path: Path, k
         key_log=str(second_log),
     )
     operator.end(epoch2, 0)
+    skipped = job2._skips[-1]
     if key == "composite":
         # Bucket records over Connect: the input listing (one small _metadata job) is Spark's own, so the
         # rerun filters the done buckets without reading a done key.
-        skipped = job2._skips[-1]
         assert skipped.buckets and not skipped.needs_keys, skipped.describe()
+    else:
+        # Each finished task recorded the pieces its rows came from (Connect shows no task's files): the
+        # rerun skips the done files unread, as on classic PySpark, and reads no done key.
+        done_files = {p for p in scenario.inputs if set(pq.read_table(p).column("event_id").to_pylist()) <= sealed}
+        assert len(skipped.prune) == len(done_files) > 0 and not skipped.needs_keys, skipped.describe()
     pending = scenario.all_keys - sealed
     assert keys_logged(second_log) == pending, "the rerun's transformation saw exactly the keys not sealed"
     assert summary.keys == len(pending) and summary.engine == "arrow" and not summary.shuffled
@@ -161,6 +168,9 @@ def _resume_scenario(spark: Any, events: Path, target: Target, tmp_path: Path, k
     result = operator.store.commit(output_roots=[target.output_uri])
     assert not result.unknown_files
     assert_exactly_once(target, scenario.inputs)
+    filesystem = arrow_filesystem(target.output_uri, target.options)
+    names = ds.dataset(target.output_files(), filesystem=filesystem, format="parquet").schema.names
+    assert not [n for n in names if n.startswith("__ckpt")], f"a hidden column reached the output: {names}"
 
 
 def test_a_task_error_comes_back_typed_over_connect(connect_spark: Any, local_target: Target, tmp_path: Path) -> None:

@@ -7,7 +7,10 @@ for: a changed file, a new file, a file only partly done, a bucket of another in
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
+
+import pyarrow as pa
 
 from airflow_ckpt_provider.spark.backend.base import FilePiece, InputFile
 from airflow_ckpt_provider.spark.row_source import (
@@ -19,6 +22,7 @@ from airflow_ckpt_provider.spark.row_source import (
     listing_digest,
     resolve_done_input,
 )
+from airflow_ckpt_provider.spark.writers.arrow_task import pieces_met
 from airflow_ckpt_provider.store import Checkpoint, CheckpointStatus
 
 A = InputFile("file:/in/a.parquet", 100, 1_000)
@@ -199,3 +203,34 @@ def test_a_bucket_run_missing_a_bucket_or_with_a_forged_listing_skips_no_file() 
         del record["complete"]
         unfinished[index] = _checkpoint(index, record)
     assert resolve_done_input(unfinished, snapshot_keys=0, source=source).prune == frozenset()
+
+
+def test_a_task_records_the_pieces_its_rows_came_from_and_nothing_it_cannot_name() -> None:
+    """Spark Connect: each writer task records the pieces it met rows of (path hash, first byte, length),
+    the same record a classic task makes from the scan's plan; a piece of a file the run did not list (the
+    input changed under the run), or of a file the rerun pruned, records nothing."""
+    listing = (A, B, C)
+    source = RowSource(("id",), True, None, listing=listing, piece_files={11: A, 22: B, 33: C})
+    records = input_records(source, pieces_met=True)
+    assert records is not None and records.for_partition(0) is None, "no plan's task files over Connect"
+    met = records.for_pieces_met({(11, 0, 100), (33, 0, 150), (33, 150, 150)})
+    assert met == _files_record(listing, FilePiece(A, 0, 100), FilePiece(C, 0, 150), FilePiece(C, 150, 150))
+    # Two tasks that met each half of C, and one that met A: C and A are done, B is not.
+    halves = [records.for_pieces_met({(33, 0, 150)}), records.for_pieces_met({(33, 150, 150), (11, 0, 100)})]
+    resolved = resolve_done_input([_checkpoint(i, r) for i, r in enumerate(halves)], snapshot_keys=0, source=source)
+    assert resolved.prune == {A.identity, C.identity} and not resolved.needs_keys
+    assert records.for_pieces_met({(11, 0, 100), (44, 0, 10)}) is None, "an unlisted file: nothing recorded"
+    assert records.for_pieces_met(set()) is None
+    pruned = input_records(dataclasses.replace(source, pruned=frozenset({B.identity})), pieces_met=True)
+    assert pruned is not None and pruned.for_pieces_met({(22, 0, 100)}) is None
+    anti_joined = dataclasses.replace(source, anti_joined=True)
+    assert input_records(anti_joined, pieces_met=True) is None, "rows filtered by the done keys vouch for nothing"
+
+
+def test_the_pieces_of_a_batch_are_read_where_the_piece_changes() -> None:
+    column = pa.StructArray.from_arrays(
+        [pa.array([7, 7, 7, 9, 9, 7, 7]), pa.array([0, 0, 0, 0, 0, 50, 50]), pa.array([50, 50, 50, 8, 8, 50, 50])],
+        names=["file", "start", "length"],
+    )
+    assert pieces_met(column) == {(7, 0, 50), (9, 0, 8), (7, 50, 50)}
+    assert pieces_met(pa.chunked_array([column.slice(0, 1)])) == {(7, 0, 50)}

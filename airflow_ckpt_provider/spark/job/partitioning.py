@@ -98,6 +98,10 @@ def row_key_partitioning(job: JobContext, df: DataFrame, source: RowSource | Non
         except Exception as exc:  # an internal API that moved costs the input records, not the write
             log.info("could not read the scan's files per task (%s); checkpoints record keys only", exc)
     inputs = input_records(source, task_files=task_files) if task_files else None
+    if inputs is None and task_files is None and lineage.scan is not None:
+        # Spark Connect shows no task's files: each task records the pieces its rows came from. A coalesce
+        # keeps that exact (a task reads every piece it is handed whole).
+        inputs = input_records(source, pieces_met=True)
     why = "each key is in one row" if source.unique else "the source is grouped by key"
     count = len(task_files) if task_files is not None else None
     return Partitioned(df, PlanShape(True, count, None, f"no shuffle: {why}"), False, inputs, unique)

@@ -16,11 +16,13 @@ from pyspark.sql import functions as F
 
 from airflow_ckpt_provider.spark.job import skip_audit
 from airflow_ckpt_provider.spark.job.job_context import JobContext
-from airflow_ckpt_provider.spark.keys import SOURCE_FILE_COLUMN, SOURCE_KEY_COLUMN, key_columns
+from airflow_ckpt_provider.spark.keys import SOURCE_FILE_COLUMN, SOURCE_KEY_COLUMN, SOURCE_PIECE_COLUMN, key_columns
 from airflow_ckpt_provider.spark.plan import clustered_on, scans_files_only, source_listing
 from airflow_ckpt_provider.spark.row_source import (
     DoneInput,
     RowSource,
+    piece_column,
+    piece_files,
     resolve_done_input,
     without_buckets,
     without_files,
@@ -69,9 +71,9 @@ def skip_completed(
     if not unique and not grouped:
         buckets = job.partitions(num_partitions)
     job.backend.prepare_plan_tools()
-    # Over Spark Connect the listing costs a small job and serves only bucket records (no per-task file
-    # pieces there to vouch for files): list only for buckets.
-    listed = job.backend.kind == "classic" or buckets is not None
+    # Over Spark Connect the listing costs a small job; it serves bucket records, and unique keys' records of
+    # the pieces each task met.
+    listed = job.backend.kind == "classic" or buckets is not None or unique
     source = RowSource(
         columns,
         unique,
@@ -125,6 +127,13 @@ def skip_completed(
         if buckets is not None:
             # After a broadcast anti-join (or none): a repartition to a fixed number, never split or coalesced.
             with_key = with_key.repartition(buckets, F.col(SOURCE_KEY_COLUMN))
+    pieces = None
+    if job.backend.kind == "connect" and buckets is None and frame is None and source.listing:
+        # Spark Connect shows no task's files: the rows carry their piece, and each writer task records
+        # the pieces it met, so a rerun skips the done files as it does on classic PySpark.
+        pieces = piece_files(job.spark, source.listing)
+        if pieces is not None:
+            with_key = with_key.select("*", piece_column().alias(SOURCE_PIECE_COLUMN))
     # What was filtered decides which writer tasks may record their input as read whole (row_source).
     source = dataclasses.replace(
         source,
@@ -132,6 +141,7 @@ def skip_completed(
         anti_joined=frame is not None,
         pruned=done.prune,
         skipped_buckets=done.buckets if buckets is not None else frozenset(),
+        piece_files=pieces,
     )
     job.keys.row_sources[source.source_id] = source
     return with_key, done

@@ -26,11 +26,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.spark.keys import (
     SOURCE_FILE_COLUMN,
     SOURCE_KEY_COLUMN,
+    SOURCE_PIECE_COLUMN,
     distinct_keys,
     normalize_keys,
     repeated_key_example,
@@ -88,7 +90,7 @@ class TaskSpec:
     file_registry: tuple[str, ...] | None = None
     #: When writer task p is exactly task p of the file source: the file keys each task reads.
     task_files: tuple[tuple[str, ...], ...] | None = None
-    drop_columns: tuple[str, ...] = (SOURCE_KEY_COLUMN, SOURCE_FILE_COLUMN)
+    drop_columns: tuple[str, ...] = (SOURCE_KEY_COLUMN, SOURCE_FILE_COLUMN, SOURCE_PIECE_COLUMN)
     #: Row keys declared one row per key: a task meeting a key twice fails before its seal.
     unique_keys: bool = False
     key_columns: tuple[str, ...] = ()
@@ -124,6 +126,8 @@ class _KeyTap:
         #: Keys declared unique: the first batch whose keys repeat within it (for the error's example).
         self._unique = spec.unique_keys and not spec.file_keyed
         self._repeating: pa.Array | None = None
+        #: The input pieces the rows came from (path hash, first byte, length), when the source sends them.
+        self.pieces: set[tuple[int, int, int]] = set()
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         drop = [c for c in self._spec.drop_columns]
@@ -136,6 +140,9 @@ class _KeyTap:
                 self._keys.append(distinct)
                 self.keyed_rows += batch.num_rows
             self.rows += batch.num_rows
+            piece = batch.schema.get_field_index(SOURCE_PIECE_COLUMN)
+            if piece >= 0 and batch.num_rows:
+                self.pieces.update(pieces_met(batch.column(piece)))
             present = [c for c in drop if batch.schema.get_field_index(c) >= 0]
             yield batch.drop_columns(present) if present else batch
         self.exhausted = True
@@ -169,6 +176,18 @@ class _KeyTap:
             else:
                 files.update(file_key(str(v)) for v in array.to_pylist())
         return pa.array(sorted(files), pa.string())
+
+
+def pieces_met(column: pa.Array) -> set[tuple[int, int, int]]:
+    """The distinct pieces of a batch's piece column: rows come piece after piece, so only the rows where
+    the piece changes are looked at."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    files, starts, lengths = (column.field(i) for i in range(3))
+    changed = pc.or_(pc.not_equal(files[1:], files[:-1]), pc.not_equal(starts[1:], starts[:-1]))
+    rows = [0, *(i + 1 for i in pc.indices_nonzero(changed).to_pylist())]
+    picked = [array.take(pa.array(rows)).to_pylist() for array in (files, starts, lengths)]
+    return set(zip(*picked, strict=True))
 
 
 def _fence(store: CheckpointStore, epoch: int) -> None:
@@ -262,7 +281,10 @@ def run_write_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterato
             "pid": os.getpid(),
             "rows_in": tap.rows,
         }
-        record = spec.inputs.for_partition(partition) if spec.inputs is not None else None
+        record = None
+        if spec.inputs is not None:
+            pieces = spec.inputs.piece_files is not None
+            record = spec.inputs.for_pieces_met(tap.pieces) if pieces else spec.inputs.for_partition(partition)
         if record is not None:
             metadata[INPUT_RECORD] = record
         seal_attempted = True
