@@ -109,10 +109,26 @@ def done_keys_frame(
     return keys.hint("merge")
 
 
+#: Up to this many done keys their bounds are read on the driver (the store's parallel read: 0.06 s for 2.9 M
+#: keys on a local store, against 0.5 s for the job); more are read by the executors, two keys a part back.
+DRIVER_BOUNDS_MAX_KEYS = 5_000_000
+
+
 def done_key_bounds(
-    spark: SparkSession, store: CheckpointStore, spark_type: DataType, *, parallelism: int | None = None
+    spark: SparkSession,
+    store: CheckpointStore,
+    spark_type: DataType,
+    *,
+    num_keys: int,
+    parallelism: int | None = None,
 ) -> tuple[Any, Any] | None:
-    """The least and the greatest done key (one small job: each task sends two keys per key part), or None."""
+    """The least and the greatest done key, or None when there is none."""
+    if num_keys <= DRIVER_BOUNDS_MAX_KEYS:
+        table = store.get_checkpointed_keys()
+        if not table.num_rows:
+            return None
+        least, greatest = pc.min_max(normalize_keys(table.column(0))).values()
+        return least.as_py(), greatest.as_py()
     keys = _read_keys(spark, store, spark_type, parallelism, bounds=True)
     if keys is None:
         return None

@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from airflow_ckpt_provider.spark import CheckpointedJob
+from airflow_ckpt_provider.spark import skip as skip_module
 from airflow_ckpt_provider.spark.summary import WriteSummary
 from airflow_ckpt_provider.store import RetentionPolicy
 from airflow_ckpt_provider.store.errors import InvalidArgumentError
@@ -128,12 +129,16 @@ def test_new_input_beyond_the_done_keys_is_not_joined_with_them(
     assert sorted(r[0] for r in rows) == [*range(30), *range(100, 110), *range(200, 209)]
 
 
+@pytest.mark.parametrize("read_by", ["driver", "executors"])
 def test_the_done_keys_bounds_count_compacted_and_snapshot_keys(
-    spark: SparkSession, local_target: Target, tmp_path: Path
+    spark: SparkSession, local_target: Target, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read_by: str
 ) -> None:
     """The bounds the shortcut compares with span every done key wherever the store keeps it: a snapshot
-    (keys compacted by the retain policy, with no input record) and a segment. Had they left the snapshot
-    out, the third run would take the first day's ids 0-29 for new keys and write them again."""
+    (keys compacted by the retain policy, with no input record) and a segment, read on the driver (few done
+    keys) or by the executors (many). Had they left the snapshot out, the third run would take the first
+    day's ids 0-29 for new keys and write them again."""
+    if read_by == "executors":
+        monkeypatch.setattr(skip_module, "DRIVER_BOUNDS_MAX_KEYS", 0)
     operator = FakeOperator(local_target)
     first = [_write(tmp_path / "in" / f"{i}.parquet", [i * 10 + r for r in range(10)], ["x"] * 10) for i in range(3)]
     _run(spark, local_target, operator, first, unique=True)

@@ -99,7 +99,7 @@ def skip_completed(
     # The key's type is checked against the store's before any done key is read.
     with_key = job.keys.add_source_key(pruned, columns, source.source_id)
     if done.needs_keys and len(columns) == 1:
-        done = beyond_done_keys(job, source_df, pruned, columns[0], done)
+        done = beyond_done_keys(job, source_df, pruned, columns[0], done, progress.keys_done)
     # More done keys than are broadcast: a sort-merge anti-join, whose exchange lays the rows out in buckets.
     sort_merge = done.needs_keys and progress.keys_done > job.broadcast_threshold
     if (unique or grouped) and sort_merge:
@@ -148,14 +148,14 @@ def skip_completed(
 
 
 def beyond_done_keys(
-    job: JobContext, source_df: DataFrame, pending: DataFrame, column: str, done: DoneInput
+    job: JobContext, source_df: DataFrame, pending: DataFrame, column: str, done: DoneInput, num_keys: int
 ) -> DoneInput:
     """``done`` without the anti-join when no pending row's key lies between the least and the greatest done key.
 
     New input whose keys all lie beyond the done ones (increasing ids: the next day's
     files, the second half of an incremental load) cannot repeat a done key, so joining
-    it with every done key (a shuffle of both sides) filters nothing. Asked of Spark: the
-    done keys' bounds (one small job, two keys per key part), then whether any pending row
+    it with every done key (a shuffle of both sides) filters nothing. Asked first: the done
+    keys' bounds (the store's read on the driver, or a small job when there are many), then whether any pending row
     lies within them (``isEmpty`` of a range filter, which Parquet's row-group statistics
     answer from the files' footers when the keys do not interleave, and which stops at the
     first row when they do). Only for a source that is a plain file scan (the question then
@@ -165,7 +165,9 @@ def beyond_done_keys(
     spark_type = source_df.schema[column].dataType
     if not ranged_key_type(spark_type) or not scans_files_only(job.backend, source_df):
         return done
-    bounds = done_key_bounds(job.spark, job.store, spark_type, parallelism=job.backend.default_parallelism())
+    bounds = done_key_bounds(
+        job.spark, job.store, spark_type, num_keys=num_keys, parallelism=job.backend.default_parallelism()
+    )
     if bounds is None or not pending.where(F.col(column).between(*bounds)).isEmpty():
         return done
     log.info("skip_completed(%s): no pending key between the done keys %r and %r", column, *bounds)
