@@ -192,14 +192,20 @@ def input_records(
 
 
 def piece_files(spark: SparkSession, listing: Sequence[InputFile]) -> dict[int, InputFile] | None:
-    """The listed files by Spark's ``xxhash64`` of their path (one small query), or None when two collide."""
-    if not listing:
+    """The listed files by Spark's ``xxhash64`` of their path (one small query), or None when two collide, the
+    listing is larger than bucket 0 may record (the paths travel in the query), or the query fails: the run then
+    records no pieces, which costs the next run its shortcut, never this run."""
+    if not listing or len(listing) > LISTING_RECORD_MAX:
         return None
-    rows = (
-        spark.createDataFrame([(f.path,) for f in listing], "path string")
-        .select("path", F.xxhash64("path").alias("hash"))
-        .collect()
-    )
+    try:
+        rows = (
+            spark.createDataFrame([(f.path,) for f in listing], "path string")
+            .select("path", F.xxhash64("path").alias("hash"))
+            .collect()
+        )
+    except Exception as exc:  # a server refusing the query must cost the shortcut, not the job
+        log.info("could not hash the input listing's paths (%s); checkpoints record keys only", exc)
+        return None
     by_path = {f.path: f for f in listing}
     files = {int(r["hash"]): by_path[r["path"]] for r in rows}
     return files if len(files) == len(listing) else None

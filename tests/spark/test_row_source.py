@@ -16,10 +16,12 @@ from airflow_ckpt_provider.spark.backend.base import FilePiece, InputFile
 from airflow_ckpt_provider.spark.row_source import (
     BUCKET_HASH,
     INPUT_RECORD,
+    LISTING_RECORD_MAX,
     InputRecords,
     RowSource,
     input_records,
     listing_digest,
+    piece_files,
     resolve_done_input,
 )
 from airflow_ckpt_provider.spark.writers.arrow_task import pieces_met
@@ -234,3 +236,11 @@ def test_the_pieces_of_a_batch_are_read_where_the_piece_changes() -> None:
     )
     assert pieces_met(column) == {(7, 0, 50), (9, 0, 8), (7, 50, 50)}
     assert pieces_met(pa.chunked_array([column.slice(0, 1)])) == {(7, 0, 50)}
+
+
+def test_a_listing_too_large_to_send_records_no_pieces() -> None:
+    """Over the size bucket 0 may record, the listing's paths are not sent to the server to be hashed (the
+    query would carry them all): the run records no pieces, and no Spark call is made (none is given here)."""
+    listing = [InputFile(f"file:/in/{i}.parquet", 1, 1) for i in range(LISTING_RECORD_MAX + 1)]
+    assert piece_files(None, listing) is None  # type: ignore[arg-type]
+    assert piece_files(None, []) is None  # type: ignore[arg-type]
