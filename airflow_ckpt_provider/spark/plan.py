@@ -242,13 +242,6 @@ def _plain_scan(node: PlanNode) -> PlanNode | None:
     return _plain_scan(children[0]) if len(children) == 1 else None
 
 
-def scans_files_only(backend: SparkBackend, df: DataFrame) -> bool:
-    """Whether ``df`` is the rows of one Spark file scan under deterministic projections (no filter, join, UDF
-    or exchange): a query of it costs at most a scan, and a filter on its columns reaches the scan."""
-    plan = backend.plan(df)
-    return plan is not None and _plain_scan(plan) is not None
-
-
 def row_key_lineage(backend: SparkBackend, df: DataFrame, column: str) -> RowLineage:
     """Walk from the writer's input down the paths that carry ``column`` to where it was derived."""
     plan = backend.plan(df)

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from airflow_ckpt_provider.spark.job import skip_audit
 from airflow_ckpt_provider.spark.job.job_context import JobContext
 from airflow_ckpt_provider.spark.keys import SOURCE_FILE_COLUMN, SOURCE_KEY_COLUMN, SOURCE_PIECE_COLUMN, key_columns
-from airflow_ckpt_provider.spark.plan import clustered_on, scans_files_only, source_listing
+from airflow_ckpt_provider.spark.plan import clustered_on, source_listing
 from airflow_ckpt_provider.spark.row_source import (
     DoneInput,
     RowSource,
@@ -99,7 +99,7 @@ def skip_completed(
     # The key's type is checked against the store's before any done key is read.
     with_key = job.keys.add_source_key(pruned, columns, source.source_id)
     if done.needs_keys and len(columns) == 1:
-        done = beyond_done_keys(job, source_df, pruned, columns[0], done, progress.keys_done)
+        done = beyond_done_keys(job, source, pruned, columns[0], done, progress.keys_done)
     # More done keys than are broadcast: a sort-merge anti-join, whose exchange lays the rows out in buckets.
     sort_merge = done.needs_keys and progress.keys_done > job.broadcast_threshold
     if (unique or grouped) and sort_merge:
@@ -148,7 +148,7 @@ def skip_completed(
 
 
 def beyond_done_keys(
-    job: JobContext, source_df: DataFrame, pending: DataFrame, column: str, done: DoneInput, num_keys: int
+    job: JobContext, source: RowSource, pending: DataFrame, column: str, done: DoneInput, num_keys: int
 ) -> DoneInput:
     """``done`` without the anti-join when no pending row's key lies between the least and the greatest done key.
 
@@ -158,12 +158,14 @@ def beyond_done_keys(
     keys' bounds (the store's read on the driver, or a small job when there are many), then whether any pending row
     lies within them (``isEmpty`` of a range filter, which Parquet's row-group statistics
     answer from the files' footers when the keys do not interleave, and which stops at the
-    first row when they do). Only for a source that is a plain file scan (the question then
-    costs at most a scan, never the user's upstream work) and a key type that orders the same
-    in Spark and in Arrow; anything else is anti-joined as before.
+    first row when they do). Only for a source that is a plain file scan, which its listing
+    shows (the question then costs at most a scan, never the user's upstream work), and a key
+    type that orders the same in Spark and in Arrow; anything else is anti-joined as before.
     """
-    spark_type = source_df.schema[column].dataType
-    if not ranged_key_type(spark_type) or not scans_files_only(job.backend, source_df):
+    if source.listing is None:
+        return done
+    spark_type = pending.schema[column].dataType
+    if not ranged_key_type(spark_type):
         return done
     bounds = done_key_bounds(
         job.spark, job.store, spark_type, num_keys=num_keys, parallelism=job.backend.default_parallelism()
