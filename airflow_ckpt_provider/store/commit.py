@@ -24,7 +24,7 @@ from airflow_ckpt_provider.store.layout import commit_done_key, commit_key
 from airflow_ckpt_provider.store.model import CommitResult, EpochStatus, FileMetadata, UnknownFiles
 from airflow_ckpt_provider.store.parts import PartsUser
 from airflow_ckpt_provider.store.records import commit_result_from_json, dumps, now
-from airflow_ckpt_provider.store.reprocess.lineage import write_lineage
+from airflow_ckpt_provider.store.reprocess.lineage import read_snapshot_index, write_lineage
 from airflow_ckpt_provider.store.reprocess.maintenance import refuse_unfinished_maintenance
 from airflow_ckpt_provider.store.reprocess.records import PLAN_FIELD
 from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, REPLACED_FIELD, superseded_files
@@ -106,7 +106,7 @@ class Committer(PartsUser):
             replaced = superseded_files(
                 records,
                 job,
-                [*state.valid_ids, *state.folded],
+                [*state.valid_ids, *self._snapshot_checkpoints(state)],
                 [f.path for f in files],
                 canonical_uri,
                 self._reader.commits.committed_paths(records),
@@ -146,6 +146,13 @@ class Committer(PartsUser):
         self._blobs.put(done_key, dumps(result.to_json()))
         self._epoch_log.write_end(epoch.number, EpochStatus.COMMITTED, result.summary())
         return result
+
+    def _snapshot_checkpoints(self, state: StoreState) -> set[str]:
+        """Every checkpoint whose keys the ``retain`` snapshot holds: those folded by any earlier commit
+        (its index), not only by the latest one (``state.folded``, the manifest's ids)."""
+        if state.snapshot is None:
+            return set()
+        return state.folded | set(read_snapshot_index(self._blobs, int(state.snapshot["snapshot"])))
 
     def _plan_orphans(
         self,

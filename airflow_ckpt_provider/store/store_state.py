@@ -59,7 +59,8 @@ class StoreState:
 
     @property
     def folded(self) -> set[str]:
-        """Ids of the checkpoints whose keys the snapshot holds (their manifests may be gone)."""
+        """Ids of the checkpoints the snapshot's latest fold put in it (their manifests may be gone). Those of
+        earlier folds are in its index only (``read_snapshot_index``): the snapshot holds their keys too."""
         return set(self.snapshot["checkpoint_ids"]) if self.snapshot else set()
 
     @cached_property

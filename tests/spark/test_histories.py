@@ -101,6 +101,15 @@ def test_reprocess_by_commit_after_a_run_with_nothing_pending_on_a_retain_store(
     _steps(machine, "run", "commit", "retain_cleanup", "run", ("reprocess_by_commit", 1), "run", "commit")
 
 
+def test_a_third_incremental_commit_keeps_the_output_of_the_first() -> None:
+    """Data loss found by the TaskFlow redo DAG test (session 27): the ``retain`` snapshot's manifest names only
+    the checkpoints its latest fold added, so the third commit of a job took the first commit's checkpoints
+    for gone and retracted its files as replaced. A reader must see every done key once after each commit."""
+    machine = _history("unique", orders=4)
+    grow = ("new_input_file", 2)
+    _steps(machine, "run", "commit", "retain_cleanup", grow, "run", "commit", "retain_cleanup", grow, "run", "commit")
+
+
 def test_undo_after_a_rewind_with_nothing_to_do_undoes_the_rewind_before_it() -> None:
     """Found by the large run (both processes, shrunk): a rewind to a commit with nothing after it records
     nothing (result epoch None), so the undo that follows restores what the earlier rewind made pending."""

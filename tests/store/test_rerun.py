@@ -95,6 +95,11 @@ def test_retain_stays_incremental_and_another_job_is_never_replaced(backend: Bac
     _, second, _ = _run(store, backend, DAY, "run2", [["a", "b", "f"]])  # only the new key is processed
     assert _commit(store, backend, RetentionPolicy.RETAIN) == set()
     assert backend.output_names() == first | second
+    # A third run of the day: the first two runs' output stays (both are folded into the snapshot).
+    _, third, _ = _run(store, backend, DAY, "run3", [["a", "f", "g"]])
+    assert _commit(store, backend, RetentionPolicy.RETAIN) == set()
+    assert backend.output_names() == first | second | third
+    assert done_keys(store) == ["a", "b", "c", "d", "e", "f", "g"] and store.inspection.check().ok
 
 
 def test_another_job_on_a_shared_store_is_never_replaced(backend: Backend) -> None:
