@@ -54,7 +54,8 @@ class RerunPlan:
     """What the next run of a job on this store does, and whose output is live now."""
 
     action: RerunAction
-    #: The newest commit of the store (its epoch number), whose output a reader sees; None if none.
+    #: The newest commit of the store (its epoch number), whose output a reader sees (under ``retain``, with
+    #: the earlier commits' output: each commit added its new keys); None if none.
     live_commit: int | None = None
     #: The run that made it (its run id, when a task instance did).
     live_run: str | None = None
@@ -62,10 +63,13 @@ class RerunPlan:
     live_rows: int = 0
 
     def describe(self) -> str:
+        # Under retain the output is every commit's (each added its new keys): the newest commit is one part of it.
+        what_live = "newest commit" if self.action is RerunAction.INCREMENTAL else "live output: commit"
         live = (
-            f"live output: commit {self.live_commit}"
+            f"{what_live} {self.live_commit}"
             + (f" by run {self.live_run}" if self.live_run else "")
-            + f" ({self.live_files} files, {self.live_rows} rows)"
+            + f" ({self.live_files} files, {self.live_rows} rows"
+            + ("; the earlier commits' output stays live)" if self.action is RerunAction.INCREMENTAL else ")")
             if self.live_commit is not None
             else "no committed output yet"
         )

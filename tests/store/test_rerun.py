@@ -91,7 +91,9 @@ def test_retain_stays_incremental_and_another_job_is_never_replaced(backend: Bac
     store = backend.store()
     _, first, _ = _run(store, backend, DAY, "run1")
     _commit(store, backend, RetentionPolicy.RETAIN)
-    assert store.inspection.rerun_plan(DAY).action is RerunAction.INCREMENTAL
+    plan = store.inspection.rerun_plan(DAY)
+    assert plan.action is RerunAction.INCREMENTAL
+    assert plan.describe().startswith("newest commit 1 by run run1 (3 files, 5 rows; the earlier commits' output")
     _, second, _ = _run(store, backend, DAY, "run2", [["a", "b", "f"]])  # only the new key is processed
     assert _commit(store, backend, RetentionPolicy.RETAIN) == set()
     assert backend.output_names() == first | second
