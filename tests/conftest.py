@@ -170,6 +170,7 @@ LONGEST_FILES = (
     "tests/operators/test_taskflow_rerun.py",
     "tests/dags_examples/test_ckpt_connect_orders.py",
     "tests/dags_examples/test_ckpt_tenant_orders.py",
+    "tests/operators/test_taskflow_redo.py",
     "tests/spark/test_row_keys_progress.py",
     "tests/store/test_segments.py",
     "tests/cli/test_cli_airflow.py",
