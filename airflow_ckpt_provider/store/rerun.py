@@ -61,15 +61,18 @@ class RerunPlan:
     live_run: str | None = None
     live_files: int = 0
     live_rows: int = 0
+    #: Whether the committed keys still count (``retain``): the output a reader sees is every commit's, of
+    #: which ``live_*`` describe the newest; False: it is the newest commit's alone.
+    earlier_commits_live: bool = False
 
     def describe(self) -> str:
         # Under retain the output is every commit's (each added its new keys): the newest commit is one part of it.
-        what_live = "newest commit" if self.action is RerunAction.INCREMENTAL else "live output: commit"
+        what_live = "newest commit" if self.earlier_commits_live else "live output: commit"
         live = (
             f"{what_live} {self.live_commit}"
             + (f" by run {self.live_run}" if self.live_run else "")
             + f" ({self.live_files} files, {self.live_rows} rows"
-            + ("; the earlier commits' output stays live)" if self.action is RerunAction.INCREMENTAL else ")")
+            + ("; the earlier commits' output stays live)" if self.earlier_commits_live else ")")
             if self.live_commit is not None
             else "no committed output yet"
         )
@@ -89,6 +92,7 @@ class RerunPlan:
             "live_run": self.live_run,
             "live_files": self.live_files,
             "live_rows": self.live_rows,
+            "earlier_commits_live": self.earlier_commits_live,
         }
 
 
@@ -103,7 +107,7 @@ def plan_rerun(
     """The action of a new submit of ``job``: ``latest_*`` describe the store's latest epoch, ``kept_keys``
     whether committed keys still count (valid checkpoints or a snapshot), ``newest_commit`` its newest
     commit record."""
-    live = _live(newest_commit)
+    live = _live(newest_commit) | ({"earlier_commits_live": kept_keys} if newest_commit is not None else {})
     if latest_status is None:
         return RerunPlan(RerunAction.FIRST, **live)
     if latest_status is not EpochStatus.COMMITTED:

@@ -94,6 +94,7 @@ def test_retain_stays_incremental_and_another_job_is_never_replaced(backend: Bac
     plan = store.inspection.rerun_plan(DAY)
     assert plan.action is RerunAction.INCREMENTAL
     assert plan.describe().startswith("newest commit 1 by run run1 (3 files, 5 rows; the earlier commits' output")
+    assert plan.to_json()["earlier_commits_live"] is True
     _, second, _ = _run(store, backend, DAY, "run2", [["a", "b", "f"]])  # only the new key is processed
     assert _commit(store, backend, RetentionPolicy.RETAIN) == set()
     assert backend.output_names() == first | second
@@ -102,6 +103,12 @@ def test_retain_stays_incremental_and_another_job_is_never_replaced(backend: Bac
     assert _commit(store, backend, RetentionPolicy.RETAIN) == set()
     assert backend.output_names() == first | second | third
     assert done_keys(store) == ["a", "b", "c", "d", "e", "f", "g"] and store.inspection.check().ok
+    # A run of the day failing halfway: the plan of its resume says the earlier commits' output stays live too.
+    newest = store.inspection.rerun_plan(DAY).live_commit
+    _run(store, backend, DAY, "run4", [["h"], ["i"]], fail_at=1)
+    plan = store.inspection.rerun_plan(DAY)
+    assert plan.action is RerunAction.RESUME and plan.earlier_commits_live
+    assert plan.describe().startswith(f"newest commit {newest} by run run3 (1 files, 1 rows; the earlier commits'")
 
 
 def test_another_job_on_a_shared_store_is_never_replaced(backend: Backend) -> None:
