@@ -16,6 +16,9 @@ in the same run against the same baseline — ``spark.read.parquet`` + transform
   its input (the rerun's source alone into Spark's no-op sink).
 * **incremental** — half the input files run and committed, then a run over all of them (the new
   half is pending): target <= 0.75 of a plain full run (``unique=True`` and ``False``).
+* **floor** (``--measures floor``, not run by default) — what a rerun at 50 % / 90 % done cannot go below in plain
+  Spark with no store: the plain job over the files a ``unique=True`` rerun reads, and the plain job reading every
+  row (a ``unique=False`` bucket has rows in every file) but writing only the pending share of the keys.
 * every measure above runs for integer keys (``event_id``) and string keys (``event_key``, such as
   ``u000000123456``: the same input with that column added), ``--keys int,string``; the rerun and the
   incremental run also with ``unique=False`` (targets 0.65 at 50 %, 0.30 at 90 %).
@@ -300,6 +303,32 @@ def measure_incremental(
     return seconds
 
 
+def measure_floor(
+    spark: SparkSession, inputs: list[str], key: str, repeat: int, run_dir: Path
+) -> dict[str, dict[str, list[float]]]:
+    """What a rerun at 50 % / 90 % done cannot go below, in plain Spark with no store at all; each repetition's
+    time divided by a plain full run made beside it. ``unique``: the plain job over the input files a
+    ``unique=True`` rerun still reads (the done ones skipped unread). ``exchange``: the plain job reading every
+    row (a ``unique=False`` bucket has rows in every file) and writing only the pending share of the keys (a
+    hash of the key), with no shuffle, no key recorded, nothing skipped by a store."""
+    from pyspark.sql import functions as F
+
+    ratios: dict[str, dict[str, list[float]]] = {"unique": {}, "exchange": {}}
+    for i in range(repeat):
+        for fraction in (0.5, 0.9):
+            pending = inputs[round(fraction * len(inputs)) :]
+            half, _ = _timed(functools.partial(plain_run, spark, pending, run_dir / "floor"))
+            share = F.pmod(F.xxhash64(key), F.lit(100)) >= F.lit(round(fraction * 100))
+            frame = transform(spark.read.parquet(*inputs).filter(share))
+            write = functools.partial(frame.write.mode("overwrite").parquet, str(_fresh(run_dir / "floor")))
+            read_all, _ = _timed(write)
+            plain, _ = _timed(lambda: plain_run(spark, inputs, run_dir / "plain"))
+            ratios["unique"].setdefault(str(fraction), []).append(half / plain)
+            ratios["exchange"].setdefault(str(fraction), []).append(read_all / plain)
+        print(f"floor repetition {i + 1} done", flush=True)
+    return ratios
+
+
 def measure_store_read(spark: SparkSession, millions: list[int], run_dir: Path) -> list[dict[str, Any]]:
     """Done keys of a store holding N million keys: the driver's read and the executors' read."""
     results = []
@@ -375,7 +404,8 @@ def main() -> int:
     parser.add_argument(
         "--measures",
         default="clean,rerun,incremental",
-        help="which measures run for each key kind (comma-separated; the store read has --store-keys)",
+        help="which measures run for each key kind (comma-separated: clean, rerun, incremental, floor; the store "
+        "read has --store-keys)",
     )
     parser.add_argument("--out", type=Path, default=None, help="the table; the JSON beside it")
     quiet.add_argument(parser)
@@ -426,7 +456,9 @@ def main() -> int:
     for kind in kinds:
         files, key = sources[kind], KEY_COLUMNS[kind]
         buckets = args.exchange_buckets
-        measured: dict[str, Any] = {"key": key, "clean_seconds": {}, "reruns": {}, "incremental": {}}
+        measured: dict[str, Any] = {"key": key, "clean_seconds": {}, "reruns": {}, "incremental": {}, "floor": {}}
+        if "floor" in measures:
+            measured["floor"] = measure_floor(spark, files, key, args.repeat, run_dir)
         if "clean" in measures:
             measured["clean_seconds"] = measure_clean(spark, files, key, args.repeat, run_dir, buckets, args.arrow)
         if "rerun" in measures:
@@ -577,6 +609,16 @@ def _table(report: dict[str, Any]) -> str:
             phases = {p: statistics.median(r["phases"][p] for r in runs) for p in runs[0]["phases"]}
             split = " / ".join(f"{p} {v:.2f}" for p, v in phases.items())
             lines.append(f"  done files skipped unread {pruned:.0f}, done keys read {anti}; by phase (s): {split}")
+        floors = {
+            "unique": "plain job over the files a unique=True rerun reads",
+            "exchange": "plain job reading every row, writing the pending share",
+        }
+        for mode, by_fraction in measured.get("floor", {}).items():
+            for fraction, ratios in by_fraction.items():
+                label = f"floor at {float(fraction):.0%} done: {floors[mode]}"
+                lines.append(label)
+                limit = RERUN_TARGETS[mode][fraction]
+                lines.append(_row(f"  / plain full run (target of the {mode} rerun)", ratios, limit))
     if report["store_read"]:
         lines.append("")
         lines.append("store read of done keys (250 k keys per checkpoint, local store)")
