@@ -70,10 +70,10 @@ class _StoreActionOperator(CheckpointStoreBaseOperator):
     def _store(self, context: Context) -> tuple[str, CheckpointStore]:
         # A mapped submit: a task mapped the same way works on the store of its own map index; an
         # unmapped one is refused (InvalidArgumentError("ambiguous_store")) rather than retracting from every tenant.
-        uri = self.store_uri(context)
-        hook = self.store_hook(uri, context)
+        hook = self.store_hook(self.store_uri(context), context)
         self._anchor = hook.output_anchor
-        return uri, hook.get_store()
+        store = hook.get_store()
+        return store.uri, store  # canonical (file://...), as the job's own XCom names it
 
     def _requested_by(self, context: Context) -> str:
         ti = context["ti"]

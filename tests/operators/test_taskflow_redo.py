@@ -41,8 +41,8 @@ def _rows(directory: Path) -> list[tuple[int, int]]:
 
 
 def _local(uri: str) -> Path:
-    """A local store's directory, however its URI is spelled (``file://`` from the job's XCom, a path from
-    the default location that the reprocess resolves before the job ran in its run)."""
+    """A local store's directory, however its URI is spelled (``file://`` in the XComs, a plain path from the
+    harness's default location)."""
     return Path(uri.removeprefix("file://"))
 
 
@@ -79,7 +79,7 @@ def test_reprocess_and_rewind_through_spark_task_id_redo_part_of_a_taskflow_task
     # 2. Reprocess keys 12 and 17 (their checkpoint holds 10-19), then the job with the fixed code.
     run_id, plan = run(2, {"reprocess_keys": json.dumps([12, 17])})
     reprocessed = airflow_harness.xcom(DAG_ID, run_id, "reprocess")
-    assert _local(reprocessed["checkpoint_uri"]) == store_root, reprocessed  # found through spark_task_id
+    assert reprocessed["checkpoint_uri"] == uri, reprocessed  # found through spark_task_id, spelled as the job does
     assert "output_kept_because" not in reprocessed, reprocessed  # job's output_roots reached the reprocess
     result = reprocessed["result"]
     assert (result["action"], result["checkpoints"], result["keys"], result["deleted"]) == ("reprocess", 1, 10, 0)
@@ -92,7 +92,7 @@ def test_reprocess_and_rewind_through_spark_task_id_redo_part_of_a_taskflow_task
     # 3. Rewind to commit 1: what run 2 sealed after it is pending again, its output quarantined.
     run_id, plan = run(3, {"rewind_to": 1})
     rewound = airflow_harness.xcom(DAG_ID, run_id, "rewind")
-    assert _local(rewound["checkpoint_uri"]) == store_root and "output_kept_because" not in rewound, rewound
+    assert rewound["checkpoint_uri"] == uri and "output_kept_because" not in rewound, rewound
     result = rewound["result"]
     assert (result["action"], result["to_commit"], result["keys"], result["deleted"]) == ("rewind", 1, 10, 0)
     assert result["checkpoints"] > 0 and result["moved"] == result["files"] > 0, result  # run 2's tasks' checkpoints
