@@ -4,7 +4,8 @@ to one store and one output, with an oracle after every step.
 One history: a key mode (row keys grouped at the source, ``unique=True``, a composite key, or file
 keys), a writer (Spark's or the Arrow one), a tiny input (a few Parquet files, tens of rows), then a
 sequence of: successful runs, runs failing in the user's code on a bad record, new input files,
-commits, ``retain`` cleanups, ``delete_after_success`` cleanups (the next run of the same job then
+commits, days of an incremental job (``retain``, new input, run, commit, one to three times in one step),
+``retain`` cleanups, ``delete_after_success`` cleanups (the next run of the same job then
 replaces the committed output), reprocess by key / input file / epoch / commit / time
 window, undo, purge of the quarantine, rewind, discard of uncommitted work, clear. The store is
 local, or on the S3 server when the caller gives one (:func:`use_s3`). The model says which keys
@@ -388,6 +389,21 @@ class StoreHistory(RuleBasedStateMachine):
         self._done_step("commit")
 
     @precondition(lambda self: self.latest == "committed")
+    @rule(days=st.integers(1, 3), orders=st.integers(1, 3))
+    def another_day(self, days: int, orders: int) -> None:
+        """The daily job of an incremental pipeline, ``days`` times: the committed day's checkpoints kept
+        (``retain``: folded into the snapshot), the next day's input arrives, the job runs and commits. One draw
+        is the sequence of several rules a random history seldom draws in a row (a third incremental commit of
+        the same job once retracted the first's files: tests/spark/test_histories.py)."""
+        for _ in range(days):
+            self.retain_cleanup()
+            self.new_input_file(orders)
+            self.run()
+            self.commit()
+        TALLY.steps["another_day"] += 1
+        self.log.append(f"(another_day x{days})")
+
+    @precondition(lambda self: self.latest == "committed")
     @rule()
     def retain_cleanup(self) -> None:
         self._cleanup(RetentionPolicy.RETAIN)
@@ -659,6 +675,7 @@ def history_steps() -> Iterable[str]:
             "failed_run",
             "new_input_file",
             "commit",
+            "another_day",
             "retain_cleanup",
             "delete_after_success",
             "rerun_replace",

@@ -131,9 +131,9 @@ def test_every_operation_on_s3_with_file_keys_and_crashes(s3_options: dict[str, 
     """One history through every operation of the machine with the store on the S3 server (file keys; the
     reproductions above are row keys): failed run, run, commit, reprocess by file / time / epoch / commit,
     undo, purge, new input, rewind, retain, discard, delete_after_success and the re-run that replaces the
-    committed output, clear. Five of its steps crash at a driver-side failpoint (the fault campaign's
-    histories: a crash at step k, not on a fresh store) and are recovered as documented (the same call
-    again, or ``reprocessing.resume``) before the oracle judges them."""
+    committed output, another day of the job, clear. Five of its steps crash at a driver-side failpoint (the
+    fault campaign's histories: a crash at step k, not on a fresh store) and are recovered as documented (the
+    same call again, or ``reprocessing.resume``) before the oracle judges them."""
     use_s3(s3_options, s3_bucket)
     before, steps_before = dict(TALLY.crashes), Counter(TALLY.steps)
     machine = StoreHistory()
@@ -164,6 +164,7 @@ def test_every_operation_on_s3_with_file_keys_and_crashes(s3_options: dict[str, 
         "delete_after_success",
         "run",
         "commit",
+        lambda m: m.another_day(1, 2),
         "clear",
     )
     fired = {p for p, n in TALLY.crashes.items() if n > before.get(p, 0)}
