@@ -19,6 +19,7 @@ from airflow_ckpt_provider.cli import render
 from airflow_ckpt_provider.cli.commands import Io
 from airflow_ckpt_provider.store import CheckpointStore, ReprocessPlan, ReprocessResult, Selection
 from airflow_ckpt_provider.store.errors import InvalidArgumentError, RefusedError
+from airflow_ckpt_provider.store.reprocess.model import aware_time
 
 #: How many files the human-readable preview lists before "… and N more" (``--show-files``).
 DEFAULT_SHOWN_FILES = 50
@@ -244,19 +245,7 @@ def selection_from(args: argparse.Namespace) -> Selection:
 
 
 def _time(value: str | None, flag: str) -> dt.datetime | None:
-    if value is None:
-        return None
-    try:
-        moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise InvalidArgumentError(
-            f"{flag} {value!r} is not an ISO 8601 time (e.g. 2024-07-01T12:00:00Z)", reason="cli_argument"
-        ) from None
-    if moment.tzinfo is None:
-        raise InvalidArgumentError(
-            f"{flag} {value!r} has no time zone: add one (e.g. Z for UTC)", reason="cli_argument"
-        )
-    return moment
+    return None if value is None else aware_time(value, name=flag, reason="cli_argument")
 
 
 def _who() -> str:

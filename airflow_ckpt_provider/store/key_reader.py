@@ -23,6 +23,19 @@ from airflow_ckpt_provider.store.segments import read_table as read_segment_tabl
 from airflow_ckpt_provider.store.store_state import StoreState
 
 
+def concat_keys(tables: Sequence[pa.Table], uri: str) -> pa.Table:
+    """The key tables of one store as one; :class:`InvalidArgumentError` (``key_type_mismatch``) if their key
+    types differ (the key column changed type between runs)."""
+    types = {str(t.schema.field(KEY_COLUMN).type) for t in tables}
+    if len(types) > 1:
+        raise InvalidArgumentError(
+            f"the checkpoints of {uri} hold keys of different types {sorted(types)}: the key column changed type "
+            "between runs. Cast it back to the earlier type, or clear the store to start over",
+            reason="key_type_mismatch",
+        )
+    return pa.concat_tables(tables)
+
+
 class KeyReader:
     """Reads the keys objects of checkpoints, segments and snapshots (column ``key``)."""
 
@@ -94,16 +107,9 @@ class KeyReader:
             return self.read_key_source(dataclasses.replace(source, data=data)) if source.exclude else table
 
         tables = self._context.map(read, sources)
-        types = {str(t.schema.field(KEY_COLUMN).type) for t in tables}
-        if len(types) > 1:
-            raise InvalidArgumentError(
-                f"the checkpoints of {self._context.uri} hold keys of different types {sorted(types)}: the key "
-                "column changed type between runs. Cast it back to the earlier type, or clear the store to start over",
-                reason="key_type_mismatch",
-            )
         if not tables:
             return pa.table({KEY_COLUMN: pa.array([], pa.string())})
-        return pa.concat_tables(tables)
+        return concat_keys(tables, self._context.uri)
 
     def key_type(self, state: StoreState) -> str | None:
         types = state.catalog.key_types(state.valid_mask)

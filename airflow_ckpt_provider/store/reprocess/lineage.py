@@ -26,8 +26,8 @@ import pyarrow.parquet as pq
 
 from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError, BlobStore
 from airflow_ckpt_provider.store.context import StoreContext
-from airflow_ckpt_provider.store.errors import CorruptCheckpointError, InvalidArgumentError, corrupt_record
-from airflow_ckpt_provider.store.key_reader import key_sources
+from airflow_ckpt_provider.store.errors import CorruptCheckpointError, corrupt_record
+from airflow_ckpt_provider.store.key_reader import concat_keys, key_sources
 from airflow_ckpt_provider.store.model import Checkpoint, FileMetadata
 from airflow_ckpt_provider.store.records import now
 from airflow_ckpt_provider.store.reprocess.model import dumps
@@ -198,14 +198,7 @@ def attributed_keys(
     tables.extend(t for t in context.map(one, [c for c in checkpoints if c.checkpoint_id not in covered]) if t.num_rows)
     if not tables:
         return attributed(pa.table({KEY_COLUMN: pa.array([], pa.string())}), None, None)
-    types = {str(t.schema.field(KEY_COLUMN).type) for t in tables}
-    if len(types) > 1:
-        raise InvalidArgumentError(
-            f"the checkpoints of {context.uri} hold keys of different types {sorted(types)}: the key column "
-            "changed type between runs. Cast it back to the earlier type, or clear the store to start over",
-            reason="key_type_mismatch",
-        )
-    return pa.concat_tables(tables)
+    return concat_keys(tables, context.uri)
 
 
 def write_snapshot_data(blobs: BlobStore, prefix: str, keys: pa.Table) -> None:

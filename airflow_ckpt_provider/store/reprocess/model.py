@@ -40,21 +40,26 @@ REPROCESS_FAILPOINTS = (
 )
 
 
-def _iso(value: dt.datetime | str | None) -> str | None:
-    if value is None:
-        return None
+def aware_time(value: dt.datetime | str, *, name: str = "", reason: str = "selection") -> dt.datetime:
+    """``value`` (an ISO 8601 text or a datetime) as a datetime with a time zone; :class:`InvalidArgumentError`
+    (``reason``) naming ``name`` (e.g. a CLI flag) if it is not a time or has no time zone."""
+    said = f"{name} {value!r}" if name else repr(value)
     if isinstance(value, str):
         try:
             value = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
             raise InvalidArgumentError(
-                f"{value!r} is not an ISO 8601 time (e.g. 2024-07-01T12:00:00Z)", reason="selection"
+                f"{said} is not an ISO 8601 time (e.g. 2024-07-01T12:00:00Z)", reason=reason
             ) from None
     if value.tzinfo is None:
-        raise InvalidArgumentError(
-            f"{value!r} has no time zone: give an aware datetime (e.g. in UTC)", reason="selection"
-        )
-    return value.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        raise InvalidArgumentError(f"{said} has no time zone: add one (e.g. Z or +00:00 for UTC)", reason=reason)
+    return value
+
+
+def _iso(value: dt.datetime | str | None) -> str | None:
+    if value is None:
+        return None
+    return aware_time(value).astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 #: Nesting a selection key may have (composite keys are flat objects; deeper is not a key).

@@ -116,10 +116,9 @@ class ReprocessPlan:
     def nothing_to_do(self) -> bool:
         return not (self.checkpoints or self.files or self.snapshot_drop)
 
-    @property
-    def fingerprint(self) -> str:
-        """What the person confirmed: equal fingerprints, equal actions (hex sha256)."""
-        essence = {
+    def _action_fields(self) -> dict[str, Any]:
+        """Which action on what: the fields of the fingerprint that :meth:`to_json` shows as they are."""
+        return {
             "action": self.action,
             "epoch": self.epoch,
             "new_epoch": self.new_epoch,
@@ -127,6 +126,13 @@ class ReprocessPlan:
             "to_commit": self.to_commit,
             "target": self.target,
             "mode": self.mode,
+        }
+
+    @property
+    def fingerprint(self) -> str:
+        """What the person confirmed: equal fingerprints, equal actions (hex sha256)."""
+        essence = {
+            **self._action_fields(),
             "new_base": list(self.new_base),
             "snapshot_drop": list(self.snapshot_drop),
             "files": [[f.path, f.size_bytes] for f in self.files],
@@ -189,14 +195,8 @@ class ReprocessPlan:
     def to_json(self, *, max_files: int | None = None) -> dict[str, Any]:
         files = self.files if max_files is None else self.files[:max_files]
         return {
-            "action": self.action,
+            **self._action_fields(),
             "store_uri": self.store_uri,
-            "epoch": self.epoch,
-            "new_epoch": self.new_epoch,
-            "selection": None if self.selection is None else self.selection.to_json(),
-            "to_commit": self.to_commit,
-            "target": self.target,
-            "mode": self.mode,
             "checkpoints": list(self.checkpoints),
             "committed_checkpoints": self.committed_checkpoints,
             "keys": self.keys,
