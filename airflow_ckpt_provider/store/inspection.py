@@ -323,13 +323,23 @@ class Inspection:
         record is read, not the state again)."""
         if progress is not None:
             latest = progress.epoch
-            kept = progress.valid_checkpoints > 0 or progress.keys_done > 0  # valid checkpoints or a snapshot
+            kept = committed_kept = progress.valid_checkpoints > 0 or progress.keys_done > 0  # valid or a snapshot
             record = self._reader.commits.newest_commit_record()
+            if record is not None and latest is not None and latest.status is not EpochStatus.COMMITTED:
+                # A failed run after the commit may have sealed checkpoints of its own. Without reading which
+                # checkpoints are valid (the page has read the state once): the commit's keys count when retain
+                # folded them into a snapshot; a delete_after_success commit whose cleanup never ran is worded as
+                # replaced (its next commit keeps that output).
+                committed_kept = self._reader.snapshot(latest) is not None
         else:
             state = self._reader.read(with_attempts=False)
             latest = state.latest
             kept = state.snapshot is not None or bool(state.valid_ids)
             record = state.commit_record
+            # After a commit, a failed run may have sealed checkpoints of its own: the committed output stays
+            # beside the next commit's only if the newest commit's checkpoints still count (retain's snapshot).
+            committed_ids = set(record.get("checkpoint_ids") or []) if record else set()
+            committed_kept = state.snapshot is not None or not committed_ids.isdisjoint(state.valid_ids)
         latest_job = None if latest is None else latest.metadata.get(JOB_METADATA_KEY)
         return plan_rerun(
             None if latest is None else latest.status,
@@ -338,6 +348,7 @@ class Inspection:
             record,
             job,
             OnRerun(on_rerun),
+            committed_kept=committed_kept,
         )
 
     def get_checkpoint(self, checkpoint_id: str) -> Checkpoint | None:

@@ -79,7 +79,11 @@ def test_a_failed_rerun_is_resumed_and_its_commit_still_replaces(backend: Backen
     _, first, _ = _run(store, backend, DAY, "run1")
     _commit(store, backend, RetentionPolicy.DELETE_AFTER_SUCCESS)
     _, sealed, orphans = _run(store, backend, DAY, "run2", fail_at=1)
-    assert store.inspection.rerun_plan(DAY).action is RerunAction.RESUME
+    plan = store.inspection.rerun_plan(DAY)
+    assert plan.action is RerunAction.RESUME
+    # The failed run's sealed checkpoints are not the commit's: the resumed run's commit replaces its output.
+    assert not plan.earlier_commits_live and plan.describe().startswith("live output: commit 1 by run run1")
+    assert not store.inspection.rerun_plan(DAY, progress=store.inspection.progress()).earlier_commits_live
     _, rest, _ = _run(store, backend, DAY, "run3")
     result = store.commit([backend.output_uri])
     assert names(result.replaced_files) == first and names(result.deleted_files) == orphans
@@ -108,6 +112,7 @@ def test_retain_stays_incremental_and_another_job_is_never_replaced(backend: Bac
     _run(store, backend, DAY, "run4", [["h"], ["i"]], fail_at=1)
     plan = store.inspection.rerun_plan(DAY)
     assert plan.action is RerunAction.RESUME and plan.earlier_commits_live
+    assert store.inspection.rerun_plan(DAY, progress=store.inspection.progress()).earlier_commits_live
     assert plan.describe().startswith(f"newest commit {newest} by run run3 (1 files, 1 rows; the earlier commits'")
 
 
