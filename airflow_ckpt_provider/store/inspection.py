@@ -320,7 +320,7 @@ class Inspection:
         """What the next submit of ``job`` (``JOB_METADATA_KEY`` of its epochs) does on this store —
         first, resume, replace, skip or incremental — and which commit's output is live (store/rerun.py).
         ``progress``: a :meth:`progress` the caller already read (then only the newest commit
-        record is read, not the state again)."""
+        record is read, and the snapshot's manifest after a run that did not commit; not the state again)."""
         if progress is not None:
             latest = progress.epoch
             kept = committed_kept = progress.valid_checkpoints > 0 or progress.keys_done > 0  # valid or a snapshot

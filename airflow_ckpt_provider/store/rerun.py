@@ -104,14 +104,13 @@ def plan_rerun(
     job: str | None,
     on_rerun: OnRerun,
     *,
-    committed_kept: bool | None = None,
+    committed_kept: bool,
 ) -> RerunPlan:
     """The action of a new submit of ``job``: ``latest_*`` describe the store's latest epoch, ``kept_keys``
     whether any keys still count (valid checkpoints or a snapshot), ``newest_commit`` its newest commit record,
-    ``committed_kept`` whether that commit's checkpoints still count (default ``kept_keys``: the same right
-    after a commit; a failed run after it may have sealed checkpoints that are not committed)."""
-    kept_committed = kept_keys if committed_kept is None else committed_kept
-    live = _live(newest_commit) | ({"earlier_commits_live": kept_committed} if newest_commit is not None else {})
+    ``committed_kept`` whether that commit's checkpoints still count (right after a commit the same as
+    ``kept_keys``; a failed run after it may have sealed checkpoints that are not committed)."""
+    live = _live(newest_commit) | ({"earlier_commits_live": committed_kept} if newest_commit is not None else {})
     if latest_status is None:
         return RerunPlan(RerunAction.FIRST, **live)
     if latest_status is not EpochStatus.COMMITTED:
