@@ -2,15 +2,17 @@
 # One-time set-up on a fresh machine (Python 3.11 + Java 17): a virtualenv in .venv with
 # the package in editable mode. `bash scripts/setup.sh` installs everything the tests and
 # benchmarks need (the `test` extra); `bash scripts/setup.sh demo` only what the demo runs
-# (Airflow, the Spark provider, PySpark). The browser of the UI tests is installed by
-# scripts/test.sh. Idempotent: re-running only installs what is missing.
+# (Airflow, the Spark provider, PySpark); `bash scripts/setup.sh docs` only what the docs site
+# needs (scripts/docs.sh). The browser of the UI tests is installed by scripts/test.sh.
+# Idempotent: re-running only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 case "${1:-test}" in
   demo) EXTRAS="airflow,spark" ;;
   test) EXTRAS="test" ;;
-  *) echo "usage: bash scripts/setup.sh [test|demo]" >&2; exit 2 ;;
+  docs) EXTRAS="docs" ;;
+  *) echo "usage: bash scripts/setup.sh [test|demo|docs]" >&2; exit 2 ;;
 esac
 
 PY=${PYTHON:-python3.11}

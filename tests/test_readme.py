@@ -1,6 +1,10 @@
-"""README.md stays true: what it names exists in the code, and what users must know is in it.
+"""README.md and the pages of docs/ stay true: what they name exists in the code, and what users must know is in them.
 
-Checked (each extraction reads the whole README, so sections may move and grow):
+The README is short (it sends readers to the docs site), so each check reads the README and every
+page of ``docs/`` together (``DOCS``): a section may move from one to another and stay checked.
+Checked:
+
+* the README is at most 250 lines and starts with the two commands (demo, tests);
 
 * every ``spark.ckpt.*`` conf named is one the job reads (``contract.ALL_CONFS``), and every
   one of those is named; the confs listed as "set by the operator" are exactly the ones it sets;
@@ -10,16 +14,18 @@ Checked (each extraction reads the whole README, so sections may move and grow):
   every `` `airflow-ckpt NAME` `` in the text is a subcommand;
 * every example command (``bash scripts/...``, ``.venv/bin/python ...``) names a file that exists,
   and every ``--flag`` it passes is in that program's ``--help``;
-* every relative link and every backticked repository path exists;
+* every relative link exists (from the page's own folder), and every backticked repository path
+  (from the repository root, or the end of one, as the pages write ``hooks/locator.py``);
 * every ``from airflow_ckpt_provider... import ...`` in a Python block imports, without a
-  deprecation warning (the README shows current paths);
-* the table of ``[ckpt]`` options is the one rendered from ``provider_info.CONFIG_OPTIONS`` (where
-  Airflow and ``hooks/config.py`` take them from too).
+  deprecation warning (the pages show current paths);
+* the table of ``[ckpt]`` options in ``docs/configuration.md`` is the one rendered from
+  ``provider_info.CONFIG_OPTIONS`` (where Airflow and ``hooks/config.py`` take them from too).
 
-To keep it green when you edit the README: name metrics and confs in backticks exactly as the
+To keep it green when you edit the docs: name metrics and confs in backticks exactly as the
 code spells them; write CLI examples as ``airflow-ckpt SUBCOMMAND ...`` lines in a code block
 (several on one line separated by `` | ``); a new conf or metric goes into ``contract.py`` /
-``operators/metrics.py`` and the README together.
+``operators/metrics.py`` and a page together. That the site builds (links, anchors, the nav, the
+docstrings' cross-references) is tests/test_docs.py.
 """
 
 from __future__ import annotations
@@ -42,19 +48,39 @@ from airflow_ckpt_provider import contract
 from airflow_ckpt_provider.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text()
+README_PATH = ROOT / "README.md"
+README = README_PATH.read_text()
+#: The README and every page of the docs site, each by its path. docs/plans/ records what was proposed
+#: before it was built, not what the code is now (the site build still checks its links).
+PAGES = {
+    path: path.read_text()
+    for path in [README_PATH, *sorted((ROOT / "docs").rglob("*.md"))]
+    if "plans" not in path.relative_to(ROOT).parts
+}
+DOCS = "\n\n".join(PAGES.values())
+CONFIG_PAGE = ROOT / "docs" / "configuration.md"
 
 CONF_RE = re.compile(r"spark\.ckpt\.[a-z_]+(?:\.[a-z_]+)*")
 METRIC_RE = re.compile(r"(?<![\w.])ckpt\.[a-z_]+(?:\.[a-z_]+)*")
 FENCE_RE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
-def _code_blocks(language: str | None = None) -> list[str]:
-    return [body for lang, body in FENCE_RE.findall(README) if language is None or lang == language]
+def _code_blocks(language: str | None = None, text: str = DOCS) -> list[str]:
+    return [body for lang, body in FENCE_RE.findall(text) if language is None or lang == language]
 
 
 def _prose() -> str:
-    return FENCE_RE.sub("", README)
+    return FENCE_RE.sub("", DOCS)
+
+
+def test_the_readme_is_short_and_starts_with_the_two_commands() -> None:
+    lines = README.splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines: move detail to a page of docs/"
+    first_block = _code_blocks(text=README)[0]
+    commands = [line.split("#", 1)[0].strip() for line in first_block.splitlines()]
+    assert commands == ["bash scripts/demo.sh", "bash scripts/test.sh"], first_block
+    assert README.index("```") < README.index("\n## "), "the two commands come before the first section"
+    assert "\n## Compatibility\n" in README
 
 
 def _emitted_metrics() -> dict[str, str]:
@@ -73,14 +99,14 @@ def _emitted_metrics() -> dict[str, str]:
 
 
 def test_confs_named_are_the_confs_the_job_reads() -> None:
-    named = set(CONF_RE.findall(README))
-    assert named - set(contract.ALL_CONFS) == set(), "the README names confs no code reads"
-    assert set(contract.ALL_CONFS) - named == set(), "confs the job reads are missing from the README"
+    named = set(CONF_RE.findall(DOCS))
+    assert named - set(contract.ALL_CONFS) == set(), "the docs name confs no code reads"
+    assert set(contract.ALL_CONFS) - named == set(), "confs the job reads are missing from the docs"
 
 
 def test_confs_said_to_be_set_by_the_operator_are_the_ones_it_sets() -> None:
-    sentence = re.search(r"set by the operator:(.*?)(?:yours to set|\n\n)", README, re.DOTALL)
-    assert sentence, "README should say which spark.ckpt.* confs the operator sets ('set by the operator: ...')"
+    sentence = re.search(r"set by the operator:(.*?)(?:yours to set|\n\n)", DOCS, re.DOTALL)
+    assert sentence, "the docs should say which spark.ckpt.* confs the operator sets ('set by the operator: ...')"
     assert set(CONF_RE.findall(sentence.group(1))) == set(contract.OPERATOR_CONFS)
 
 
@@ -91,9 +117,9 @@ def test_metrics_named_are_the_metrics_emitted() -> None:
     sources = "\n".join(p.read_text() for p in package.rglob("*.py") if p.name != "metrics.py")
     never_sent = [name for name in emitted if not re.search(rf"metrics\.{name}\b", sources)]
     assert never_sent == [], "metric constants no operator emits"
-    named = set(METRIC_RE.findall(README))
-    assert named - set(emitted.values()) == set(), "the README names metrics the code does not emit"
-    assert set(emitted.values()) - named == set(), "emitted metrics missing from the README"
+    named = set(METRIC_RE.findall(DOCS))
+    assert named - set(emitted.values()) == set(), "the docs name metrics the code does not emit"
+    assert set(emitted.values()) - named == set(), "emitted metrics missing from the docs"
 
 
 def _cli_lines() -> list[str]:
@@ -117,7 +143,7 @@ def test_cli_examples_parse_with_the_real_parser() -> None:
         try:
             parser.parse_args(shlex.split(command)[1:])
         except SystemExit:
-            pytest.fail(f"README command does not parse: {command}")
+            pytest.fail(f"docs command does not parse: {command}")
 
 
 def test_cli_examples_run_against_a_real_store(tmp_path: Path) -> None:
@@ -139,7 +165,7 @@ def test_cli_examples_run_against_a_real_store(tmp_path: Path) -> None:
         argv = [store_uri if a.startswith("s3://") else a for a in argv]
         out, err = io.StringIO(), io.StringIO()
         code = main(argv, out=out, err=err, stdin=io.StringIO(""))
-        assert code in (0, 1), f"README example {command!r} exited {code}: {err.getvalue()}"
+        assert code in (0, 1), f"docs example {command!r} exited {code}: {err.getvalue()}"
         ran += 1
     assert ran >= 8
 
@@ -148,9 +174,9 @@ def test_subcommands_named_in_the_text_exist() -> None:
     parser = build_parser()
     subparsers = next(a for a in parser._actions if a.dest == "command")
     names = set(subparsers.choices)  # type: ignore[arg-type]
-    mentioned = set(re.findall(r"`airflow-ckpt ([a-z-]+)", _prose()))
+    mentioned = set(re.findall(r"`airflow-ckpt ([a-z][a-z-]*)", _prose()))
     assert mentioned - names == set()
-    assert {shlex.split(c)[1] for c in _cli_lines()} == names, "README shows every subcommand once in a code block"
+    assert {shlex.split(c)[1] for c in _cli_lines()} == names, "the docs show every subcommand in a code block"
 
 
 def _example_commands() -> list[list[str]]:
@@ -188,22 +214,57 @@ def test_example_commands_exist_and_take_the_flags_shown() -> None:
         assert missing == [], f"{' '.join(argv)}: not in --help: {missing}"
 
 
+REPOSITORY_FILES = [
+    p.relative_to(ROOT).as_posix()
+    for top in ("airflow_ckpt_provider", "ckpt_testkit", "tests", "bench", "dags_examples", "scripts", "docs")
+    for p in (ROOT / top).rglob("*")
+    if p.is_file()
+]
+
+
 def test_relative_links_and_paths_exist() -> None:
-    links = re.findall(r"\]\(([^)\s#]+)(?:#[^)]*)?\)", README)
-    paths = re.findall(r"`((?:[\w.-]+/)+[\w.-]+\.(?:py|md|sh|txt|png|jar|java|toml|json))`", README)
-    targets = [t for t in (*links, *paths) if "://" not in t and "{" not in t]
-    assert targets, "no links found: the extraction broke"
-    missing = sorted({t for t in targets if not (ROOT / t).exists()})
-    assert missing == []
+    """A backticked path is the repository's (``scripts/demo.sh``) or the end of one, as the pages
+    name a module inside its package (``hooks/locator.py``, ``backend/classic.py``)."""
+    missing, checked = set(), 0
+    for page, text in PAGES.items():
+        prose = FENCE_RE.sub("", text)
+        links = re.findall(r"\]\(([^)\s#]+)(?:#[^)]*)?\)", prose)
+        paths = re.findall(r"`((?:[\w.-]+/)+[\w.-]+\.(?:py|md|sh|txt|png|jar|java|toml|json|yml))`", prose)
+        for link in (t for t in links if "://" not in t and "{" not in t):
+            checked += 1
+            if not (page.parent / link).exists():
+                missing.add(f"{page.relative_to(ROOT)}: link {link}")
+        for path in (t for t in paths if "{" not in t and not t.startswith("x/")):
+            checked += 1
+            if not (ROOT / path).exists() and not any(f.endswith(f"/{path}") for f in REPOSITORY_FILES):
+                missing.add(f"{page.relative_to(ROOT)}: path {path}")
+    assert checked > 100, "few links found: the extraction broke"
+    assert sorted(missing) == []
+
+
+IMPORT_RE = re.compile(r"^from (airflow_ckpt_provider[\w.]*) import \(?([^)]*?)\)?$", re.MULTILINE | re.DOTALL)
+
+
+def _imports(block: str) -> list[tuple[str, list[str]]]:
+    """``(module, names)`` of each ``from airflow_ckpt_provider... import`` of a Python block. A block that
+    is not Python (a signature listing such as docs/store-api.md's) still has its import lines read."""
+    try:
+        tree = ast.parse(block)
+    except SyntaxError:
+        return [
+            (module, re.findall(r"\b([A-Za-z_]\w*)\b(?=\s*(?:,|$))", names.replace("\n", " ")))
+            for module, names in IMPORT_RE.findall(block)
+        ]
+    return [
+        (str(node.module), [a.name for a in node.names])
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("airflow_ckpt_provider")
+    ]
 
 
 def test_python_examples_import_from_current_paths() -> None:
-    imports = []
-    for block in _code_blocks("python"):
-        for node in ast.walk(ast.parse(block)):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("airflow_ckpt_provider"):
-                imports.append((node.module, [a.name for a in node.names]))
-    assert imports, "no imports found in the README's Python blocks"
+    imports = [found for block in _code_blocks("python") for found in _imports(block)]
+    assert imports, "no imports found in the docs' Python blocks"
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)
         for module, names in imports:
@@ -217,8 +278,8 @@ def test_the_config_table_is_rendered_from_the_one_definition_of_the_options(tmp
     from airflow_ckpt_provider.provider_info import CONFIG_OPTIONS, config_table_markdown, get_provider_info
 
     rendered = config_table_markdown()
-    assert rendered in README, (
-        "README's [ckpt] table differs from provider_info.CONFIG_OPTIONS; paste the output of: "
+    assert rendered in CONFIG_PAGE.read_text(), (
+        "docs/configuration.md's [ckpt] table differs from provider_info.CONFIG_OPTIONS; paste the output of: "
         ".venv/bin/python -c 'from airflow_ckpt_provider.provider_info import config_table_markdown as t; print(t())'"
     )
     declared = get_provider_info()["config"]["ckpt"]["options"]
