@@ -7,14 +7,16 @@ docs/design.md, "Operator and job contract".
 
 * **Spark confs** (non-secret; they show on the command line and in the Spark UI):
   set by the operator on every submit: :data:`CONF_STORE_URI`, :data:`CONF_EPOCH`,
-  :data:`CONF_STORE_OPTIONS`, :data:`CONF_RESULT_PATH`; optional, set by users:
+  :data:`CONF_STORE_OPTIONS`, :data:`CONF_RESULT_PATH`, :data:`CONF_RESULT_LINE`; optional, set by users:
   :data:`CONF_BROADCAST_THRESHOLD`, :data:`CONF_WRITER_ENGINE`; a default the user's ``conf`` may
   override: :data:`CONF_PYTHON_DAEMON` (:func:`with_submit_defaults`).
 * **Credentials** only in the ``spark-submit`` process environment, :data:`ENV_SECRETS`
   (a JSON object): never on a command line (``ps``), in the submit log or in the Spark UI.
-* **The job's result**: a JSON object, written to the file at :data:`CONF_RESULT_PATH`
-  and printed as one stdout line ``CKPT_RESULT {json}`` (:func:`format_result_line`);
-  :func:`parse_result_line` is its one parser, :func:`flatten_result` its XCom form.
+* **The job's result**: a JSON object, written to the file at :data:`CONF_RESULT_PATH` and, only
+  when :data:`CONF_RESULT_LINE` asks for it, printed as one stdout line ``CKPT_RESULT {json}``
+  (:func:`format_result_line`) for an operator that reads the driver's output; a job run by a
+  library user prints nothing. :func:`parse_result_line` is the line's one parser,
+  :func:`flatten_result` the result's XCom form.
 * **XCom and task-state keys** the operators and the UI read: :data:`PLAN_XCOM_KEY`,
   :data:`RESULT_XCOM_KEY`, :data:`RETURN_XCOM_KEY`, :data:`EPOCH_STATE_KEY` and the result fields ``XCOM_*``.
 """
@@ -36,12 +38,16 @@ CONF_EPOCH = "spark.ckpt.epoch"
 CONF_STORE_OPTIONS = "spark.ckpt.store.options"
 #: Where the driver writes its JSON result for the operator (a local path or ``s3://`` URI).
 CONF_RESULT_PATH = "spark.ckpt.result.path"
+#: ``true``: the driver also prints its result as the stdout line ``CKPT_RESULT {json}``, for an operator
+#: that reads the driver's output (the submit operator, from spark-submit's log); ``false`` or unset: it
+#: prints nothing, so a library user's job (a notebook, a script without Airflow) keeps its stdout.
+CONF_RESULT_LINE = "spark.ckpt.result.line"
 #: Optional, set by users: up to this many done keys ``skip_completed`` broadcasts them (default 1,000,000).
 CONF_BROADCAST_THRESHOLD = "spark.ckpt.broadcast.threshold"
 #: Optional, set by users: ``auto`` (default), ``spark`` or ``arrow``, the default engine of ``write_parquet``.
 CONF_WRITER_ENGINE = "spark.ckpt.writer.engine"
 #: The confs the operator sets on every submit.
-OPERATOR_CONFS = (CONF_STORE_URI, CONF_EPOCH, CONF_STORE_OPTIONS, CONF_RESULT_PATH)
+OPERATOR_CONFS = (CONF_STORE_URI, CONF_EPOCH, CONF_STORE_OPTIONS, CONF_RESULT_PATH, CONF_RESULT_LINE)
 #: Every ``spark.ckpt.*`` conf a job reads.
 ALL_CONFS = (*OPERATOR_CONFS, CONF_BROADCAST_THRESHOLD, CONF_WRITER_ENGINE)
 
@@ -54,7 +60,7 @@ WORKER_DAEMON_MODULE = "airflow_ckpt_provider.spark.worker_daemon"
 #: Environment variable of the ``spark-submit`` process: JSON object of the secret store options.
 ENV_SECRETS = "CKPT_STORE_SECRETS"
 
-#: Start of the stdout line the driver prints its result on.
+#: Start of the stdout line the driver prints its result on (when :data:`CONF_RESULT_LINE` asks for it).
 RESULT_LINE_PREFIX = "CKPT_RESULT "
 
 #: XCom key of what the submit skips (pushed by the submit operator before the job starts).
@@ -83,6 +89,8 @@ class Handoff:
     public_options: Mapping[str, Any]
     secret_options: Mapping[str, Any]
     result_path: str
+    #: Whether the driver prints its result line (the operator reads the driver's output).
+    result_line: bool = False
 
     def spark_conf(self) -> dict[str, str]:
         return {
@@ -90,6 +98,7 @@ class Handoff:
             CONF_EPOCH: str(self.epoch),
             CONF_STORE_OPTIONS: json.dumps(dict(self.public_options), sort_keys=True, separators=(",", ":")),
             CONF_RESULT_PATH: self.result_path,
+            CONF_RESULT_LINE: "true" if self.result_line else "false",
         }
 
     def secret_env(self) -> dict[str, str]:
@@ -109,7 +118,7 @@ def result_json(result: Mapping[str, Any]) -> str:
 
 
 def format_result_line(result: Mapping[str, Any]) -> str:
-    """The stdout line ``CKPT_RESULT {json}`` the driver prints."""
+    """The stdout line ``CKPT_RESULT {json}`` the driver prints when :data:`CONF_RESULT_LINE` asks for it."""
     return RESULT_LINE_PREFIX + result_json(result)
 
 

@@ -7,9 +7,7 @@ line is read back as the operator reads it. No Spark or Airflow process is neede
 
 from __future__ import annotations
 
-import io
 import json
-from contextlib import redirect_stdout
 from pathlib import Path
 
 from airflow_ckpt_provider import contract
@@ -21,7 +19,7 @@ from airflow_ckpt_provider.contract import (
     read_job_result,
 )
 from airflow_ckpt_provider.spark.job_settings import settings_from_conf
-from airflow_ckpt_provider.spark.summary import emit_result
+from airflow_ckpt_provider.spark.summary import write_result_file
 
 
 def test_what_the_operator_hands_over_is_what_the_job_reads() -> None:
@@ -31,26 +29,27 @@ def test_what_the_operator_hands_over_is_what_the_job_reads() -> None:
         public_options={"endpoint_url": "http://127.0.0.1:8333", "timeout_seconds": 5},
         secret_options={"aws_access_key_id": "AK", "aws_secret_access_key": "SK"},
         result_path="/tmp/result.json",
+        result_line=True,
     )
     confs = handoff.spark_conf()
     assert set(confs) == set(contract.OPERATOR_CONFS)
     assert not any("SK" in value for value in confs.values()), "credentials never travel as confs"
     settings = settings_from_conf(confs.get, handoff.secret_env())
-    assert (settings.store_uri, settings.epoch, settings.result_path) == (
+    assert (settings.store_uri, settings.epoch, settings.result_path, settings.result_line) == (
         "s3://bucket/stores/run-1",
         4,
         "/tmp/result.json",
+        True,
     )
+    quiet = Handoff("s3://bucket/stores/run-1", 4, {}, {}, result_path="")
+    assert settings_from_conf(quiet.spark_conf().get, {}).result_line is False, "no line unless asked"
     assert settings.store_options == {**handoff.public_options, **handoff.secret_options}
 
 
 def test_the_drivers_result_line_is_what_the_operator_parses(tmp_path: Path) -> None:
     result = {"degraded": True, "rows": 12, "input": {"files_read": 3, "paths": ["a", "b"]}}
-    printed = io.StringIO()
-    with redirect_stdout(printed):
-        emit_result(result, str(tmp_path / "result.json"), {})
-    line = printed.getvalue().strip()
-    assert line == format_result_line(result)
+    write_result_file(result, str(tmp_path / "result.json"), {})
+    line = format_result_line(result)
     # The operator taps lines of the spark-submit log, where a formatter may prefix them.
     assert parse_result_line(f"26/01/01 10:00:00 INFO stdout: {line}") == result
     assert flatten_result(result) == {"degraded": True, "rows": 12, "input_files_read": 3}

@@ -134,8 +134,10 @@ class EpochOpener:
     def open(self, context: Context, *, result_file: bool = True) -> Handoff:
         """Begin the next epoch for a job that starts now; the :class:`Handoff` says where and which.
 
-        ``result_file``: give the job a local file to write its result to (a ``spark-submit``'s
-        driver; a job in this process hands its result back directly).
+        ``result_file``: give the job a local file to write its result to, and ask it to print the
+        result line, which the submit operator reads from spark-submit's log where the file is not
+        on this machine (a ``spark-submit``'s driver; a job in this process hands its result back
+        directly and prints nothing).
         """
         ckpt = self.hook(context)
         store = ckpt.get_store()
@@ -201,6 +203,7 @@ class EpochOpener:
             public_options=ckpt.public_store_options,
             secret_options=ckpt.secret_store_options,
             result_path=result_path,
+            result_line=result_file,
         )
         task_state_store = context.get("task_state_store")
         if task_state_store is not None:

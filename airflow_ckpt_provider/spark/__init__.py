@@ -2,7 +2,7 @@
 
 ``CheckpointedJob.from_spark(spark)`` reads the confs the Airflow operator sets
 (``spark.ckpt.store.uri``, ``spark.ckpt.epoch``, ``spark.ckpt.store.options``,
-``spark.ckpt.result.path``; credentials from the environment variable
+``spark.ckpt.result.path``, ``spark.ckpt.result.line``; credentials from the environment variable
 ``CKPT_STORE_SECRETS``) and the optional ones a user may set
 (``spark.ckpt.broadcast.threshold``, ``spark.ckpt.writer.engine``). The names are
 defined once in ``airflow_ckpt_provider.contract``; :mod:`.job_settings` parses them.
@@ -11,6 +11,7 @@ defined once in ``airflow_ckpt_provider.contract``; :mod:`.job_settings` parses 
 from airflow_ckpt_provider.contract import (
     CONF_BROADCAST_THRESHOLD,
     CONF_EPOCH,
+    CONF_RESULT_LINE,
     CONF_RESULT_PATH,
     CONF_STORE_OPTIONS,
     CONF_STORE_URI,
@@ -31,6 +32,7 @@ from airflow_ckpt_provider.spark.writers.write_context import WriteContext
 __all__ = [
     "CONF_BROADCAST_THRESHOLD",
     "CONF_EPOCH",
+    "CONF_RESULT_LINE",
     "CONF_RESULT_PATH",
     "CONF_STORE_OPTIONS",
     "CONF_STORE_URI",

@@ -15,8 +15,11 @@ command line:
     it is refused (confs show on the command line and in the Spark UI).
 ``spark.ckpt.result.path``
     Optional. Where the driver writes its JSON result (``degraded``, counts) for the
-    operator, a local path or ``s3://`` URI. The driver also prints it as one line
-    ``CKPT_RESULT {json}`` on stdout.
+    operator, a local path or ``s3://`` URI.
+``spark.ckpt.result.line``
+    Optional, ``true`` or ``false`` (default). ``true``: the driver also prints its result as
+    one stdout line ``CKPT_RESULT {json}``, which the submit operator reads from spark-submit's
+    log where it cannot read the file. Nothing else prints it.
 ``spark.ckpt.broadcast.threshold``
     Optional, set by the user (e.g. ``conf={...}`` of the operator), not by the
     operator. Up to this many done keys, ``skip_completed`` broadcasts them; above
@@ -43,6 +46,7 @@ from typing import Any
 from airflow_ckpt_provider.contract import (
     CONF_BROADCAST_THRESHOLD,
     CONF_EPOCH,
+    CONF_RESULT_LINE,
     CONF_RESULT_PATH,
     CONF_STORE_OPTIONS,
     CONF_STORE_URI,
@@ -62,6 +66,7 @@ class JobSettings:
     epoch: int
     store_options: dict[str, Any] = field(default_factory=dict, repr=False)
     result_path: str | None = None
+    result_line: bool = False
     broadcast_threshold: int = DEFAULT_BROADCAST_THRESHOLD
 
 
@@ -125,10 +130,14 @@ def settings_from_conf(get: Callable[[str], str | None], environ: Mapping[str, s
             f"{CONF_BROADCAST_THRESHOLD}={raw_threshold!r} is not an integer", reason="spark_conf"
         ) from None
     result_path = (get(CONF_RESULT_PATH) or "").strip() or None
+    raw_line = (get(CONF_RESULT_LINE) or "false").strip().lower()
+    if raw_line not in ("true", "false"):
+        raise InvalidArgumentError(f"{CONF_RESULT_LINE}={raw_line!r} is not true or false", reason="spark_conf")
     return JobSettings(
         store_uri=uri,
         epoch=epoch,
         store_options={**options, **secrets},
         result_path=result_path,
+        result_line=raw_line == "true",
         broadcast_threshold=threshold,
     )

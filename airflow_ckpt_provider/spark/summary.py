@@ -2,18 +2,18 @@
 
 When the store's circuit breaker trips on an executor, the store may be down for
 the driver too, so the *degraded* flag travels through the job's own result: a
-JSON file at ``spark.ckpt.result.path`` (if set) and one stdout line
-``CKPT_RESULT {json}`` that the operator reads from the spark-submit log.
+JSON file at ``spark.ckpt.result.path`` (if set) and, if ``spark.ckpt.result.line`` asks
+for it, one stdout line ``CKPT_RESULT {json}`` that the operator reads from the
+spark-submit log (:mod:`airflow_ckpt_provider.spark.job.result` decides when).
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_ckpt_provider.contract import format_result_line, result_json
+from airflow_ckpt_provider.contract import result_json
 from airflow_ckpt_provider.spark.paths import arrow_filesystem, arrow_path, file_key
 
 
@@ -112,12 +112,9 @@ class WriteSummary:
         }
 
 
-def emit_result(result: Mapping[str, Any], path: str | None, options: Mapping[str, Any]) -> None:
-    """Print ``CKPT_RESULT {json}`` and, if ``path`` is set, write the JSON there (local or s3://)."""
+def write_result_file(result: Mapping[str, Any], path: str, options: Mapping[str, Any]) -> None:
+    """Write the job's result as JSON at ``path`` (local or ``s3://``, with the store's ``options``)."""
     text = result_json(result)
-    print(format_result_line(result), file=sys.stdout, flush=True)
-    if not path:
-        return
     uri = file_key(path)
     filesystem = arrow_filesystem(uri, options)
     target = arrow_path(uri)

@@ -156,3 +156,41 @@ def test_the_hook_is_rebuilt_with_every_field_the_provider_resolved(spark_conn: 
         "yarn_track_via_rm_api": False,
         "track_driver_via_k8s_api": False,
     }
+
+
+RESULT_LINE_JOB = Path(__file__).resolve().parents[1] / "support" / "dags" / "result_line_job.py"
+
+
+@pytest.mark.spark
+def test_the_drivers_result_line_reaches_the_operator_through_spark_submits_log(
+    spark_conn: str, tmp_path: Path
+) -> None:
+    """Where the driver's result file is not on the operator's machine, its result still reaches the
+    operator: the operator's epoch opening asks the job for the ``CKPT_RESULT`` line
+    (``spark.ckpt.result.line``), the job prints it, and the hook's tap of spark-submit's log keeps it.
+    A real spark-submit in client mode, submitted through the operator's own hook and epoch opening."""
+    from airflow_ckpt_provider.contract import flatten_result, parse_result_line, read_job_result
+    from airflow_ckpt_provider.operators.spark_submit import CheckpointedSparkSubmitOperator
+    from airflow_ckpt_provider.store import open_store
+
+    store_uri = (tmp_path / "store").as_uri()
+    operator = CheckpointedSparkSubmitOperator(
+        task_id="result_line",
+        application=str(RESULT_LINE_JOB),
+        application_args=[(tmp_path / "out").as_uri()],
+        conn_id=spark_conn,
+        conf={"spark.ui.enabled": "false", "spark.driver.memory": "512m"},
+        checkpoint_uri=store_uri,
+    )
+    operator._context = {"run_id": "manual__result_line"}  # what before_submit reads outside a DAG run
+    operator._hook = hook = operator._get_hook()
+    hook.submit(application=str(RESULT_LINE_JOB))
+    handoff = operator._submitted
+    assert handoff is not None and handoff.result_line and handoff.result_path
+    epoch = open_store(store_uri).epochs.current()
+    assert epoch is not None and epoch.number == handoff.epoch
+    line = operator.driver_result_line()
+    assert line is not None, "the driver printed no result line"
+    result = parse_result_line(line)
+    assert result is not None and (result["epoch"], result["rows"], result["keys"]) == (handoff.epoch, 40, 40)
+    assert operator._result_from_log() == flatten_result(result) == read_job_result(handoff.result_path)

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from airflow_ckpt_provider.contract import Handoff
 from airflow_ckpt_provider.spark import parse_result_line
 from airflow_ckpt_provider.spark.paths import arrow_filesystem, arrow_path
 from airflow_ckpt_provider.store import CheckpointStore, EpochStatus, open_store
@@ -150,12 +151,10 @@ class FakeOperator:
         return self.store.epochs.begin(owner=OPERATOR).number
 
     def confs(self, epoch: int) -> dict[str, str]:
+        """The confs the submit operator passes, but no result file: the tests read the driver's result line."""
         public = {k: v for k, v in self.target.options.items() if not k.startswith("aws_")}
-        return {
-            "spark.ckpt.store.uri": self.target.store_uri,
-            "spark.ckpt.epoch": str(epoch),
-            "spark.ckpt.store.options": json.dumps(public),
-        }
+        handoff = Handoff(self.target.store_uri, epoch, public, {}, result_path="", result_line=True)
+        return {name: value for name, value in handoff.spark_conf().items() if value}
 
     def env(self, faults: Sequence[Mapping[str, Any]] = (), failpoints: str = "") -> dict[str, str]:
         secrets = {k: v for k, v in self.target.options.items() if k.startswith("aws_")}

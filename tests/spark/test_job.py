@@ -180,6 +180,40 @@ def test_writer_contract_is_enforced(spark: SparkSession, local_target: Target, 
     assert local_target.output_files() == [], "a file created without an intent is still deleted by its task"
 
 
+def test_a_library_users_job_prints_nothing_and_the_operators_job_prints_its_result_once(
+    spark: SparkSession, local_target: Target, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A job built without Airflow (a notebook, a script) keeps its stdout: its result is what ``finish()``
+    returns. A job the submit operator configured (``from_spark``) prints the ``CKPT_RESULT`` line the
+    operator reads from spark-submit's log, once for its one write, and writes the result file."""
+    inputs = make_inputs(tmp_path / "in", files=2)
+    notebook = Target("local", f"file://{tmp_path}/notebook/store", f"file://{tmp_path}/notebook/out")
+    mine = _job(spark, notebook)
+    with mine:
+        mine.write_parquet(mine.skip_completed(spark.read.parquet(*inputs), "event_id"), notebook.output_uri)
+    captured = capfd.readouterr()
+    assert "CKPT_RESULT" not in captured.out + captured.err
+    assert mine.finish()["rows"] == 2 * 120 and mine.result()["epoch"] == mine.epoch
+
+    operator = FakeOperator(local_target)
+    epoch = operator.begin()
+    result_path = tmp_path / "result.json"
+    confs = operator.confs(epoch) | {"spark.ckpt.result.path": str(result_path)}
+    try:
+        for name, value in confs.items():
+            spark.conf.set(name, value)
+        job = CheckpointedJob.from_spark(spark)
+        job.write_parquet(job.skip_completed(spark.read.parquet(*inputs), "event_id"), local_target.output_uri)
+        result = job.finish()
+    finally:
+        for name in confs:
+            spark.conf.unset(name)
+    lines = [line for line in capfd.readouterr().out.splitlines() if "CKPT_RESULT" in line]
+    assert len(lines) == 1, lines
+    assert parse_result_line(lines[0]) == result and (result["epoch"], result["rows"]) == (epoch, 2 * 120)
+    assert json.loads(result_path.read_text()) == result
+
+
 def test_from_spark_reads_the_operator_confs(spark: SparkSession, local_target: Target, tmp_path: Path) -> None:
     with raises_reason(InvalidArgumentError, "missing_store_conf", match=r"CheckpointedJob\(spark, store_uri="):
         CheckpointedJob.from_spark(spark)
@@ -223,7 +257,8 @@ def test_store_outage_degrades_the_run_which_still_completes(
     }
     inputs = make_inputs(tmp_path / "in", files=4)
     result_path = tmp_path / "result.json"
-    job = CheckpointedJob(spark, f"s3://{s3_bucket}/ckpt", result_path=str(result_path), **options)
+    # As the submit operator asks: the result file, and the line it reads from spark-submit's log.
+    job = CheckpointedJob(spark, f"s3://{s3_bucket}/ckpt", result_path=str(result_path), result_line=True, **options)
     df = job.read_parquet(inputs)  # the store is up while the driver reads what is done
     fault_proxy.reset()
     summary = job.write_parquet(df.withColumn("amount2", F.col("amount") * 2), f"file://{tmp_path}/out")

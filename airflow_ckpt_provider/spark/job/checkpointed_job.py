@@ -34,6 +34,12 @@ class CheckpointedJob:
     or ``spark-app:<app name>``, so a rerun of the same application takes over its
     own unfinished epoch). Raises :class:`EpochConflictError` if another owner's
     epoch is open, :class:`EpochConflictError` (``epoch_fenced``) if ``epoch`` is not the latest.
+
+    The job's machine-readable result (counts, ``degraded``, what each read skipped) is what
+    :meth:`finish` and :meth:`result` return; ``result_path`` also writes it to a file after every
+    write and at the end, and ``result_line=True`` prints it as the stdout line ``CKPT_RESULT {json}``
+    (the submit operator asks for both through its confs, :meth:`from_spark`). By default nothing is
+    printed.
     """
 
     def __init__(
@@ -44,6 +50,7 @@ class CheckpointedJob:
         epoch: int | None = None,
         owner: str | None = None,
         result_path: str | None = None,
+        result_line: bool = False,
         broadcast_threshold: int = DEFAULT_BROADCAST_THRESHOLD,
         num_partitions: int | None = None,
         **store_options: Any,
@@ -59,7 +66,7 @@ class CheckpointedJob:
         )
         self.spark, self.backend, self.store, self.epoch = spark, context.backend, context.store, context.epoch
         self.result_path = result_path
-        self._result = JobResult(context, result_path, owns_epoch=epoch is None)
+        self._result = JobResult(context, result_path, owns_epoch=epoch is None, result_line=result_line)
         self._writes = WritePipeline(self._context, record=self._result.record_write)
         #: What each skip_completed call skipped (in call order).
         self._skips: list[DoneInput] = self._result.skips
@@ -96,6 +103,7 @@ class CheckpointedJob:
             settings.store_uri,
             epoch=settings.epoch,
             result_path=settings.result_path,
+            result_line=settings.result_line,
             broadcast_threshold=settings.broadcast_threshold,
             **settings.store_options,
         )
@@ -260,7 +268,8 @@ class CheckpointedJob:
         return self._result.as_dict()
 
     def finish(self, *, succeeded: bool = True) -> dict[str, Any]:
-        """Emit the result; if this job opened its own epoch, record how it ended. Idempotent."""
+        """Return the result and emit it where it was asked for (``result_path``, ``result_line``); if
+        this job opened its own epoch, record how it ended. Idempotent."""
         return self._result.finish(succeeded=succeeded)
 
     def __enter__(self) -> CheckpointedJob:

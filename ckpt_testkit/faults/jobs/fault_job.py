@@ -14,7 +14,8 @@ options, credentials included, come from the environment variable
 ``FAULT_JOB_STORE_OPTIONS``, never from the command line. Failpoints come from
 ``CKPT_FAILPOINTS``, which the driver and every Python worker inherit.
 
-Prints ``CKPT_RESULT {json}`` (``degraded`` included) and exits 0 on success;
+Prints ``CKPT_RESULT {json}`` (``degraded`` included; asked for with ``result_line``, as the
+submit operator does) and exits 0 on success;
 an exception exits 1, an ``exit`` failpoint 17.
 """
 
@@ -117,6 +118,7 @@ def run_job(spark: SparkSession, spec: Mapping[str, Any], options: Mapping[str, 
         epoch=spec.get("epoch"),
         owner=spec.get("owner"),
         num_partitions=int(spec["num_partitions"]),
+        result_line=True,  # the campaign reads the result from the driver's stdout, as the operator does
         **dict(options),
     )
     with job:  # ends the epoch only if the job opened it
