@@ -1,8 +1,9 @@
 """CheckpointedSparkSubmitOperator through real DAG runs: real metadata DB, real spark-submit.
 
 The job here (dags/handoff_job.py) uses the store API directly, so these tests pin the
-operator's contract with any job: epochs per submit, what is skipped, the result file,
-the commit. Keys 0..39 in 4 partitions of 10 on local[1] (partitions run in order).
+operator's contract with any job: epochs per submit, what is skipped, the result (here only
+through the driver's CKPT_RESULT line, which the operator asks for and reads from spark-submit's
+log), the commit. Keys 0..39 in 4 partitions of 10 on local[1] (partitions run in order).
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def test_cleared_run_resumes_and_commit_removes_orphans(
     assert second.state == "success", second.output[-4000:]
     plan = airflow_harness.xcom(DAG_ID, second.run_id, "submit", "checkpoint_plan")
     assert (plan["epoch"], plan["checkpoints_skipped"], plan["keys_skipped"]) == (2, 2, 20)
-    result = airflow_harness.xcom(DAG_ID, second.run_id, "submit")
+    result = airflow_harness.xcom(DAG_ID, second.run_id, "submit")  # from the driver's result line
     assert (result["keys"], result["sealed_partitions"], result["degraded"]) == (20, 2, False)
     assert result["input_keys_skipped"] == 20
     assert "skipping 20 keys already done in 2 valid checkpoints" in second.output

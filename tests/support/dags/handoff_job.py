@@ -4,7 +4,13 @@ skips the keys already checkpointed, writes one Parquet file for the rest, and s
 checkpoint. ``--fail-partition p`` makes partition p fail after writing its file (an orphan),
 the partitions before it sealed and none after it written (on local[1]). ``--hold-partition p``
 makes partition p write its file, create ``--hold-marker`` and wait there until the test kills
-the run (a killed run: its epoch stays open)."""
+the run (a killed run: its epoch stays open).
+
+It reports its result as a driver whose files the Airflow worker cannot see would (a spark-submit
+in a container): only through the ``CKPT_RESULT`` line on its stdout, printed because the operator's
+confs ask for it (``spark.ckpt.result.line``), never a result file. So the operator tests that read
+this job's result (tests/operators/test_spark_submit.py) show the line reaches the operator through
+spark-submit's log; the example DAGs' tests show the file does (``CheckpointedJob``)."""
 
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
+from airflow_ckpt_provider.contract import CONF_RESULT_LINE, format_result_line
 from airflow_ckpt_provider.store import FileMetadata, new_checkpoint_id, open_store
 
 
@@ -38,7 +45,7 @@ def main() -> None:
     epoch = int(conf.get("spark.ckpt.epoch"))
     options = json.loads(conf.get("spark.ckpt.store.options", "{}"))
     options.update(json.loads(os.environ.get("CKPT_STORE_SECRETS", "{}")))
-    result_path = conf.get("spark.ckpt.result.path")
+    print_result = conf.get(CONF_RESULT_LINE, "false") == "true"
 
     store = open_store(uri, **options)
     store.epochs.set_expected_partitions(epoch, args.partitions)
@@ -98,8 +105,8 @@ def main() -> None:
         # parent-job and transport injection), so the tests can see it arrived.
         "openlineage": {k: v for k, v in conf.getAll() if k.startswith("spark.openlineage.")},
     }
-    with open(result_path, "w", encoding="utf-8") as handle:
-        json.dump(result, handle)
+    if print_result:
+        print(format_result_line(result), flush=True)
     spark.stop()
 
 
