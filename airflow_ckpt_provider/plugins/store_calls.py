@@ -143,6 +143,10 @@ class DeadlineBlobStore(BlobStore):
         self.deadline.check("deleting")
         return self.inner.delete_many(keys)
 
+    def links(self, prefix: str = "") -> builtins.list[tuple[str, str]]:
+        self.deadline.check(f"listing links under {prefix or '/'}")
+        return self.inner.links(prefix)
+
     def list_pending_uploads(self, prefix: str = "") -> builtins.list[PendingUpload]:
         self.deadline.check(f"listing uploads under {prefix or '/'}")
         return self.inner.list_pending_uploads(prefix)

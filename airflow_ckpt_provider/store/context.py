@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from airflow_ckpt_provider.store.blobs.base import BlobStore
+from airflow_ckpt_provider.store.deletion_guard import anchor_of
 from airflow_ckpt_provider.store.errors import CorruptCheckpointError, UnsupportedError
 
 T = TypeVar("T")
@@ -25,7 +26,7 @@ class StoreContext:
         blobs: BlobStore,
         *,
         max_workers: int = 16,
-        blob_opener: Callable[[str], BlobStore] | None = None,
+        blob_opener: Callable[[str, str | None], BlobStore] | None = None,
         trusted_roots: Sequence[str] | None = None,
         trusted_by: str | None = None,
         configured_roots: Sequence[str] | None = None,
@@ -43,7 +44,7 @@ class StoreContext:
         self.max_workers = max_workers
         self.lock = threading.Lock()
         self._blob_opener = blob_opener
-        self._output_blobs: dict[str, BlobStore] = {}
+        self._output_blobs: dict[tuple[str, str | None], BlobStore] = {}
 
     @property
     def uri(self) -> str:
@@ -86,18 +87,23 @@ class StoreContext:
             raise CorruptCheckpointError(f"{self.blobs.child_uri(key)} does not hold a JSON object", reason="corrupt")
         return parsed
 
-    def output_store(self, uri: str) -> BlobStore:
-        """A blob store rooted at an output directory (same credentials as the store)."""
+    def output_store(self, uri: str, *, anchor: str | None = None) -> BlobStore:
+        """A blob store rooted at an output directory (same credentials as the store). ``anchor``: the
+        declared output root it lies under, below which no symbolic link is followed (local disk;
+        ``DeletionGuard.anchor_of``); without one, the most specific root the store was opened with
+        that holds ``uri``, else ``uri`` itself."""
         root = uri.rstrip("/")
+        if anchor is None:
+            anchor = anchor_of(root, self.trusted_roots or self.configured_roots or ())
         with self.lock:
-            blobs = self._output_blobs.get(root)
+            blobs = self._output_blobs.get((root, anchor))
             if blobs is None:
                 if self._blob_opener is None:
                     raise UnsupportedError(
                         "this store cannot open output locations (no blob opener)", reason="no_blob_opener"
                     )
-                blobs = self._blob_opener(root)
-                self._output_blobs[root] = blobs
+                blobs = self._blob_opener(root, anchor)
+                self._output_blobs[(root, anchor)] = blobs
             return blobs
 
     def opened_output_stores(self) -> list[BlobStore]:

@@ -162,7 +162,7 @@ class StoreDeleter:
         # Listing is recursive: a root under another root would list (and delete) twice.
         covered = [r for r in covered if not any(r != o and _covers(o, r) for o in covered)]
         for root in covered:
-            blobs = self._context.output_store(root)
+            blobs = self._context.output_store(root, anchor=guard.anchor_of(root))
             to_delete: list[str] = []
             for info in blobs.list(""):
                 path = canonical_uri(blobs.child_uri(info.key))
@@ -220,7 +220,7 @@ class StoreDeleter:
             by_dir[path.rpartition("/")[0]].append(path)
         deleted: list[str] = []
         for directory, uris in sorted(by_dir.items()):
-            blobs = self._context.output_store(directory)
+            blobs = self._context.output_store(directory, anchor=guard.anchor_of(directory))
             keys = [blobs.relative_key(u) for u in uris]
             for start in range(0, len(keys), DELETE_BATCH):
                 chunk = keys[start : start + DELETE_BATCH]

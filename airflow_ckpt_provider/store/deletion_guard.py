@@ -31,12 +31,21 @@ with (docs/security.md, "The trust model"):
 A location is compared in its decoded, canonical form: ``file:///a/b%20c`` and
 ``file:///a/b c`` are one file; ``..``, ``.`` and empty segments are refused rather than
 normalized away, and so is a location inside the store root or one that contains it.
+
+A local location is also what it resolves to (docs/security.md, "Symbolic links"): a root that
+overlaps the store root once both are resolved declares nothing; a recorded root, or a file,
+reached through a symbolic link below the root that vouches for it (its *anchor*: the trusted
+root it lies under, or without trusted roots the declared root) is refused. These checks are made
+when deciding; at the act the local blob layer opens every directory below the anchor without
+following links, so a link put in place after the check is refused there too.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import posixpath
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -116,8 +125,72 @@ def parse_location(uri: str) -> Location | None:
 
 def _declarable(root: Location, store_root: Location) -> bool:
     """Whether ``root`` can bound deletions: never the filesystem root, never the store's own root
-    (or a directory holding or inside it). A record declaring such a root declares nothing."""
-    return not (root.scheme == "file" and root.path == "/") and not root.overlaps(store_root)
+    (or a directory holding or inside it, as spelled or once links are resolved). A record declaring
+    such a root declares nothing."""
+    return not (root.scheme == "file" and root.path == "/") and not overlaps_resolved(root, store_root)
+
+
+def resolved(location: Location) -> Location:
+    """A local location with every link in its path resolved (``os.path.realpath``); others as they are."""
+    if location.scheme != "file":
+        return location
+    return Location("file", "", os.path.realpath(location.path))
+
+
+def overlaps_resolved(root: Location, other: Location) -> bool:
+    """Whether two locations overlap as spelled or once resolved (a link above or at either may join them)."""
+    return root.overlaps(other) or resolved(root).overlaps(resolved(other))
+
+
+def anchor_of(uri: str, roots: Iterable[str | Location]) -> str | None:
+    """The path of the most specific local root of ``roots`` that ``uri`` lies under (the directory below
+    which nothing is followed), or None (not a local location, or under none of them)."""
+    found = parse_location(uri)
+    if found is None or found.scheme != "file":
+        return None
+    best: Location | None = None
+    for root in roots:
+        location = root if isinstance(root, Location) else parse_location(root)
+        if location is None or not found.is_under(location):
+            continue
+        if best is None or len(location.path) > len(best.path):
+            best = location
+    return None if best is None else best.path
+
+
+def symlink_on_path(path: str, anchor: str) -> str | None:
+    """The first component of local ``path`` below ``anchor`` (``path`` itself included) that is a
+    symbolic link, or None. A check made when deciding: the act opens the same components without
+    following links (store/blobs/local.py)."""
+    if path == anchor or not path.startswith(anchor.rstrip("/") + "/"):
+        return None
+    current = anchor.rstrip("/")
+    for part in path[len(current) + 1 :].split("/"):
+        current = f"{current}/{part}"
+        try:
+            mode = os.lstat(current).st_mode
+        except OSError:
+            return None  # missing (or unreadable): nothing below it can be followed
+        if stat.S_ISLNK(mode):
+            return current
+    return None
+
+
+def symlink_refusal(location: Location, anchor: str | None, what: str = "") -> str | None:
+    """Why ``location`` may not be acted on because a link lies between ``anchor`` and it, or None."""
+    if location.scheme != "file" or anchor is None:
+        return None
+    link = symlink_on_path(location.path, anchor)
+    if link is None:
+        return None
+    try:
+        target = f" (to {os.readlink(link)})"
+    except OSError:
+        target = ""
+    return (
+        f"{what or location.uri} passes through the symbolic link {link}{target} under {file_uri(anchor)}: links "
+        "under a store or output root are never followed"
+    )
 
 
 def _declarable_set(uris: Iterable[str], store_root: Location) -> set[Location]:
@@ -244,6 +317,12 @@ class DeletionGuard:
                     refused.append(reason)
             if explicit_counts:
                 kept_roots |= given
+        if anchors:  # a recorded root reached through a link under the trusted root points anywhere
+            for root in sorted(kept_roots):
+                reason = symlink_refusal(root, anchor_of(root.uri, anchors), f"output root {root.uri}")
+                if reason is not None:
+                    kept_roots.discard(root)
+                    refused.append(reason)
         # A root inside another root adds nothing (and would list, and delete, twice).
         kept = tuple(sorted(p for p in kept_roots if not any(p != o and p.is_under(o) for o in kept_roots)))
         return cls(store_root, kept, declared, anchors, tuple(refused), who, bounds_only)
@@ -287,7 +366,13 @@ class DeletionGuard:
             )
         if not any(found.is_under(root) and found != root for root in self.roots):
             return f"{found.uri} is outside the declared output roots ({', '.join(self.root_uris)})"
-        return None
+        return symlink_refusal(found, self.anchor_of(found.uri))
+
+    def anchor_of(self, uri: str) -> str | None:
+        """The local directory below which nothing is followed when acting on ``uri``: the trusted root
+        (the DAG's, as deployed) it lies under, or without trusted roots the declared root; None for
+        an S3 location or one under no root. Open output locations with it (``StoreContext.output_store``)."""
+        return anchor_of(uri, self.trusted if self.trusted else self.roots)
 
     def allows(self, uri: str) -> bool:
         return self.refusal(uri) is None

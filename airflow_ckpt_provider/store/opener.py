@@ -26,8 +26,10 @@ _S3_OPTIONS = (
 )
 
 
-def open_blobs(uri: str, **options: Any) -> BlobStore:
-    """The object layer rooted at ``uri`` (a store root or an output directory)."""
+def open_blobs(uri: str, *, anchor: str | None = None, **options: Any) -> BlobStore:
+    """The object layer rooted at ``uri`` (a store root or an output directory). ``anchor`` (local
+    paths only): the directory at or above ``uri`` below which no symbolic link is followed (default:
+    ``uri`` itself; store/blobs/local.py)."""
     if not isinstance(uri, str) or not uri.strip():
         raise InvalidArgumentError(
             "a store URI is required: file:///absolute/path, /absolute/path or s3://bucket/prefix", reason="store_uri"
@@ -51,7 +53,7 @@ def open_blobs(uri: str, **options: Any) -> BlobStore:
     if uri.startswith("file:") or os.path.isabs(uri):
         from airflow_ckpt_provider.store.blobs.local import LocalBlobStore
 
-        return LocalBlobStore(uri)
+        return LocalBlobStore(uri, anchor=anchor)
     scheme = uri.split("://", 1)[0] if "://" in uri else None
     raise InvalidArgumentError(
         f"{uri!r} is not a store URI"
@@ -96,8 +98,8 @@ def open_store(
     if unknown:
         raise InvalidArgumentError(f"unknown store options {sorted(unknown)}", reason="store_uri")
 
-    def opener(output_uri: str) -> BlobStore:
-        opened = open_blobs(output_uri, **options)
+    def opener(output_uri: str, anchor: str | None = None) -> BlobStore:
+        opened = open_blobs(output_uri, anchor=anchor, **options)
         return wrap_blobs(opened) if wrap_blobs is not None else opened
 
     blobs = opener(uri)

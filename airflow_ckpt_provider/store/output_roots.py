@@ -12,7 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from airflow_ckpt_provider.store.context import StoreContext
-from airflow_ckpt_provider.store.deletion_guard import DeletionGuard, Location, binding_refusal, parse_location
+from airflow_ckpt_provider.store.deletion_guard import (
+    DeletionGuard,
+    Location,
+    binding_refusal,
+    overlaps_resolved,
+    parse_location,
+)
 from airflow_ckpt_provider.store.epochs import EpochFiles, EpochLog
 from airflow_ckpt_provider.store.errors import InvalidArgumentError, RefusedError
 from airflow_ckpt_provider.store.layout import epoch_key, output_declaration_key
@@ -44,7 +50,7 @@ class OutputRoots:
                 "(no '..' segments, not the filesystem root)",
                 reason="output_root",
             )
-        if store_root is not None and found.overlaps(store_root):
+        if store_root is not None and overlaps_resolved(found, store_root):
             raise InvalidArgumentError(
                 f"output root {found.uri} overlaps the store root {store_root.uri}: keep output and checkpoint "
                 "store in separate directories (prefixes), or deleting orphans could reach the store's records",

@@ -77,7 +77,7 @@ class CheckpointStore:
         options: Mapping[str, Any] | None = None,
         breaker_max_failures: int = 3,
         max_workers: int = 16,
-        blob_opener: Callable[[str], BlobStore] | None = None,
+        blob_opener: Callable[[str, str | None], BlobStore] | None = None,
         max_loose_manifests: int = DEFAULT_MAX_LOOSE,
         trusted_output_roots: Sequence[str] | None = None,
         output_roots_declared_by: str | None = None,

@@ -242,20 +242,37 @@ def test_a_killed_process_is_finished_by_the_next_call(backend: Backend, point: 
 # ---------------------------------------------------------------- killed in the middle of a local write
 
 # A child process that dies (os._exit, like a kill) between writing a temporary file under
-# ``directory`` and giving it its name: exactly what a killed process leaves in a local directory.
+# ``directory`` and giving it its name (a rename, or the link of a create-if-absent): exactly what a
+# killed process leaves in a local directory. ``directory`` is on "another filesystem" than the store
+# (a hard link into it fails with EXDEV): on one filesystem a copy is a hard link and leaves no
+# temporary file at all. The local blob layer names files relative to a directory descriptor
+# (store/blobs/local.py), so the destination is that descriptor's path plus the name.
 _KILLED_BEFORE_THE_RENAME = """
-import json, os
+import errno, json, os
 from airflow_ckpt_provider import failpoints
 from airflow_ckpt_provider.store import Selection, open_store
 
-_replace = os.replace
+_replace, _link = os.replace, os.link
+
+def _into_directory(dst, kwargs):
+    fd = kwargs.get("dst_dir_fd")
+    where = os.fspath(dst) if fd is None else os.path.join(os.readlink(f"/proc/self/fd/{fd}"), os.fspath(dst))
+    return where.startswith(DIRECTORY)
 
 def _killed_before_the_rename(src, dst, *args, **kwargs):
-    if os.fspath(dst).startswith(DIRECTORY) and ".tmp-" in os.fspath(src):
+    if _into_directory(dst, kwargs) and ".tmp-" in os.fspath(src):
         os._exit(failpoints.EXIT_CODE)
     _replace(src, dst, *args, **kwargs)
 
+def _linked_from_another_filesystem(src, dst, *args, **kwargs):
+    if _into_directory(dst, kwargs):
+        if ".tmp-" in os.fspath(src):
+            os._exit(failpoints.EXIT_CODE)
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+    _link(src, dst, *args, **kwargs)
+
 os.replace = _killed_before_the_rename
+os.link = _linked_from_another_filesystem
 store = open_store(STORE_URI, **json.loads(OPTIONS))
 """
 

@@ -130,12 +130,19 @@ class BlobStore(abc.ABC):
     def delete_many(self, keys: Iterable[str]) -> builtins.list[str]:
         """Delete the keys (missing ones are fine); returns the keys deleted or already absent."""
 
-    def copy_from(self, source: BlobStore, source_key: str, key: str) -> None:
+    def copy_from(self, source: BlobStore, source_key: str, key: str, *, if_absent: bool = False) -> None:
         """Copy ``source``'s object ``source_key`` to ``key`` here, atomically (readers see the whole
         object or none). Backends copy without reading through this process where they can (same
         filesystem, same S3 endpoint); otherwise the object passes through memory.
+        ``if_absent``: create only, as :meth:`put` does (:class:`PreconditionFailedError` if ``key``
+        exists; never an overwrite, even of an object created after the caller looked).
         :class:`BlobNotFoundError` if the source is gone."""
-        self.put(key, source.get(source_key)[0])
+        self.put(key, source.get(source_key)[0], if_absent=if_absent)
+
+    def links(self, prefix: str = "") -> builtins.list[tuple[str, str]]:
+        """Symbolic links under ``prefix`` as (key, target): never followed, never listed as objects
+        (local disk only; object stores have none)."""
+        return []
 
     def list_pending_uploads(self, prefix: str = "") -> builtins.list[PendingUpload]:
         """Incomplete multipart uploads under ``prefix`` (none on backends without them)."""

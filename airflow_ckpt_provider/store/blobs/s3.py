@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import builtins
 import collections
+import contextlib
 import logging
 import threading
 from collections.abc import Iterable, Iterator
@@ -47,9 +48,14 @@ from airflow_ckpt_provider.store.blobs.s3_errors import (
 from airflow_ckpt_provider.store.errors import InvalidArgumentError, PreconditionFailedError, StoreUnavailableError
 
 if TYPE_CHECKING:
-    from mypy_boto3_s3.type_defs import CopySourceTypeDef
+    from mypy_boto3_s3.type_defs import CompletedPartTypeDef, CopySourceTypeDef
 
 log = logging.getLogger(__name__)
+
+#: The largest object one ``CopyObject`` copies (S3's limit); larger ones are copied in parts.
+COPY_OBJECT_LIMIT = 5 << 30
+#: Part size of a multipart copy (S3 allows 5 MiB to 5 GiB per part).
+COPY_PART_BYTES = 1 << 30
 
 
 class S3BlobStore(BlobStore):
@@ -238,21 +244,57 @@ class S3BlobStore(BlobStore):
                 raise
         return True
 
-    def copy_from(self, source: BlobStore, source_key: str, key: str) -> None:
+    def copy_from(self, source: BlobStore, source_key: str, key: str, *, if_absent: bool = False) -> None:
         """A server-side copy when ``source`` is on the same endpoint with the same credentials
-        (``CopyObject``, multipart above 8 MiB: the bytes never pass through this process)."""
+        (``CopyObject``, multipart above 8 MiB: the bytes never pass through this process).
+        ``if_absent``: ``If-None-Match: *`` on the ``CopyObject`` (on ``CompleteMultipartUpload``
+        above S3's 5 GiB limit for one copy): a key that exists, even one created meanwhile, is never
+        overwritten (:class:`PreconditionFailedError`)."""
         if not (isinstance(source, S3BlobStore) and source.settings == self.settings):
-            super().copy_from(source, source_key, key)
+            super().copy_from(source, source_key, key, if_absent=if_absent)
             return
         check_key(key)
         copy_source: CopySourceTypeDef = {"Bucket": source.bucket, "Key": source._root.full_key(check_key(source_key))}
         with self._errors("copying to", key):
             try:
-                self._client.copy(copy_source, self.bucket, self._root.full_key(key))
+                if if_absent:
+                    self._copy_if_absent(copy_source, key)
+                else:
+                    self._client.copy(copy_source, self.bucket, self._root.full_key(key))
             except ClientError as exc:
                 if error_code(exc) in NOT_FOUND_CODES:
                     raise BlobNotFoundError(f"{source.uri}/{source_key} does not exist") from exc
+                if if_absent and lost_condition(exc):
+                    raise PreconditionFailedError(f"{self.uri}/{key} already exists: not overwritten") from exc
                 raise
+
+    def _copy_if_absent(self, copy_source: CopySourceTypeDef, key: str) -> None:
+        size = self._client.head_object(Bucket=copy_source["Bucket"], Key=copy_source["Key"])["ContentLength"]
+        full_key = self._root.full_key(key)
+        if size <= COPY_OBJECT_LIMIT:
+            self._client.copy_object(CopySource=copy_source, Bucket=self.bucket, Key=full_key, IfNoneMatch="*")
+            return
+        upload = self._client.create_multipart_upload(Bucket=self.bucket, Key=full_key)["UploadId"]
+        try:
+            parts: builtins.list[CompletedPartTypeDef] = []
+            for number, start in enumerate(range(0, size, COPY_PART_BYTES), start=1):
+                end = min(start + COPY_PART_BYTES, size) - 1
+                copied = self._client.upload_part_copy(
+                    Bucket=self.bucket,
+                    Key=full_key,
+                    UploadId=upload,
+                    PartNumber=number,
+                    CopySource=copy_source,
+                    CopySourceRange=f"bytes={start}-{end}",
+                )
+                parts.append({"ETag": copied["CopyPartResult"]["ETag"], "PartNumber": number})
+            self._client.complete_multipart_upload(
+                Bucket=self.bucket, Key=full_key, UploadId=upload, MultipartUpload={"Parts": parts}, IfNoneMatch="*"
+            )
+        except BaseException:
+            with contextlib.suppress(ClientError):
+                self._client.abort_multipart_upload(Bucket=self.bucket, Key=full_key, UploadId=upload)
+            raise
 
     def list(self, prefix: str = "") -> Iterator[BlobInfo]:
         """Every object under ``prefix``, in key order, one ``ListObjectsV2`` per ``page_size``

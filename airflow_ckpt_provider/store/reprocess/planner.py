@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from urllib.parse import urlparse
 
 from airflow_ckpt_provider.store.blobs.base import check_key
+from airflow_ckpt_provider.store.deletion_guard import canonical_uri
 from airflow_ckpt_provider.store.errors import CheckpointError, InvalidArgumentError, NotFoundError, RefusedError
 from airflow_ckpt_provider.store.model import EpochStatus
 from airflow_ckpt_provider.store.reprocess.model import DELETE, PURGE, QUARANTINE, UNDO, Selection
@@ -31,6 +32,9 @@ def quarantine_key(epoch: int, path: str) -> str:
     parsed = urlparse(path)
     if not parsed.scheme or "://" not in path:
         raise InvalidArgumentError(f"{path!r} is not an absolute URI", reason="path_outside_root")
+    # One file, one key, whatever spelling a record uses (``file://localhost/d/f``, ``s3a://``).
+    path = canonical_uri(path)
+    parsed = urlparse(path)
     rest = path.split("://", 1)[1].lstrip("/")
     return check_key(f"{quarantine_prefix(epoch)}{parsed.scheme.lower()}/{rest}")
 
@@ -244,19 +248,20 @@ def _present(view: StoreView, files: dict[str, PlannedFile]) -> set[str]:
     """Which planned files exist now: one listing per output directory, not one request per file."""
     by_dir: dict[str, set[str]] = defaultdict(set)
     for path in files:
-        by_dir[path.rsplit("/", 1)[0]].add(path)
+        canonical = canonical_uri(path)
+        by_dir[canonical.rsplit("/", 1)[0]].add(canonical)
 
     def listed(directory: str) -> set[str]:
         try:
             blobs = view.parts.context.output_store(directory)
-            return {blobs.child_uri(i.key) for i in blobs.list("") if "/" not in i.key}
+            return {canonical_uri(blobs.child_uri(i.key)) for i in blobs.list("") if "/" not in i.key}
         except CheckpointError:
             return set()
 
     found: set[str] = set()
     for names in view.parts.context.map(listed, sorted(by_dir)):
         found |= names
-    return {p for p in files if p in found}
+    return {p for p in files if canonical_uri(p) in found}
 
 
 def _roots_touched(files: Iterable[PlannedFile]) -> tuple[str, ...]:

@@ -300,7 +300,7 @@ def _plan(
 
 def _steps(view: StoreView) -> Steps:
     """Steps checking every source and destination against the store's deletion guard."""
-    return Steps(view.parts, output_guard(view).allows)
+    return Steps(view.parts, output_guard(view).guard)
 
 
 def _finish(view: StoreView, plan: ReprocessPlan) -> ReprocessResult:

@@ -9,13 +9,19 @@ checked against the deletion guard again here, and quarantine keys are recompute
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_ckpt_provider.failpoints import failpoint
 from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError, BlobStore
+from airflow_ckpt_provider.store.deletion_guard import DeletionGuard, canonical_uri
 from airflow_ckpt_provider.store.epochs import EpochBase
-from airflow_ckpt_provider.store.errors import CorruptCheckpointError, EpochConflictError, RefusedError
+from airflow_ckpt_provider.store.errors import (
+    CorruptCheckpointError,
+    EpochConflictError,
+    PreconditionFailedError,
+    RefusedError,
+)
 from airflow_ckpt_provider.store.model import Epoch, EpochStatus
 from airflow_ckpt_provider.store.records import now
 from airflow_ckpt_provider.store.reprocess.lineage import derive_snapshot
@@ -31,12 +37,13 @@ MOVED, DELETED, MISSING = "moved", "deleted", "missing"
 
 
 class Steps:
-    """Runs a plan against the store of ``parts``. ``allowed``: the deletion guard (True if a path may be touched)."""
+    """Runs a plan against the store of ``parts``. ``guard``: the store's deletion guard (which paths may be
+    touched, and the root below which no link is followed on the way to each)."""
 
-    def __init__(self, parts: StoreParts, allowed: Callable[[str], bool]) -> None:
+    def __init__(self, parts: StoreParts, guard: DeletionGuard) -> None:
         self.parts = parts
         self.blobs = parts.blobs
-        self.allowed = allowed
+        self.guard = guard
 
     # ------------------------------------------------------------------ the fence
 
@@ -105,7 +112,7 @@ class Steps:
 
     def checked(self, files: Sequence[PlannedFile], number: int) -> list[tuple[PlannedFile, str]]:
         """Each file with its recomputed quarantine key; refuse the lot if any path is not allowed."""
-        refused = [f.path for f in files if not self.allowed(f.path)]
+        refused = [f.path for f in files if not self.guard.allows(f.path)]
         if refused:
             raise RefusedError(
                 f"the plan of epoch {number} of {self.parts.uri} names files outside the store root and the "
@@ -115,24 +122,30 @@ class Steps:
         return [(f, quarantine_key(number, f.path)) for f in files]
 
     def _present(self, files: Sequence[PlannedFile]) -> dict[str, int]:
-        """Output path -> size of the planned files that exist (one listing per directory)."""
+        """Canonical output path -> size of the planned files that exist (one listing per directory).
+        Canonical: a record may spell a path another way (``file://localhost/...``), and the file is the same."""
         by_dir: dict[str, set[str]] = defaultdict(set)
         for f in files:
-            by_dir[f.path.rsplit("/", 1)[0]].add(f.path)
+            path = canonical_uri(f.path)
+            by_dir[path.rsplit("/", 1)[0]].add(path)
 
         def listed(directory: str) -> dict[str, int]:
-            blobs = self.parts.context.output_store(directory)
+            blobs = self._output_dir(directory)
             wanted = by_dir[directory]
-            return {blobs.child_uri(i.key): i.size for i in blobs.list("") if blobs.child_uri(i.key) in wanted}
+            sizes = {canonical_uri(blobs.child_uri(i.key)): i.size for i in blobs.list("") if "/" not in i.key}
+            return {p: size for p, size in sizes.items() if p in wanted}
 
         found: dict[str, int] = {}
         for sizes in self.parts.context.map(listed, sorted(by_dir)):
             found.update(sizes)
         return found
 
+    def _output_dir(self, directory: str) -> BlobStore:
+        return self.parts.context.output_store(directory, anchor=self.guard.anchor_of(directory))
+
     def _output(self, path: str) -> tuple[BlobStore, str]:
-        directory, _, name = path.rpartition("/")
-        return self.parts.context.output_store(directory), name
+        directory, _, name = canonical_uri(path).rpartition("/")
+        return self._output_dir(directory), name
 
     def _move(self, plan: ReprocessPlan) -> dict[str, str]:
         number = plan.new_epoch
@@ -143,7 +156,8 @@ class Steps:
 
         def copy(item: tuple[PlannedFile, str]) -> None:
             planned, key = item
-            if planned.path in present and stored.get(key) != present[planned.path]:
+            size = present.get(canonical_uri(planned.path))
+            if size is not None and stored.get(key) != size:
                 blobs, name = self._output(planned.path)
                 self.blobs.copy_from(blobs, name, key)
                 failpoint("store.reprocess.after_copy")
@@ -151,7 +165,7 @@ class Steps:
         self.parts.context.map(copy, files)
         self.blobs.discard_interrupted_writes([key for _, key in files])  # a killed earlier run's copies
         copied = {i.key: i.size for i in self.blobs.list(quarantine_prefix(number))}
-        short = [f.path for f, key in files if f.path in present and copied.get(key) != present[f.path]]
+        short = [f.path for f, key in files if _size(present, f) is not None and copied.get(key) != _size(present, f)]
         if short:
             raise CorruptCheckpointError(
                 f"the quarantine copies of {short[:3]} do not match the originals; nothing was deleted. "
@@ -164,7 +178,9 @@ class Steps:
                 "originals still in the output are kept. Run `airflow-ckpt check`",
                 reason="epoch_fenced",
             )
-        self._delete_originals([f.path for f, _ in files if f.path in present], "store.reprocess.after_move")
+        self._delete_originals(
+            [f.path for f, _ in files if _size(present, f) is not None], "store.reprocess.after_move"
+        )
         return {f.path: MOVED if key in copied else MISSING for f, key in files}
 
     def _delete(self, plan: ReprocessPlan) -> dict[str, str]:
@@ -172,8 +188,10 @@ class Steps:
         assert number is not None
         files = self.checked(plan.files, number)
         present = self._present(plan.files)
-        self._delete_originals([f.path for f, _ in files if f.path in present], "store.reprocess.after_move")
-        return {f.path: DELETED if f.path in present else MISSING for f, _ in files}
+        self._delete_originals(
+            [f.path for f, _ in files if _size(present, f) is not None], "store.reprocess.after_move"
+        )
+        return {f.path: DELETED if _size(present, f) is not None else MISSING for f, _ in files}
 
     def _delete_originals(self, paths: Sequence[str], point: str) -> None:
         self.parts.deleter.delete_output_files(paths, after_batch=lambda: failpoint(point))
@@ -190,14 +208,17 @@ class Steps:
 
         def restore(item: tuple[PlannedFile, str]) -> str | None:
             planned, key = item
-            if planned.path in present:
+            size = _size(present, planned)
+            if size is not None:
                 # Never overwrite: the same size is this undo's own earlier copy (a resumed run); another
                 # file there is someone else's, and stays (docs/security.md, "The trust model").
-                return planned.path if present[planned.path] == planned.size_bytes else None
+                return planned.path if size == planned.size_bytes else None
             blobs, name = self._output(planned.path)
             try:
-                blobs.copy_from(self.blobs, key, name)
-            except BlobNotFoundError:
+                # Create-if-absent: a file that appeared since the listing (or one two entries of a forged
+                # record name twice) is never overwritten.
+                blobs.copy_from(self.blobs, key, name, if_absent=True)
+            except (BlobNotFoundError, PreconditionFailedError):
                 return None
             failpoint("store.undo.after_restore")
             return planned.path
@@ -229,10 +250,10 @@ class Steps:
         (docs/reprocess.md, "Steps and crash points")."""
         by_dir: dict[str, list[str]] = defaultdict(list)
         for path in paths:
-            directory, _, name = path.rpartition("/")
+            directory, _, name = canonical_uri(path).rpartition("/")
             by_dir[directory].append(name)
         for directory, names in sorted(by_dir.items()):
-            self.parts.context.output_store(directory).discard_interrupted_writes(names)
+            self._output_dir(directory).discard_interrupted_writes(names)
 
     # ------------------------------------------------------------------ purge
 
@@ -254,3 +275,8 @@ class Steps:
         if plan.new_epoch is not None:
             self._end(plan, EpochStatus.RETRACTED, result.summary())
         return result
+
+
+def _size(present: dict[str, int], planned: PlannedFile) -> int | None:
+    """The size of ``planned``'s file in the output now (None: absent), whatever spelling its record uses."""
+    return present.get(canonical_uri(planned.path))
