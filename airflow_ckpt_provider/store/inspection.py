@@ -133,6 +133,7 @@ class Inspector(PartsUser):
         records, record_notes = self._record_findings(state)
         problems.extend(records)
         notes.extend(record_notes)
+        problems.extend(self._symlink_findings(with_output=verify_output))
         latest = state.latest
         problems.extend(maintenance_problems(self._context, latest))
         notes.extend(quarantine_notes(self._context, latest))
@@ -209,6 +210,30 @@ class Inspector(PartsUser):
                     f"({', '.join(guard.root_uris)}): never acted on"
                 )
         return problems, notes
+
+    def _symlink_findings(self, *, with_output: bool) -> list[str]:
+        """Symbolic links under the store root and (``with_output``) under the declared local output roots:
+        no operation follows them (store/blobs/local.py), and a writer of the store has no reason to make
+        one, so each is a problem to remove (docs/security.md, "Symbolic links")."""
+        found = [
+            f"symbolic link under the store root: {key} -> {target} (never followed; remove it)"
+            for key, target in self._blobs.links("")
+        ]
+        if not with_output:
+            return found
+        guard = self._roots.guard()
+        for root in guard.root_uris:
+            if not root.startswith("file:"):
+                continue
+            try:
+                links = self._context.output_store(root, anchor=guard.anchor_of(root)).links("")
+            except CheckpointError:
+                continue  # cannot tell: not a finding
+            found.extend(
+                f"symbolic link under the output root {root}: {key} -> {target} (never followed; remove it)"
+                for key, target in links
+            )
+        return found
 
     def _check_segments(self, state: StoreState) -> tuple[list[str], list[str]]:
         """Each segment against itself (its keys against its manifests' counts) and against the loose
@@ -303,7 +328,9 @@ class Inspection:
         crashes, removed by the next commit): dangling unsealed checkpoint
         directories, duplicate sealed attempts of one partition. Also problems: intent records
         naming what no deletion may touch (outside the declared output roots, not a plain
-        location, a name marker shorter than the minimum); they are never acted on.
+        location, a name marker shorter than the minimum); they are never acted on. And symbolic
+        links under the store root or (``verify_output``) a declared local output root, which no
+        operation follows.
         """
         return self._inspector.check(verify_output=verify_output)
 

@@ -103,18 +103,21 @@ def check_paths(view: StoreView, plan: ReprocessPlan, *, resuming: bool = False)
     if not plan.refused_paths or plan.action == PURGE:
         return
     count, some = len(plan.refused_paths), list(plan.refused_paths[:3])
+    why = output_guard(view).guard.refusal(plan.refused_paths[0]) or "outside the output roots"
     if resuming:
         message = (
             f"the unfinished {plan.action} of {view.parts.uri} (epoch {plan.new_epoch}) names {count} file(s) "
-            f"outside the output roots (e.g. {some}): it was not made by this store's DAG and is not resumed. "
+            f"outside the output roots (e.g. {some}; the first: {why}): it was not made by this store's DAG and is "
+            "not resumed. "
             "Nothing was changed; abandon it (`airflow-ckpt abandon`, or Abandon in the Checkpoints tab) and run "
             "`airflow-ckpt check`"
         )
     else:
         message = (
-            f"the records of {view.parts.uri} name {count} file(s) outside its root and the output roots (e.g. "
-            f"{some}); they are never touched, so this {plan.action} cannot make the output exactly-once. Nothing "
-            "was changed; run `airflow-ckpt check`, and declare the job's real output roots if those files are yours"
+            f"the records of {view.parts.uri} name {count} file(s) outside its root and the output roots, or "
+            f"reached through a symbolic link (e.g. {some}; the first: {why}); they are never touched, so this "
+            f"{plan.action} cannot make the output exactly-once. Nothing was changed; run `airflow-ckpt check`, and "
+            "declare the job's real output roots if those files are yours"
         )
     raise RefusedError(message, reason="unsafe_path")
 

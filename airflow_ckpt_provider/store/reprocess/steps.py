@@ -116,7 +116,8 @@ class Steps:
         if refused:
             raise RefusedError(
                 f"the plan of epoch {number} of {self.parts.uri} names files outside the store root and the "
-                f"output roots (e.g. {refused[:3]}): nothing more is touched. Run `airflow-ckpt check`",
+                f"output roots, or reached through a symbolic link (e.g. {refused[:3]}; the first: "
+                f"{self.guard.refusal(refused[0])}): nothing more is touched. Run `airflow-ckpt check`",
                 reason="unsafe_path",
             )
         return [(f, quarantine_key(number, f.path)) for f in files]
