@@ -230,15 +230,19 @@ class LocalBlobStore(BlobStore):
         return tmp
 
     @contextlib.contextmanager
-    def _key_lock(self, directory: int, name: str) -> Iterator[None]:
+    def _key_lock(self, directory: int, name: str, parts: Sequence[str]) -> Iterator[None]:
         """Serialize compare-and-swap on one key across threads and processes.
 
         The lock is a hidden sibling file (never listed): locking the object itself
         would not work, since a rename gives it a new inode.
         """
-        fd = os.open(
-            f".{name}{_LOCK_SUFFIX}", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | _CLOEXEC, 0o644, dir_fd=directory
-        )
+        lock = f".{name}{_LOCK_SUFFIX}"
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | _CLOEXEC, 0o644, dir_fd=directory)
+        except OSError as exc:
+            if exc.errno in _NOT_A_DIRECTORY and _is_link(directory, lock):
+                raise self._refuse_link([*self._below, *parts, lock]) from exc
+            raise
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
@@ -273,7 +277,7 @@ class LocalBlobStore(BlobStore):
         self._count()
         with self._os_errors(f"writing {key}"), self._directory(parts, create=True) as directory:
             if if_match is not None:
-                with self._key_lock(directory, name):
+                with self._key_lock(directory, name, parts):
                     try:
                         current = self._read_at(directory, name, parts)
                     except FileNotFoundError as exc:
@@ -454,9 +458,10 @@ class LocalBlobStore(BlobStore):
             raise self._fail(exc, f"listing {prefix}") from exc
 
     def links(self, prefix: str = "") -> builtins.list[tuple[str, str]]:
-        """Every symbolic link under ``prefix`` (hidden names too: a lock file can be a link) and, at or
-        above the root up to the anchor, the components that are links: (key, target), sorted. No
-        listing or operation follows them; ``check`` reports them."""
+        """Every symbolic link under ``prefix`` (hidden names too: a lock file can be a link) as (key,
+        target), sorted; if the prefix itself is reached through a link, that one (its absolute path
+        when it lies between the anchor and the root). No listing or operation follows them; ``check``
+        reports them."""
         found: builtins.list[tuple[str, str]] = []
         parts = prefix.rstrip("/").split("/") if prefix.rstrip("/") else []
         try:
@@ -469,8 +474,8 @@ class LocalBlobStore(BlobStore):
             for name in (*self._below, *parts):
                 where = os.path.join(self._anchor_text, *walked, name)
                 if os.path.islink(where):
-                    key = "/".join([*walked, name][len(self._below) :]) or "."
-                    found.append((key, _target(where)))
+                    inside = [*walked, name][len(self._below) :]
+                    found.append(("/".join(inside) if inside else where, _target(where)))
                     break
                 walked.append(name)
         except OSError as exc:
