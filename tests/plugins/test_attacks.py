@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import statistics
 import threading
 import time
@@ -24,7 +25,7 @@ from urllib.parse import unquote, urlsplit
 import httpx
 import pytest
 
-from airflow_ckpt_provider.store import open_store
+from airflow_ckpt_provider.store import EpochStatus, FileMetadata, RetentionPolicy, new_checkpoint_id, open_store
 from airflow_ckpt_provider.store.blobs.local import file_uri
 from tests.cli.sample_store import fill_store
 from tests.support.api_server import (
@@ -185,6 +186,67 @@ def test_a_poisoned_intent_record_deletes_nothing_on_the_servers_host(ui_server:
     assert all(any(i in line for line in refused) for i in ids), refused
     [entry] = [e for e in ui_server.audit_entries(run_id) if e["event"] == "checkpoints.clear"]
     assert entry["extra"]["refused_records"] == refused
+
+
+def _files_of(directory: Path) -> dict[str, bytes]:
+    """Every file and directory under ``directory``, with its bytes (directories: b"<dir>")."""
+    found: dict[str, bytes] = {}
+    for where, dirs, files in os.walk(directory):
+        found.update({os.path.relpath(os.path.join(where, d), directory): b"<dir>" for d in dirs})
+        found.update({os.path.relpath(os.path.join(where, f), directory): Path(where, f).read_bytes() for f in files})
+    return found
+
+
+def test_symlinks_a_writer_plants_carry_no_action_of_the_tab_outside_the_roots(ui_server: ApiServer) -> None:
+    """Issue 52, finding 1, as alice (an editor of team A's DAG) meets it: the DAG's writers made
+    ``snapshots/00000099`` and ``<output>/day/link`` links to a directory no root holds, and sealed a
+    checkpoint owning ``day/link/precious.txt``. Reprocess is refused and audited, Clear clears the
+    store; the victim is unchanged byte for byte (docs/security.md, "Symbolic links")."""
+    run_id = new_run(ui_server, TEAM_A)
+    root = ui_server.default_store_path(run_id, dag_id=TEAM_A)
+    out = ui_server.home / "out-poisoned" / run_id
+    store = fill_store(root.as_uri(), out.as_uri(), owner=f"{TEAM_A}/{SPARK_TASK}/{run_id}")
+    victim = ui_server.home / "victims-of-links" / run_id
+    (victim / "dags").mkdir(parents=True)
+    (victim / "precious.txt").write_text("another team's data")
+    (victim / "dags" / "their_dag.py").write_text("# another team's DAG")
+    (out / "day").mkdir()
+    (out / "day" / "link").symlink_to(victim, target_is_directory=True)
+    forged = file_uri(out / "day" / "link" / "precious.txt")
+    epoch = store.epochs.current()
+    assert epoch is not None
+    checkpoint_id = new_checkpoint_id()
+    store.record_intent(checkpoint_id, [forged], epoch=epoch.number)
+    store.stage_keys(checkpoint_id, ["forged-1", "forged-2"])
+    store.stage_files(checkpoint_id, [FileMetadata(forged, 19, 2)])
+    store.checkpoint(checkpoint_id, epoch=epoch.number, partition=3)
+    store.epochs.end(epoch.number, status=EpochStatus.SUCCEEDED)
+    store.commit([out.as_uri()])
+    store.housekeeping.cleanup(RetentionPolicy.RETAIN)
+    (root / "snapshots" / "00000099").symlink_to(victim, target_is_directory=True)
+    before = _files_of(victim)
+    where = params(TEAM_A, run_id)
+    selection = where | {"selection": {"keys": ["forged-1"]}}
+    with ui_server.client("alice") as alice:
+        preview = alice.post("/checkpoints/api/task/reprocess/preview", json=selection, headers=ACTION_HEADERS)
+        assert preview.status_code == 200, preview.text
+        plan = preview.json()["preview"]
+        assert plan["refused_paths"] == [forged] and "symbolic link" in plan["description"]
+        refused = alice.post(
+            "/checkpoints/api/task/reprocess",
+            json=selection | {"expected": plan["fingerprint"]},
+            headers=ACTION_HEADERS,
+        )
+        assert refused.status_code == 422, refused.text
+        assert "symbolic link" in refused.json()["detail"]
+        cleared = alice.post("/checkpoints/api/task/clear", json=where, headers=ACTION_HEADERS)
+        assert cleared.status_code == 200, cleared.text
+    assert _files_of(victim) == before
+    assert checkpoints_in(root) == 0 and not list(root.glob("snapshots/*/manifest.json"))
+    events = [e["event"] for e in ui_server.audit_entries(run_id) if e["owner"] == "alice"]
+    assert events == ["checkpoints.reprocess.failed", "checkpoints.clear"], events
+    problems = "\n".join(open_store(root.as_uri()).inspection.check().problems)
+    assert f"snapshots/00000099 -> {victim}" in problems
 
 
 @pytest.mark.parametrize(

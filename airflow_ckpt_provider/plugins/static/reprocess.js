@@ -103,7 +103,7 @@
       confirmButton.disabled = mode !== "abandon" && (plan.nothing_to_do || plan.refused_paths.length > 0);
       if (plan.refused_paths.length > 0) {
         testid("preview-text").textContent = "Refused: " + plan.refused_paths.length +
-          " file(s) outside the DAG's output roots, e.g. " + plan.refused_paths.slice(0, 3).join(", ");
+          " file(s) outside the DAG's output roots or reached through a symbolic link, e.g. " + plan.refused_paths.slice(0, 3).join(", ");
       }
     }).catch(function (err) {
       testid("preview-text").textContent = "The request failed: " + err;

@@ -154,8 +154,8 @@ class ReprocessPlan:
                 lines.append(f"  … and {len(self.files) - max_files} more")
         if self.refused_paths:
             lines.append(
-                "Refused: the store's records name files outside its root and the output roots; "
-                "they are never touched, and the action is refused while any is selected:"
+                "Refused: the store's records name files outside its root and the output roots, or reached "
+                "through a symbolic link; they are never touched, and the action is refused while any is selected:"
             )
             lines.extend(f"  {p}" for p in self.refused_paths)
         lines.extend(f"Warning: {w}" for w in self.warnings)
