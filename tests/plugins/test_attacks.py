@@ -198,7 +198,7 @@ def _files_of(directory: Path) -> dict[str, bytes]:
 
 
 def test_symlinks_a_writer_plants_carry_no_action_of_the_tab_outside_the_roots(ui_server: ApiServer) -> None:
-    """Issue 52, finding 1, as alice (an editor of team A's DAG) meets it: the DAG's writers made
+    """Symlinks as alice (an editor of team A's DAG) meets them: the DAG's writers made
     ``snapshots/00000099`` and ``<output>/day/link`` links to a directory no root holds, and sealed a
     checkpoint owning ``day/link/precious.txt``. Reprocess is refused and audited, Clear clears the
     store; the victim is unchanged byte for byte (docs/security.md, "Symbolic links")."""

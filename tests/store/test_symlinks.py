@@ -1,9 +1,9 @@
 """A path is what it resolves to: no action follows a symbolic link under a store or output root
-(docs/security.md, "Symbolic links"; issue 52, findings 1 and 3).
+(docs/security.md, "Symbolic links"), and undo never overwrites, whatever a record's spelling.
 
 The attacker writes the store's prefix and its output, as every Spark executor of the job can, and
 plants links there; the actions are run by a process with more rights (the API server, a commit on
-a worker, the CLI). Each test is a reproduction of the issue's: a victim directory outside every
+a worker, the CLI). Each test is an attack as a writer can make it: a victim directory outside every
 root must be unchanged byte for byte after Clear, Purge, Reprocess, Undo and a re-run's commit, and
 ``check()`` must name the link. The output-root tests run a second time with the check blinded, as if
 the writer swapped a directory for a link right after each check: the act itself must refuse. Local
@@ -149,7 +149,7 @@ def test_purge_deletes_nothing_through_a_symlinked_quarantine_directory(tmp_path
 
 # ---------------------------------------------------------------- an output root's directories
 #
-# Each runs twice: as the issue found it, and with the check blinded (``symlink_on_path`` sees no link,
+# Each runs twice: as the attack is made, and with the check blinded (``symlink_on_path`` sees no link,
 # as when the writer swaps a directory for a link right after every check): then the act itself, which
 # opens each directory below the output root without following links, must refuse.
 
