@@ -62,7 +62,7 @@ from airflow_ckpt_provider.store import (
     open_blobs,
     open_store,
 )
-from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, RerunAction
+from airflow_ckpt_provider.store.rerun import RerunAction
 from ckpt_testkit.faults.plans import COMMIT_FAILPOINTS
 
 MODES = ("grouped", "unique", "composite", "files")
@@ -254,12 +254,14 @@ class StoreHistory(RuleBasedStateMachine):
         spark = _session
         before = _now()
         run_id = f"run-{len(self.windows) + 1}"
-        metadata = {JOB_METADATA_KEY: JOB, "run_id": run_id}
+        metadata = {"run_id": run_id}
 
         def begin() -> int:
             # The operator declares its output root at the submit; so do histories (a store on S3 may then
             # write its output to local disk).
-            return self.store.epochs.begin(owner="histories", metadata=metadata, output_roots=[self.output]).number
+            return self.store.epochs.begin(
+                job=JOB, owner="histories", metadata=metadata, output_roots=[self.output]
+            ).number
 
         epoch = self._crashing(begin, begin)  # a crashed submit is submitted again (it takes over its epoch)
         job = CheckpointedJob(spark, self.store_uri, epoch=epoch, **self.options)

@@ -17,7 +17,6 @@ from airflow_ckpt_provider.cli.exit_codes import EXIT_FINDINGS, EXIT_OK
 from airflow_ckpt_provider.display.deletion_preview import DeletionPreview, preview
 from airflow_ckpt_provider.store import CheckpointStore
 from airflow_ckpt_provider.store.errors import InvalidArgumentError, NotFoundError, RefusedError, UnsupportedError
-from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY
 
 
 @dataclass(frozen=True)
@@ -97,10 +96,10 @@ def show_checkpoint(store: CheckpointStore, args: argparse.Namespace, io: Io) ->
 
 def progress(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
     state = store.inspection.progress()
-    job = None if state.epoch is None else state.epoch.metadata.get(JOB_METADATA_KEY)
-    rerun = store.inspection.rerun_plan(job if isinstance(job, str) else None, progress=state)
+    # The job of the latest run (an epoch of a reprocess or a clear names none: the store's default job).
+    rerun = store.inspection.rerun_plan(None if state.epoch is None else state.epoch.job, progress=state)
     if args.json:
-        _json(io, state.to_json() | {"rerun": rerun.to_json() | {"job": job, "description": rerun.describe()}})
+        _json(io, state.to_json() | {"rerun": rerun.to_json() | {"description": rerun.describe()}})
         return EXIT_OK
     epoch = state.epoch
     expected = state.expected_partitions
@@ -119,7 +118,7 @@ def progress(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
             "size": render.human_bytes(state.bytes),
             "committed": state.committed,
             "degraded epochs": ", ".join(str(n) for n in state.degraded_epochs) or "none",
-            "job": job,
+            "job": rerun.job,
             "next run": f"{rerun.action.value}: {rerun.describe()}",
         },
         io.out,

@@ -44,7 +44,7 @@ from airflow_ckpt_provider.operators.takeover import takeover_of_ended_owner
 from airflow_ckpt_provider.store import CheckpointStore, Epoch, EpochStatus
 from airflow_ckpt_provider.store.errors import EpochConflictError
 from airflow_ckpt_provider.store.owner import OWNER_METADATA_KEY, EpochOwner
-from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, OnRerun, RerunPlan
+from airflow_ckpt_provider.store.rerun import OnRerun, RerunPlan, on_rerun_of
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -126,7 +126,7 @@ class EpochOpener:
 
     def rerun_plan(self, context: Context, store: CheckpointStore) -> RerunPlan:
         """What the job's committed output asks of this run (logged, and kept for the plan XCom)."""
-        rerun = store.inspection.rerun_plan(self.job(context).key(), OnRerun(str(self.on_rerun).strip().lower()))
+        rerun = store.inspection.rerun_plan(self.job(context).key(), on_rerun_of(self.on_rerun))
         self.log.info("Job %s on %s: %s", self.job(context).key(), store.uri, rerun.describe())
         self.rerun = rerun
         return rerun
@@ -157,12 +157,12 @@ class EpochOpener:
                 took_over["reason"],
             )
         epoch = store.epochs.begin(
+            job=self.job(context).key(),
             owner=owner.key(),
             takeover=self.takeover_open_epoch,
             takeover_epoch=None if took_over is None else int(took_over["epoch"]),
             output_roots=self.declared_output_roots(),
             metadata={
-                JOB_METADATA_KEY: self.job(context).key(),
                 "dag_id": self.dag_id,
                 "task_id": self.task_id,
                 "run_id": context["run_id"],

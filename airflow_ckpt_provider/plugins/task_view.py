@@ -14,7 +14,7 @@ from airflow_ckpt_provider.display.deletion_preview import DeletionPreview, prev
 from airflow_ckpt_provider.plugins.ownership import owner_dag_id
 from airflow_ckpt_provider.plugins.problems import display_uri
 from airflow_ckpt_provider.store import CheckpointStore, Epoch, Progress
-from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, RerunAction
+from airflow_ckpt_provider.store.rerun import RerunAction
 
 #: The view lists at most this many checkpoints (newest first); the counts cover all.
 MAX_CHECKPOINT_ROWS = 200
@@ -91,10 +91,8 @@ def _committed_figures(progress: dict[str, Any]) -> None:
 def rerun_json(store: CheckpointStore, progress: Progress) -> dict[str, Any]:
     """Whose output is live and what the next run of the store's job does (resume / replace / skip...)."""
     latest = progress.epoch
-    job = None if latest is None else latest.metadata.get(JOB_METADATA_KEY)
-    plan = store.inspection.rerun_plan(job if isinstance(job, str) else None, progress=progress)
+    plan = store.inspection.rerun_plan(None if latest is None else latest.job, progress=progress)
     body = plan.to_json()
-    body["job"] = job
     body["description"] = plan.describe()
     if plan.action is RerunAction.REPLACE:
         body["description"] += ' (a submit with on_rerun="skip" skips it instead)'

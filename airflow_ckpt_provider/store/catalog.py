@@ -123,9 +123,10 @@ class Catalog:
     # ------------------------------------------------------------------ validity
 
     def valid_mask(self, latest: Epoch | None, folded: set[str]) -> np.ndarray:
-        """Base of the latest epoch + sealed in it, one per partition (first sealed, then smallest id)."""
+        """Base of the latest epoch + sealed in it, one per partition (first sealed, then smallest id); none
+        once ``delete_after_success`` followed the latest epoch's commit (``Epoch.keys_deleted``)."""
         rows = self.table.num_rows
-        if latest is None or rows == 0:
+        if latest is None or rows == 0 or latest.keys_deleted:
             return np.zeros(rows, dtype=bool)
         ids = self.table.column("checkpoint_id")
         not_folded = (

@@ -21,13 +21,21 @@ from airflow_ckpt_provider.store.input_audit import audit_findings
 from airflow_ckpt_provider.store.key_reader import key_sources
 from airflow_ckpt_provider.store.keys import duplicate_keys
 from airflow_ckpt_provider.store.layout import commit_done_key, commit_key
-from airflow_ckpt_provider.store.model import CommitResult, EpochStatus, FileMetadata, UnknownFiles
+from airflow_ckpt_provider.store.model import CommitResult, Epoch, EpochStatus, FileMetadata, UnknownFiles
 from airflow_ckpt_provider.store.parts import PartsUser
 from airflow_ckpt_provider.store.records import commit_result_from_json, dumps, now
 from airflow_ckpt_provider.store.reprocess.lineage import read_snapshot_index, write_lineage
 from airflow_ckpt_provider.store.reprocess.maintenance import refuse_unfinished_maintenance
 from airflow_ckpt_provider.store.reprocess.records import PLAN_FIELD
-from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, REPLACED_FIELD, superseded_files
+from airflow_ckpt_provider.store.rerun import (
+    JOB_METADATA_KEY,
+    KEPT_FIELD,
+    REPLACED_FIELD,
+    EarlierOutput,
+    earlier_output,
+    refuse_unattributed,
+    within_roots,
+)
 from airflow_ckpt_provider.store.segment_reader import segment_intents
 from airflow_ckpt_provider.store.state import StateReader
 from airflow_ckpt_provider.store.store_state import StoreState
@@ -99,18 +107,10 @@ class Committer(PartsUser):
             files_by_id = self._reader.files.files_by_checkpoint(state.valid)
             files = [f for c in state.valid for f in files_by_id[c.checkpoint_id]]
             guard = self._roots.guard(output_roots)
-            job = epoch.metadata.get(JOB_METADATA_KEY)
-            job = job if isinstance(job, str) and job else None
-            # A re-run of a committed job: the earlier commits' files whose keys no longer count are retracted.
-            records = self._reader.commits.commit_records()
-            replaced = superseded_files(
-                records,
-                job,
-                [*state.valid_ids, *self._snapshot_checkpoints(state)],
-                [f.path for f in files],
-                canonical_uri,
-                self._reader.commits.committed_paths(records),
-            )
+            job = epoch.job
+            earlier = self._earlier_output(state, epoch, job, files)
+            if unknown_files is UnknownFiles.FAIL:
+                refuse_unattributed(self._context.uri, job, earlier, len(files))
             record = {
                 "epoch": epoch.number,
                 "checkpoint_ids": [c.checkpoint_id for c in state.valid],
@@ -121,7 +121,8 @@ class Committer(PartsUser):
                 "output_roots": list(guard.root_uris),
                 JOB_METADATA_KEY: job,
                 "run_id": epoch.metadata.get("run_id") if isinstance(epoch.metadata.get("run_id"), str) else None,
-                REPLACED_FIELD: replaced,
+                REPLACED_FIELD: list(earlier.replaced),
+                KEPT_FIELD: list(earlier.unattributed_paths),
             }
             # Listed before the record is written: unknown files refuse the commit with nothing changed.
             sweep = self._plan_orphans(state, record, output_roots, degraded=bool(record["degraded"]), files=files)
@@ -146,6 +147,26 @@ class Committer(PartsUser):
         self._blobs.put(done_key, dumps(result.to_json()))
         self._epoch_log.write_end(epoch.number, EpochStatus.COMMITTED, result.summary())
         return result
+
+    def _earlier_output(
+        self, state: StoreState, epoch: Epoch, job: str | None, files: Sequence[FileMetadata]
+    ) -> EarlierOutput:
+        """The live files of earlier commits whose keys no longer count, where this run writes: those of the
+        same job (replaced) and those it cannot attribute that are still there (store/rerun.py)."""
+        records = self._reader.commits.commit_records()
+        earlier = earlier_output(
+            records,
+            job,
+            [*state.valid_ids, *self._snapshot_checkpoints(state)],
+            [f.path for f in files],
+            canonical_uri,
+            self._reader.commits.committed_paths(records),
+            within_roots(self._roots.run_roots(epoch)),
+        )
+        if not earlier.unattributed:
+            return earlier
+        # Only files a reader would read beside this commit's: gone ones (moved away by hand) are no duplicates.
+        return earlier.without(self._reader.files.missing_outputs(earlier.unattributed_paths))
 
     def _snapshot_checkpoints(self, state: StoreState) -> set[str]:
         """Every checkpoint whose keys the ``retain`` snapshot holds: those folded by any earlier commit
@@ -192,14 +213,17 @@ class Committer(PartsUser):
 
         # The files this commit replaces are deleted by name after the sweep (_delete_orphans), never "unknown".
         replaced = {canonical_uri(str(p)) for p in record.get(REPLACED_FIELD) or []} - authoritative
+        # Committed output is never an orphan, even where the checkpoint that wrote it no longer counts (its keys
+        # were deleted, or cleared) and its intent record is still there: only a replacement retracts it.
+        committed = self._reader.commits.committed_paths()
         # A name intent outside the roots is not swept (its root is not listed); check() reports it.
         sweep = plan_orphan_sweep(
             self._deleter,
             guard,
             recorded,
             keep_ids=valid_ids,
-            keep_paths=authoritative,
-            known=set(intents) | self._reader.commits.committed_paths() | replaced,
+            keep_paths=authoritative | (committed - replaced),
+            known=set(intents) | committed | replaced,
             unprovable=unprovable,
             roots=roots,
         )
@@ -273,6 +297,7 @@ class Committer(PartsUser):
             undeclared_output_files=tuple(sorted(undeclared)),
             replaced_files=tuple(sorted(replaced)),
             committed_keys=state.catalog.sum("num_keys", state.valid_mask),
+            kept_earlier_files=tuple(str(p) for p in plan.record.get(KEPT_FIELD) or ()),
         )
 
 

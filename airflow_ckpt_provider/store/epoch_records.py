@@ -13,8 +13,9 @@ from typing import Any
 from airflow_ckpt_provider.store.compaction import SUBMIT_FOLD_LIMIT
 from airflow_ckpt_provider.store.input_audit import SkipAudit, write_skip_audit
 from airflow_ckpt_provider.store.layout import epoch_key
-from airflow_ckpt_provider.store.model import Epoch, EpochStatus
+from airflow_ckpt_provider.store.model import JOB_METADATA_KEY, Epoch, EpochStatus
 from airflow_ckpt_provider.store.parts import StoreParts
+from airflow_ckpt_provider.store.rerun import job_name
 from airflow_ckpt_provider.store.tail import LooseTail
 
 
@@ -33,6 +34,7 @@ class EpochRecords:
     def begin(
         self,
         *,
+        job: str | None = None,
         owner: str | None = None,
         expected_partitions: int | None = None,
         metadata: Mapping[str, Any] | None = None,
@@ -58,6 +60,13 @@ class EpochRecords:
         (a driver killed while compacting), and a bounded tail is only read, never folded, on the
         submit's critical path (folding costs about as many requests again as reading).
 
+        ``job``: what the run writes, recorded in the epoch (metadata ``job``) and copied by the commit into
+        its record: the store's history says from it what a new run does (``inspection.rerun_plan``) and
+        which earlier output its commit replaces (store/rerun.py). None: the store's one output
+        (``DEFAULT_JOB``): one store, one output, when nobody says otherwise. Name it when runs of several
+        outputs share the store (a store for every date of a daily job: the date). Raises
+        :class:`InvalidArgumentError` (``job``) for an empty name, or for ``metadata`` naming a job itself.
+
         ``output_roots``: the directories the epoch's job writes output under, recorded in the
         epoch record. Deletions (commit, discard, clear, retention) never reach output outside
         the declared roots (docs/design.md, section 7), and the job's driver may declare only
@@ -67,8 +76,9 @@ class EpochRecords:
         not in the store's scheme and bucket unless the store was opened with it among its
         ``trusted_output_roots`` (docs/security.md, "The trust model").
         """
-        # A root that cannot be declared refuses the submit before the store is touched.
+        # A root that cannot be declared, or a job not a name, refuses the submit before the store is touched.
         declared = None if output_roots is None else tuple(self._parts.roots.declarable(r) for r in output_roots)
+        recorded = {**(metadata or {}), JOB_METADATA_KEY: job_name(job, metadata)}
         self._parts.compactor.compact(min_loose=self._loose_tail.max_loose, limit=self.submit_fold_limit)
         state = self._parts.reader.read(with_attempts=False, keep_files=False)
         return self._log.begin(
@@ -76,7 +86,7 @@ class EpochRecords:
             state.epoch_base(),
             owner=owner,
             expected_partitions=expected_partitions,
-            metadata=metadata,
+            metadata=recorded,
             takeover=takeover,
             output_roots=declared,
             takeover_epoch=takeover_epoch,

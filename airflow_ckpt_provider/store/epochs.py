@@ -27,9 +27,11 @@ from airflow_ckpt_provider.store.layout import (
     EPOCH_END_RE,
     EPOCH_EXPECTED_RE,
     EPOCH_RE,
+    KEYS_DELETED_RE,
     OUTPUT_DECLARATION_RE,
     SKIP_AUDIT_RE,
     epoch_key,
+    keys_deleted_key,
 )
 from airflow_ckpt_provider.store.model import Epoch, EpochStatus
 from airflow_ckpt_provider.store.records import dumps, now
@@ -50,6 +52,8 @@ class EpochFiles:
     outputs: dict[int, list[str]] = dataclasses.field(default_factory=dict)
     #: Keys of the skip audits the runs recorded, by epoch (store/input_audit.py).
     skip_audits: dict[int, list[str]] = dataclasses.field(default_factory=dict)
+    #: Epochs whose commit a ``delete_after_success`` cleanup followed (``Epoch.keys_deleted``).
+    keys_deleted: set[int] = dataclasses.field(default_factory=set)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +88,7 @@ class EpochLog:
         degraded: set[int] = set()
         outputs: dict[int, list[str]] = {}
         skip_audits: dict[int, list[str]] = {}
+        keys_deleted: set[int] = set()
         for info in self._blobs.list("epochs/"):
             name = info.key.rsplit("/", 1)[-1]
             for regex, target in ((EPOCH_RE, records), (EPOCH_END_RE, ends), (EPOCH_EXPECTED_RE, expected)):
@@ -104,12 +109,16 @@ class EpochLog:
                 match = SKIP_AUDIT_RE.match(name)
                 if match and info.size:
                     skip_audits.setdefault(int(match.group(1)), []).append(info.key)
-        return EpochFiles(records, ends, expected, degraded, outputs, skip_audits)
+                # Its presence is the record (an empty one too: the cleanup wrote it before deleting anything).
+                match = KEYS_DELETED_RE.match(name)
+                if match:
+                    keys_deleted.add(int(match.group(1)))
+        return EpochFiles(records, ends, expected, degraded, outputs, skip_audits, keys_deleted)
 
     def load(self, number: int, files: EpochFiles) -> Epoch:
         """Epoch ``number`` with its status, expected count and degraded flag from ``files``."""
         record = Epoch.from_json(self._context.read_json(epoch_key(number)))
-        changes: dict[str, Any] = {"degraded": number in files.degraded}
+        changes: dict[str, Any] = {"degraded": number in files.degraded, "keys_deleted": number in files.keys_deleted}
         if number in files.ends:
             end = self._context.read_json(files.ends[number])
             changes["status"] = EpochStatus(end["status"])
@@ -242,6 +251,13 @@ class EpochLog:
 
     def set_expected_partitions(self, epoch: int, count: int) -> None:
         self._blobs.put(epoch_key(epoch, ".expected.json"), dumps({"expected_partitions": int(count)}))
+
+    def record_keys_deleted(self, epoch: int) -> None:
+        """Record that the keys of the commit of ``epoch`` no longer count (``delete_after_success``), before
+        anything is deleted: a cleanup cut short then leaves checkpoints that count for nothing, never a
+        partial set of committed keys that a next run would skip (and its commit keep beside a copy).
+        Idempotent."""
+        self._blobs.put(keys_deleted_key(epoch), dumps({"epoch": epoch, "policy": "delete_after_success", "at": now()}))
 
     def write_end(self, epoch: int, status: EpochStatus, summary: Mapping[str, Any] | None) -> None:
         record = {"status": status.value, "ended_at": now(), "summary": dict(summary or {})}

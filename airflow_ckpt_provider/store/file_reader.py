@@ -1,13 +1,15 @@
-"""Reading the output files each checkpoint recorded: inline in its manifest, else from its file parts."""
+"""Reading the output files each checkpoint recorded (inline in its manifest, else from its file parts), and
+which recorded output files are gone."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 
 from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError
 from airflow_ckpt_provider.store.context import StoreContext
-from airflow_ckpt_provider.store.errors import CorruptCheckpointError
+from airflow_ckpt_provider.store.errors import CheckpointError, CorruptCheckpointError
 from airflow_ckpt_provider.store.layout import attempt_prefix
 from airflow_ckpt_provider.store.model import Checkpoint, FileMetadata
 
@@ -59,3 +61,20 @@ class FileReader:
         for index, files in zip(in_parts, self._context.map(load, [ordered[i] for i in in_parts]), strict=True):
             out[index] = files
         return out
+
+    def missing_outputs(self, paths: Iterable[str]) -> set[str]:
+        """The output paths (canonical URIs) that do not exist, listing each output directory once (not one
+        request per file). A directory that cannot be listed (unreachable, not a location the store can
+        open) counts as holding its paths: only what is known to be gone is missing. Reads only."""
+        by_dir: dict[str, set[str]] = defaultdict(set)
+        for path in paths:
+            by_dir[path.rsplit("/", 1)[0]].add(path)
+        missing: set[str] = set()
+        for directory, wanted in by_dir.items():
+            try:
+                blobs = self._context.output_store(directory)
+                present = {blobs.child_uri(i.key) for i in blobs.list("") if "/" not in i.key}
+            except CheckpointError:
+                continue
+            missing |= wanted - present
+        return missing

@@ -6,8 +6,6 @@ holds, what the next submit of a job does); :class:`Inspector` does the reads an
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable
 from typing import Any
 
 import pyarrow.compute as pc
@@ -16,7 +14,6 @@ from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError
 from airflow_ckpt_provider.store.commit import check_disjoint
 from airflow_ckpt_provider.store.deletion_guard import canonical_uri
 from airflow_ckpt_provider.store.errors import (
-    CheckpointError,
     CorruptCheckpointError,
     InvalidArgumentError,
     RefusedError,
@@ -34,7 +31,7 @@ from airflow_ckpt_provider.store.model import (
 from airflow_ckpt_provider.store.parts import PartsUser, StoreParts
 from airflow_ckpt_provider.store.records import commit_result_from_json
 from airflow_ckpt_provider.store.reprocess.maintenance import maintenance_problems, quarantine_notes
-from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY, OnRerun, RerunPlan, plan_rerun
+from airflow_ckpt_provider.store.rerun import OnRerun, RerunPlan, on_rerun_of, plan_rerun
 from airflow_ckpt_provider.store.segment_reader import segment_intents
 from airflow_ckpt_provider.store.segments import keys_key as segment_keys_key
 from airflow_ckpt_provider.store.segments import read_owners as read_segment_owners
@@ -167,7 +164,8 @@ class Inspector(PartsUser):
             except CorruptCheckpointError as exc:
                 problems.append(f"corrupt store record: {exc}")
             else:
-                problems.extend(f"missing output file: {p}" for p in sorted(self._missing_outputs(expected)))
+                missing = self._reader.files.missing_outputs(expected)
+                problems.extend(f"missing output file: {p}" for p in sorted(missing))
         return ConsistencyReport(store_uri=self._context.uri, problems=tuple(problems), notes=tuple(notes))
 
     def refused_records(self) -> list[str]:
@@ -276,21 +274,6 @@ class Inspector(PartsUser):
             notes.append(f"segment no state names ({'replaced' if retired else 'unfinished compaction'}): {name}")
         return problems, notes
 
-    def _missing_outputs(self, paths: Iterable[str]) -> set[str]:
-        """The paths that do not exist, listing each output directory once (not one request per file)."""
-        by_dir: dict[str, set[str]] = defaultdict(set)
-        for path in paths:
-            by_dir[path.rsplit("/", 1)[0]].add(path)
-        missing: set[str] = set()
-        for directory, wanted in by_dir.items():
-            try:
-                blobs = self._context.output_store(directory)
-                present = {blobs.child_uri(i.key) for i in blobs.list("") if "/" not in i.key}
-            except CheckpointError:
-                continue  # cannot tell (unreachable, or not a location we can open): not a finding
-            missing |= wanted - present
-        return missing
-
 
 class Inspection:
     """What a store holds and whether it is sound, without changing it: ``store.inspection`` of a
@@ -342,12 +325,14 @@ class Inspection:
         return self._inspector.refused_records()
 
     def rerun_plan(
-        self, job: str | None, on_rerun: OnRerun | str = OnRerun.REPLACE, *, progress: Progress | None = None
+        self, job: str | None = None, on_rerun: OnRerun | str = OnRerun.REPLACE, *, progress: Progress | None = None
     ) -> RerunPlan:
-        """What the next submit of ``job`` (``JOB_METADATA_KEY`` of its epochs) does on this store —
-        first, resume, replace, skip or incremental — and which commit's output is live (store/rerun.py).
-        ``progress``: a :meth:`progress` the caller already read (then only the newest commit
-        record is read, and the snapshot's manifest after a run that did not commit; not the state again)."""
+        """What the next run of ``job`` (as its caller names it to ``epochs.begin``; None: the store's one
+        output, ``DEFAULT_JOB``) does on this store — first, resume, replace, skip or incremental — and which
+        commit's output is live (store/rerun.py). The same for every caller: it follows from the store's
+        history alone. ``progress``: a :meth:`progress` the caller already read (then only the newest commit
+        record is read, and the snapshot's manifest after a run that did not commit; not the state again).
+        Raises :class:`InvalidArgumentError` (``job``) for an empty job name."""
         if progress is not None:
             latest = progress.epoch
             kept = committed_kept = progress.valid_checkpoints > 0 or progress.keys_done > 0  # valid or a snapshot
@@ -367,14 +352,12 @@ class Inspection:
             # beside the next commit's only if the newest commit's checkpoints still count (retain's snapshot).
             committed_ids = set(record.get("checkpoint_ids") or []) if record else set()
             committed_kept = state.snapshot is not None or not committed_ids.isdisjoint(state.valid_ids)
-        latest_job = None if latest is None else latest.metadata.get(JOB_METADATA_KEY)
         return plan_rerun(
             None if latest is None else latest.status,
-            latest_job if isinstance(latest_job, str) else None,
             kept,
             record,
             job,
-            OnRerun(on_rerun),
+            on_rerun_of(on_rerun),
             committed_kept=committed_kept,
         )
 

@@ -9,6 +9,7 @@ epochs/{n:08d}.expected.json        expected partition count
 epochs/{n:08d}.degraded-{hex}.json  degraded markers
 epochs/{n:08d}.output-{hash}.json   an output root the Spark driver declared before a write
 epochs/{n:08d}.skip-audit-{source}.json  what a run found when it checked its skipped input (store/input_audit.py)
+epochs/{n:08d}.delete_after_success.json  delete_after_success followed epoch n's commit: its keys count no more
 checkpoints/{id}/manifest.json      written last: the checkpoint is visible iff it exists
 attempts/{id}/intents/, keys/, files/   what the task attempt wrote before it (manifest format 2)
 checkpoints/{id}/intents/, keys/, files/  the same, in stores written before format 2
@@ -35,6 +36,8 @@ DEGRADED_RE = re.compile(r"^(\d{8})\.degraded-[0-9a-f]+\.json$")
 OUTPUT_DECLARATION_RE = re.compile(r"^(\d{8})\.output-[0-9a-f]{16}\.json$")
 #: What the run of epoch n found when it checked the input a shortcut skipped (store/input_audit.py).
 SKIP_AUDIT_RE = re.compile(r"^(\d{8})\.skip-audit-[0-9A-Za-z_-]{1,64}\.json$")
+#: The commit of epoch n was followed by ``delete_after_success``, written before the cleanup deletes anything.
+KEYS_DELETED_RE = re.compile(r"^(\d{8})\.delete_after_success\.json$")
 COMMIT_RE = re.compile(r"^commits/\d{8}\.json$")
 _HIDDEN_PREFIXES = ("_", ".")
 #: Sealing manifests.
@@ -64,6 +67,12 @@ def validate_checkpoint_id(checkpoint_id: str) -> str:
 
 def epoch_key(number: int, suffix: str = ".json") -> str:
     return f"epochs/{number:08d}{suffix}"
+
+
+def keys_deleted_key(epoch: int) -> str:
+    """Where a ``delete_after_success`` cleanup records, before it deletes anything, that the keys of the
+    commit of ``epoch`` no longer count (store/retention.py)."""
+    return epoch_key(epoch, ".delete_after_success.json")
 
 
 def skip_audit_key(epoch: int, source: str) -> str:

@@ -13,6 +13,9 @@ from airflow_ckpt_provider.store.errors import CorruptCheckpointError
 
 #: The manifest format this version writes and reads: the attempt's parts under ``attempts/{id}/``.
 MANIFEST_FORMAT = 2
+#: Epoch metadata (and commit record field) naming the job a run was for: what writes one output
+#: (store/rerun.py). ``store.epochs.begin`` always records one.
+JOB_METADATA_KEY = "job"
 
 
 class CheckpointStatus(enum.StrEnum):
@@ -26,6 +29,8 @@ class UnknownFiles(enum.StrEnum):
     ``FAIL`` (default): refuse the commit with :class:`RefusedError` (``unknown_output_files``) (nothing committed or
     deleted): a reader of the output would see them beside the committed files. ``KEEP``: commit,
     keep them and report them in ``CommitResult.unknown_files`` (the caller vouches for them).
+    The same holds for live files of an earlier commit of the store that the commit cannot attribute
+    (``earlier_output_live``, store/rerun.py): ``KEEP`` keeps them as output beside this commit's, for good.
     """
 
     FAIL = "fail"
@@ -169,7 +174,10 @@ class Epoch:
     every manifest again. ``output_roots``: where the side that opened the epoch (the
     operator) declared its job writes output; deletions never reach beyond them and the
     store root (docs/design.md, section 7). None: not declared (the driver may still
-    declare each write's root).
+    declare each write's root). ``keys_deleted``: the epoch's commit was followed by a
+    ``delete_after_success`` cleanup, which recorded it before deleting anything: none of
+    its checkpoints counts any more, whatever the cleanup left (read from the listing, never
+    written into the record, like ``degraded``).
     """
 
     number: int
@@ -185,6 +193,14 @@ class Epoch:
     base_keys: int | None = None
     base_rows: int | None = None
     output_roots: tuple[str, ...] | None = None
+    keys_deleted: bool = False
+
+    @property
+    def job(self) -> str | None:
+        """The job the run of this epoch was for (``JOB_METADATA_KEY``); None for an epoch no run opened
+        (a reprocess, a clear) and for a record written before every epoch recorded its job."""
+        value = self.metadata.get(JOB_METADATA_KEY)
+        return value if isinstance(value, str) and value else None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -250,6 +266,8 @@ class CommitResult:
     replaced_files: tuple[str, ...] = ()
     #: Keys the committed checkpoints hold (the snapshot's not counted).
     committed_keys: int = 0
+    #: Live files of earlier commits the commit could not attribute, kept knowingly (``unknown_files="keep"``).
+    kept_earlier_files: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -269,6 +287,7 @@ class CommitResult:
             "output_roots": list(self.output_roots),
             "refused_records": list(self.refused_records),
             "undeclared_output_files": list(self.undeclared_output_files),
+            "kept_earlier_files": list(self.kept_earlier_files),
         }
 
     def summary(self) -> dict[str, Any]:
@@ -288,6 +307,7 @@ class CommitResult:
             "refused_records": len(self.refused_records),
             "undeclared_output_files": len(self.undeclared_output_files),
             "files_replaced": len(self.replaced_files),
+            "earlier_files_kept": len(self.kept_earlier_files),
             "bytes_freed": self.bytes_freed,
             "degraded": self.degraded,
             "already_committed": self.already_committed,

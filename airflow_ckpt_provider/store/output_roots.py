@@ -111,6 +111,21 @@ class OutputRoots:
             roots.append(root)
         return roots, declared
 
+    def run_roots(self, epoch: Epoch) -> list[str]:
+        """Where the run of ``epoch`` wrote: the roots its driver declared for its writes (those its opener's
+        ``output_roots`` cover), else its opener's ``output_roots``, else none (canonical). What a commit
+        replaces of the earlier output lies there (store/rerun.py). Reads the epoch's declarations."""
+        keys = self._epochs.list_files().outputs.get(epoch.number, [])
+        found = self._context.map(self._epochs.read_optional, keys)
+        declared = sorted(
+            {
+                root
+                for root in (data.get("root") if data else None for data in found)
+                if isinstance(root, str) and _covered(root, epoch.output_roots)
+            }
+        )
+        return declared or list(epoch.output_roots or ())
+
     def guard(self, explicit_roots: Sequence[str] | None = None) -> DeletionGuard:
         """The guard of this store as it stands: its root, and the output roots declared by the
         epochs still recorded and copied into commit records, bounded by the roots the store was

@@ -118,4 +118,5 @@ def commit_result_from_json(data: Mapping[str, Any], *, already: bool) -> Commit
         undeclared_output_files=tuple(data.get("undeclared_output_files", ())),
         replaced_files=tuple(data.get("replaced_files", ())),
         committed_keys=int(data.get("committed_keys", 0)),
+        kept_earlier_files=tuple(data.get("kept_earlier_files", ())),
     )

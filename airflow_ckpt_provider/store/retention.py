@@ -50,10 +50,16 @@ class Retention(PartsUser):
                 f"epoch {epoch.number} of {self._context.uri} is not committed: commit first, then clean up",
                 reason="not_committed",
             )
+        if policy is RetentionPolicy.DELETE_AFTER_SUCCESS:
+            # Recorded before anything is deleted: from here on none of the commit's keys counts, so a cleanup
+            # cut short anywhere below leaves a store whose next run re-does every key and whose next commit
+            # replaces this one's output (store/rerun.py), never one that skips what survived.
+            self._epoch_log.record_keys_deleted(epoch.number)
         failpoint("store.cleanup.start")
         if policy is RetentionPolicy.DELETE_AFTER_SUCCESS:
             ids = sorted(state.sealed_ids() | set(state.unsealed))
             self._deleter.delete_checkpoint_dirs(state.listed_dirs)
+            failpoint("store.cleanup.after_checkpoints")
             self._deleter.delete_all_segments()
             self._deleter.delete_snapshots(keep=None)
             return ids

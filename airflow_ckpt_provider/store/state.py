@@ -93,9 +93,10 @@ class StateReader:
 
         Compaction writes ``snapshots/{n}`` for the committed epoch *n* and the next
         epoch records it as ``base_snapshot``, so no listing is needed (reads stay at
-        a handful of requests however many runs the store has seen).
+        a handful of requests however many runs the store has seen). None once ``delete_after_success``
+        followed the latest epoch's commit (it deletes the snapshots too).
         """
-        if latest is None:
+        if latest is None or latest.keys_deleted:
             return None
         for number in (latest.number, latest.base_snapshot):
             if number is None:

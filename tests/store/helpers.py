@@ -20,13 +20,15 @@ def write_task(
     keys: Sequence[object],
     seal: bool = True,
     files: int = 1,
+    directory: str = "",
 ) -> tuple[str, list[str], Checkpoint | None]:
-    """Record intents, write output files, stage keys and files, seal (like one Spark task)."""
+    """Record intents, write output files (under ``directory`` of the output root), stage keys and files, seal
+    (like one Spark task)."""
     checkpoint_id = new_checkpoint_id()
     paths: list[str] = []
     metas: list[FileMetadata] = []
     for index in range(files):
-        name = f"part-{partition}-{index}-e{epoch}-{checkpoint_id}.parquet"
+        name = f"{directory}/" * bool(directory) + f"part-{partition}-{index}-e{epoch}-{checkpoint_id}.parquet"
         path = f"{backend.output_uri}/{name}"
         store.record_intent(checkpoint_id, [path], epoch=epoch)
         backend.write_output(name, b"x" * (10 + index))

@@ -22,7 +22,6 @@ from airflow_ckpt_provider.contract import (
 from airflow_ckpt_provider.hooks.default_location import JobIdentity
 from airflow_ckpt_provider.store import EpochStatus, RetentionPolicy, open_store
 from airflow_ckpt_provider.store.errors import InvalidArgumentError
-from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY
 from airflow_ckpt_provider.taskflow.operator import CheckpointedPySparkOperator, session_config
 from tests.support.errors import raises_reason
 
@@ -80,7 +79,7 @@ def test_on_rerun_skip_over_committed_output_calls_nothing_and_opens_no_epoch(tm
     context: dict[str, Any] = {"run_id": "manual__1"}
     job = JobIdentity.from_context(context, "orders", operator.dag_id).key()
     store = open_store(store_uri)
-    epoch = store.epochs.begin(owner="earlier-run", metadata={JOB_METADATA_KEY: job})
+    epoch = store.epochs.begin(job=job, owner="earlier-run")
     store.epochs.end(epoch.number, status=EpochStatus.SUCCEEDED, summary={})
     store.commit([(tmp_path / "out").as_uri()])
     store.housekeeping.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS)

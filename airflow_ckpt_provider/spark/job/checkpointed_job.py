@@ -12,6 +12,7 @@ from types import TracebackType
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from airflow_ckpt_provider.spark.job import row_skip
@@ -24,16 +25,24 @@ from airflow_ckpt_provider.spark.row_source import DoneInput
 from airflow_ckpt_provider.spark.summary import WriteSummary
 from airflow_ckpt_provider.spark.writers.arrow_parquet import ParquetSink
 from airflow_ckpt_provider.spark.writers.arrow_task import WriterFn
+from airflow_ckpt_provider.store.rerun import OnRerun, RerunPlan
 
 
 class CheckpointedJob:
     """A Spark job whose input keys are skipped once done and whose output is checkpointed per task.
 
-    ``CheckpointedJob(spark, store_uri, epoch=None, owner=None, **store_options)``:
-    with ``epoch=None`` it opens the next epoch of the store itself (owner: ``owner``
-    or ``spark-app:<app name>``, so a rerun of the same application takes over its
-    own unfinished epoch). Raises :class:`EpochConflictError` if another owner's
-    epoch is open, :class:`EpochConflictError` (``epoch_fenced``) if ``epoch`` is not the latest.
+    ``CheckpointedJob(spark, store_uri, job=None, on_rerun="replace", epoch=None, owner=None, **store_options)``:
+    with ``epoch=None`` it asks the store what this run of ``job`` does (``store.inspection.rerun_plan``: the
+    same plan the operators get for the same history; :attr:`rerun`), then opens the next epoch of the store
+    itself for ``job`` (owner: ``owner`` or ``spark-app:<app name>``, so a rerun of the same application takes
+    over its own unfinished epoch). ``job``: the output this run writes (None: the store's one output); name it
+    when runs of several outputs share the store, e.g. ``job="orders/date=2024-06-01"``. After a committed run
+    whose keys ``delete_after_success`` dropped, a run of the same job processes every key again and its commit
+    replaces that output; with ``on_rerun="skip"`` it opens no epoch and writes nothing (:attr:`skipped`: every
+    key counts as done, writes return an empty summary, the commit finds the store committed).
+    Raises :class:`EpochConflictError` if another owner's epoch is open, :class:`EpochConflictError`
+    (``epoch_fenced``) if ``epoch`` is not the latest, :class:`InvalidArgumentError` (``job``: a ``job`` or
+    ``on_rerun`` with an operator's ``epoch``; ``out_of_range``: an ``on_rerun`` that is neither).
 
     The job's machine-readable result (counts, ``degraded``, what each read skipped) is what
     :meth:`finish` and :meth:`result` return; ``result_path`` also writes it to a file after every
@@ -47,6 +56,8 @@ class CheckpointedJob:
         spark: SparkSession,
         store_uri: str,
         *,
+        job: str | None = None,
+        on_rerun: OnRerun | str = OnRerun.REPLACE,
         epoch: int | None = None,
         owner: str | None = None,
         result_path: str | None = None,
@@ -63,13 +74,28 @@ class CheckpointedJob:
             broadcast_threshold=broadcast_threshold,
             num_partitions=num_partitions,
             store_options=store_options,
+            job=job,
+            on_rerun=on_rerun,
         )
         self.spark, self.backend, self.store, self.epoch = spark, context.backend, context.store, context.epoch
         self.result_path = result_path
-        self._result = JobResult(context, result_path, owns_epoch=epoch is None, result_line=result_line)
+        self._result = JobResult(
+            context, result_path, owns_epoch=epoch is None and not context.skipped, result_line=result_line
+        )
         self._writes = WritePipeline(self._context, record=self._result.record_write)
         #: What each skip_completed call skipped (in call order).
         self._skips: list[DoneInput] = self._result.skips
+
+    @property
+    def rerun(self) -> RerunPlan | None:
+        """What the store said this run does (first, resume, replace, skip, incremental), when the job opened
+        its own epoch; None under an operator's epoch (the operator logged its plan)."""
+        return self._context.rerun
+
+    @property
+    def skipped(self) -> bool:
+        """``on_rerun="skip"`` over committed output: nothing is read or written, the committed output stays."""
+        return self._context.skipped
 
     @property
     def broadcast_threshold(self) -> int:
@@ -120,6 +146,8 @@ class CheckpointedJob:
         store's done keys on the driver (file lists are small). Raises
         :class:`InvalidArgumentError` (``key_type_mismatch``) if the store holds non-file keys.
         """
+        if self._context.skipped:
+            return []
         return self._context.files.select_pending(paths, self._context.keys.done_files())
 
     def read_parquet(
@@ -188,6 +216,8 @@ class CheckpointedJob:
         any output is written) :class:`InvalidArgumentError` (``null_key``, ``key_column_not_found``,
         ``key_type_mismatch``).
         """
+        if self._context.skipped:
+            return df.where(F.lit(False))
         pending, skipped = row_skip.skip_completed(self._context, df, key, unique=unique, num_partitions=num_partitions)
         self._skips.append(skipped)
         return pending
@@ -201,6 +231,8 @@ class CheckpointedJob:
         Map-like steps that keep Spark's partitioning (``mapInArrow``, ``filter``,
         ``select`` keeping the hidden column) may follow.
         """
+        if self._context.skipped:
+            return df
         prepared, column = self._context.keys.prepare(df, key)
         return co_partition(self._context, prepared, column, num_partitions).df
 
@@ -240,6 +272,8 @@ class CheckpointedJob:
         ``key_type_mismatch``, ``source_key_lost``, ``null_key``), :class:`UnsupportedError` (``native_writer``:
         ``engine="spark"`` where it cannot run), :class:`EpochConflictError` (``epoch_fenced``: a newer submit).
         """
+        if self._context.skipped:
+            return self._writes.nothing(path)
         sink = ParquetSink(tuple(partition_by or ()), compression, max_records_per_file=max_records_per_file)
         return self._writes.write_parquet(df, path, sink, key=key, num_partitions=num_partitions, engine=engine)
 
@@ -261,6 +295,8 @@ class CheckpointedJob:
         failure exactly as :meth:`write_parquet`. Raises as :meth:`write_parquet` and
         :class:`InvalidArgumentError` (``writer_contract``).
         """
+        if self._context.skipped:
+            return self._writes.nothing(output)
         return self._writes.write(df, writer_fn, output=output, key=key, num_partitions=num_partitions, engine="arrow")
 
     def result(self) -> dict[str, Any]:

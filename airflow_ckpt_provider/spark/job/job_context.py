@@ -8,10 +8,11 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from airflow_ckpt_provider.spark.backend import SparkBackend, session_backend
-from airflow_ckpt_provider.spark.job.epoch import job_epoch
+from airflow_ckpt_provider.spark.job.epoch import JobEpoch, job_epoch
 from airflow_ckpt_provider.spark.job.source_keys import SourceKeys
 from airflow_ckpt_provider.spark.readers.file_inputs import FileInputs
 from airflow_ckpt_provider.store import CheckpointStore, open_store
+from airflow_ckpt_provider.store.rerun import OnRerun, RerunPlan
 
 
 @dataclass
@@ -22,6 +23,7 @@ class JobContext:
     #: How this job reaches its session (classic or Spark Connect), decided once.
     backend: SparkBackend
     store: CheckpointStore
+    #: The epoch the job writes in (with ``skipped``: the live commit's, and nothing is written).
     epoch: int
     #: The store's options as opened (what executors reopen it with).
     options: dict[str, Any]
@@ -30,6 +32,10 @@ class JobContext:
     broadcast_threshold: int
     #: The job's default task count where it partitions rows by key (None: ``spark.sql.shuffle.partitions``).
     num_partitions: int | None
+    #: The store's rerun plan, when the job opened its own epoch (None: the operator's epoch).
+    rerun: RerunPlan | None = None
+    #: ``on_rerun="skip"`` over committed output: no epoch was opened; every key counts as done, nothing is written.
+    skipped: bool = False
 
     @classmethod
     def open(
@@ -42,6 +48,8 @@ class JobContext:
         broadcast_threshold: int,
         num_partitions: int | None,
         store_options: dict[str, Any],
+        job: str | None = None,
+        on_rerun: OnRerun | str = OnRerun.REPLACE,
     ) -> JobContext:
         """The session's backend checked, the store opened, the job's epoch opened or checked (:func:`job_epoch`)."""
         backend = session_backend(spark)
@@ -49,11 +57,14 @@ class JobContext:
         backend.check_server()
         store = open_store(store_uri, **store_options)
         options = dict(store.options)
+        opened: JobEpoch = job_epoch(store, backend, epoch, owner, job=job, on_rerun=on_rerun)
         return cls(
             spark=spark,
             backend=backend,
             store=store,
-            epoch=job_epoch(store, backend, epoch, owner),
+            epoch=opened.number,
+            rerun=opened.rerun,
+            skipped=opened.skipped,
             options=options,
             files=FileInputs(spark, backend, options),
             keys=SourceKeys(store),

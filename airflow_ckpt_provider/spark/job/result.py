@@ -66,6 +66,8 @@ class JobResult:
             "input": self.job.files.stats(),
             "input_audit": skip_audit.audit_summary(self.skips),
             "writes": [s.to_json() for s in summaries],
+            "skipped": self.job.skipped,
+            "rerun": None if self.job.rerun is None else self.job.rerun.to_json(),
         }
 
     def emit(self) -> None:

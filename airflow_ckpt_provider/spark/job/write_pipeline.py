@@ -50,6 +50,19 @@ class WritePipeline:
         self.job = job
         self._record = record
 
+    def nothing(self, output: str) -> WriteSummary:
+        """The summary of a write that runs nothing (``on_rerun="skip"``): recorded like any other."""
+        summary = WriteSummary.from_reports(
+            [],
+            epoch=self.job.epoch,
+            output=file_key(output).rstrip("/"),
+            expected_partitions=0,
+            seconds=0.0,
+            shuffled=False,
+        )
+        self._record(summary)
+        return summary
+
     def write_parquet(
         self,
         df: DataFrame,
