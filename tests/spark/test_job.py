@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -14,8 +15,9 @@ from pyspark.sql import functions as F
 
 from airflow_ckpt_provider.spark import SOURCE_KEY_COLUMN, CheckpointedJob, WriteContext, parse_result_line
 from airflow_ckpt_provider.spark.paths import arrow_filesystem
-from airflow_ckpt_provider.store import FileMetadata
+from airflow_ckpt_provider.store import FileMetadata, RetentionPolicy
 from airflow_ckpt_provider.store.errors import EpochConflictError, InvalidArgumentError
+from airflow_ckpt_provider.store.rerun import RerunAction
 from tests.spark.helpers import FakeOperator, Target, assert_exactly_once, done_keys, make_inputs
 from tests.spark.jobs.pipeline import run_pipeline
 from tests.support.errors import raises_reason
@@ -376,3 +378,52 @@ def test_a_key_only_the_writer_takes_warns_before_the_job_that_a_failure_keeps_n
     taken.write_parquet(keyed.withColumn("n", F.length("account")), prepared_target.output_uri)
     assert not [r for r in caplog.records if "keeps NO progress" in r.getMessage()]
     assert len(done_keys(prepared_target.store())) == 24
+
+
+def _ids_input(directory: Path, version: int) -> str:
+    """4 Parquet files of 1,000 ids each (ids 0..3999); ``value`` says which version of the input it is."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for part in range(4):
+        ids = list(range(part * 1000, (part + 1) * 1000))
+        pq.write_table(pa.table({"id": ids, "value": [version] * 1000}), str(directory / f"part-{part}.parquet"))
+    return str(directory)
+
+
+def _what_a_reader_sees(out: str) -> tuple[int, int, set[int]]:
+    """Rows, distinct ids and input versions in ``out``, read by plain pyarrow (no store, no catalog)."""
+    table = pq.read_table(out.removeprefix("file://"), columns=["id", "value"])
+    return table.num_rows, len(set(table.column("id").to_pylist())), set(table.column("value").to_pylist())
+
+
+def test_rerunning_a_committed_job_without_airflow_replaces_its_output(
+    spark: SparkSession, local_target: Target, tmp_path: Path
+) -> None:
+    """Issue 49's reproduction, as the README's "Without Airflow" section writes it: 4 input files of 1,000 ids,
+    the job run, committed and cleaned up with ``delete_after_success``, then the same code again on the same
+    store and output (the input corrected meanwhile). A plain reader must see 4,000 rows of 4,000 distinct ids
+    from the second run (before the fix: 8,000 rows, both runs', and a commit that succeeded silently). A third
+    run with ``on_rerun="skip"`` reads and writes nothing; the commit finds the store committed."""
+    store, out = local_target.store_uri, local_target.output_uri
+
+    def run(version: int, **kwargs: Any) -> CheckpointedJob:
+        src = _ids_input(tmp_path / f"in-v{version}", version)
+        job = CheckpointedJob(spark, store_uri=store, **kwargs)
+        df = job.skip_completed(spark.read.parquet(src), key="id", unique=True)
+        job.write_parquet(df, out)
+        job.finish()
+        job.store.commit([out])
+        job.store.housekeeping.cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS)
+        return job
+
+    first = run(1)
+    assert first.rerun is not None and first.rerun.action is RerunAction.FIRST
+    assert _what_a_reader_sees(out) == (4000, 4000, {1})
+    second = run(2)
+    assert second.rerun is not None and second.rerun.action is RerunAction.REPLACE
+    assert _what_a_reader_sees(out) == (4000, 4000, {2})
+    assert second.result()["rows"] == 4000
+    skipped = run(3, on_rerun="skip")
+    assert skipped.skipped and skipped.rerun is not None and skipped.rerun.action is RerunAction.SKIP
+    assert skipped.result()["rows"] == 0 and skipped.epoch == second.epoch
+    assert _what_a_reader_sees(out) == (4000, 4000, {2})
+    assert skipped.store.inspection.check().ok
