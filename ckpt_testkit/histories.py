@@ -2,11 +2,14 @@
 to one store and one output, with an oracle after every step.
 
 One history: a key mode (row keys grouped at the source, ``unique=True``, a composite key, or file
-keys), a writer (Spark's or the Arrow one), a tiny input (a few Parquet files, tens of rows), then a
+keys), a writer (Spark's or the Arrow one), a caller (``operator``: the epoch opened for the job ``JOB``,
+as the Airflow operators do; ``library``: ``CheckpointedJob`` opening its own epoch and naming no job, as
+a user without Airflow does), a tiny input (a few Parquet files, tens of rows), then a
 sequence of: successful runs, runs failing in the user's code on a bad record, new input files,
 commits, days of an incremental job (``retain``, new input, run, commit, one to three times in one step),
 ``retain`` cleanups, ``delete_after_success`` cleanups (the next run of the same job then
-replaces the committed output), reprocess by key / input file / epoch / commit / time
+replaces the committed output, whoever calls it; a cleanup crashed there is left cut short, as a user
+who does not run it again leaves it), reprocess by key / input file / epoch / commit / time
 window, undo, purge of the quarantine, rewind, discard of uncommitted work, clear. The store is
 local, or on the S3 server when the caller gives one (:func:`use_s3`). The model says which keys
 are done (and since which epoch, committed by which commit); the oracle after every step checks
@@ -67,16 +70,27 @@ from ckpt_testkit.faults.plans import COMMIT_FAILPOINTS
 
 MODES = ("grouped", "unique", "composite", "files")
 ENGINES = ("spark", "arrow")
+#: Who opens a run's epoch: the machine for ``JOB`` (the operators' way), or ``CheckpointedJob`` itself naming no
+#: job (the store's one output: docs/store-api.md, "Re-running a job").
+CALLERS = ("operator", "library")
 OUTPUT_COLUMNS = ["order_id", "line"]
 RowId = tuple[str, int]
 T = TypeVar("T")
 #: Driver-side failpoints a history may crash at (``raise`` in this process: the operation stops there, as a
 #: killed process would, except that ``finally`` blocks run). Executor-side crashes are the campaign's.
-CRASH_POINTS = ("store.begin_epoch.after_create", *COMMIT_FAILPOINTS, *REPROCESS_FAILPOINTS)
+CRASH_POINTS = (
+    "store.begin_epoch.after_create",
+    *COMMIT_FAILPOINTS,
+    "store.cleanup.after_checkpoints",
+    *REPROCESS_FAILPOINTS,
+)
+#: Where a crashed ``delete_after_success`` cleanup is left as it is (not run again): the next run must replace.
+CUT_SHORT_CLEANUP = ("store.cleanup.start", "store.cleanup.after_checkpoints")
 #: Whether histories arm crashes (``arm_crash``): the fault campaign's histories (bench/histories.py --crashes).
 CRASHES = False
-#: The job every run of a history is for (epoch metadata): a run after a ``delete_after_success`` cleanup
-#: replaces the committed output of the same job (store/rerun.py).
+#: The job every run of an ``operator`` history is for (``epochs.begin(job=...)``): a run after a
+#: ``delete_after_success`` cleanup replaces the committed output of the same job (store/rerun.py). A ``library``
+#: history's runs name none: the store's ``DEFAULT_JOB``.
 JOB = "histories/day=2026-11-27"
 
 _session: SparkSession | None = None
@@ -149,6 +163,8 @@ class StoreHistory(RuleBasedStateMachine):
         self.on_s3 = False
         self.mode = "grouped"
         self.engine = "spark"
+        self.caller = "operator"
+        self._planned: RerunAction | None = None  # what the store planned for the latest run
         self.inputs: list[str] = []
         self.rows: dict[RowId, tuple[str, Any]] = {}  # row -> (its file, its key)
         self.next_order = 0
@@ -174,7 +190,9 @@ class StoreHistory(RuleBasedStateMachine):
         if VERBOSE:
             took = time.monotonic() - self.started
             print(
-                f"history {TALLY.histories}: {self.mode}/{self.engine} {took:.0f} s: {' '.join(self.log)}", flush=True
+                f"history {TALLY.histories}: {self.mode}/{self.engine}/{self.caller} {took:.0f} s: "
+                f"{' '.join(self.log)}",
+                flush=True,
             )
         self.store.close()
         if self.on_s3:
@@ -263,8 +281,23 @@ class StoreHistory(RuleBasedStateMachine):
                 job=JOB, owner="histories", metadata=metadata, output_roots=[self.output]
             ).number
 
-        epoch = self._crashing(begin, begin)  # a crashed submit is submitted again (it takes over its epoch)
-        job = CheckpointedJob(spark, self.store_uri, epoch=epoch, **self.options)
+        if self.caller == "library":
+            # The job opens its own epoch after the store's plan (a crashed one is opened again: it takes over its
+            # own epoch). Its driver declares the output root; a store on S3 is told it may (the output is local).
+            trusted = {"trusted_output_roots": [self.output]} if self.on_s3 else {}
+
+            def library() -> CheckpointedJob:
+                return CheckpointedJob(spark, self.store_uri, **self.options, **trusted)
+
+            self._planned = self.store.inspection.rerun_plan().action
+            job = self._crashing(library, library)
+            epoch = job.epoch
+            # The job asked the store the same plan (after a crashed begin its retry resumes the epoch it opened).
+            assert job.rerun is not None and (job.rerun.action is self._planned or self.log[-1].startswith("crashed:"))
+        else:
+            self._planned = self.store.inspection.rerun_plan(JOB).action
+            epoch = self._crashing(begin, begin)  # a crashed submit is submitted again (it takes over its epoch)
+            job = CheckpointedJob(spark, self.store_uri, epoch=epoch, **self.options)
         try:
             if self.mode == "files":
                 df = job.read_parquet(self.inputs, min_partitions=2)
@@ -278,14 +311,21 @@ class StoreHistory(RuleBasedStateMachine):
         except Exception:
             if not poison:
                 raise
-            self.store.epochs.end(epoch, status=EpochStatus.FAILED)
+            self._end(job, epoch, succeeded=False)
             self.windows[epoch] = (before, _now())
             return None
-        self.store.epochs.end(epoch, status=EpochStatus.SUCCEEDED)
+        self._end(job, epoch, succeeded=True)
         self.windows[epoch] = (before, _now())
         assert not poison, "the run with a bad record succeeded"
         self._epoch = epoch
         return summary.keys
+
+    def _end(self, job: CheckpointedJob, epoch: int, *, succeeded: bool) -> None:
+        """End the run's epoch: the job its own, the machine the one it opened (as the operator does)."""
+        if self.caller == "library":
+            job.finish(succeeded=succeeded)
+        else:
+            self.store.epochs.end(epoch, status=EpochStatus.SUCCEEDED if succeeded else EpochStatus.FAILED)
 
     # ------------------------------------------------------------------ rules
 
@@ -295,16 +335,17 @@ class StoreHistory(RuleBasedStateMachine):
         orders=st.integers(4, 10),
         first=st.sampled_from(["run+commit", "run", "nothing"]),
         on_s3=st.booleans(),
+        caller=st.sampled_from(CALLERS),
     )
-    def begin(self, mode: str, engine: str, orders: int, first: str, on_s3: bool) -> None:
+    def begin(self, mode: str, engine: str, orders: int, first: str, on_s3: bool, caller: str) -> None:
         """A history's input, and (so that short histories reach reprocess) usually a first run."""
-        self.start(mode, engine, orders, on_s3=on_s3)
+        self.start(mode, engine, orders, on_s3=on_s3, caller=caller)
         if first != "nothing":
             self.run()
         if first == "run+commit":
             self.commit()
 
-    def start(self, mode: str, engine: str, orders: int, *, on_s3: bool = False) -> None:
+    def start(self, mode: str, engine: str, orders: int, *, on_s3: bool = False, caller: str = "operator") -> None:
         if on_s3 and _s3 is not None:
             # The store on S3, the output on local disk (both writers can write it; the Arrow writer to
             # S3 is the campaign's and tests/spark's, Spark's own writer needs s3a://, which this Spark has not).
@@ -313,11 +354,12 @@ class StoreHistory(RuleBasedStateMachine):
             self.options, self.on_s3 = options, True
             self.store_uri = f"s3://{bucket}/{self.tmp.name}/store"
             self.store = open_store(self.store_uri, trusted_output_roots=[self.output], **options)
-        self.mode, self.engine = mode, engine
+        assert caller in CALLERS, caller
+        self.mode, self.engine, self.caller = mode, engine, caller
         (self.tmp / "in").mkdir(parents=True)
         self._write_files(range(orders), 3)
         self.next_order = orders
-        TALLY.modes[f"{mode}/{engine}{'/s3' if self.on_s3 else ''}"] += 1
+        TALLY.modes[f"{mode}/{engine}{'/library' if caller == 'library' else ''}{'/s3' if self.on_s3 else ''}"] += 1
 
     # A second run in a row with nothing pending adds nothing a history needs (one is kept: it vouched wrongly).
     @precondition(lambda self: self.latest != "run_ok" or bool(self._input_keys() - set(self.done)))
@@ -325,9 +367,9 @@ class StoreHistory(RuleBasedStateMachine):
     def run(self) -> None:
         pending = self._input_keys() - set(self.done)
         replacing = self.latest == "deleted"
-        if replacing:  # a new run of the same job after its output was committed and its keys deleted
-            assert self.store.inspection.rerun_plan(JOB).action is RerunAction.REPLACE
         processed = self._run(frozenset())
+        # A new run of the same job after its output was committed and its keys deleted replaces it, by either caller.
+        assert (self._planned is RerunAction.REPLACE) == replacing, (self._planned, self.latest)
         epoch = self._epoch
         assert processed == len(pending), (
             f"the run processed {processed} keys, {len(pending)} were pending: {sorted(map(str, pending))[:5]}"
@@ -415,8 +457,9 @@ class StoreHistory(RuleBasedStateMachine):
     @rule()
     def delete_after_success(self) -> None:
         """The per-run policy: every checkpoint goes; the committed output stays until the next run of the
-        job replaces it (its commit retracts these files)."""
-        self._cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS)
+        job replaces it (its commit retracts these files). A crash here is not recovered: the cleanup stays cut
+        short, and none of the committed keys may count all the same (the store recorded the policy first)."""
+        self._cleanup(RetentionPolicy.DELETE_AFTER_SUCCESS, recover=False)
         assert not self._store_done(), "delete_after_success kept done keys"
         self.replaceable += Counter(row for row, (_, key) in self.rows.items() if key in self.done)
         self.done, self.committed_by, self.commits = {}, {}, []
@@ -448,11 +491,14 @@ class StoreHistory(RuleBasedStateMachine):
             failpoints.disable_all()
         return recover()
 
-    def _cleanup(self, policy: RetentionPolicy) -> None:
+    def _cleanup(self, policy: RetentionPolicy, *, recover: bool = True) -> None:
         def cleanup() -> None:
             self.store.housekeeping.cleanup(policy)
 
-        self._crashing(cleanup, cleanup)  # a crashed cleanup is run again
+        def cut_short() -> None:
+            assert self.log[-1] in {f"crashed:{p}" for p in CUT_SHORT_CLEANUP}, self.log[-1]
+
+        self._crashing(cleanup, cleanup if recover else cut_short)  # else left cut short, as the crash left it
 
     def _resume(self, action: Callable[[], Any]) -> Any:
         """Finish a crashed reprocess, rewind, undo or purge: resume it, or (crashed before it began) run it again."""
@@ -661,9 +707,10 @@ def histories_of(
             orders=st.integers(4, 10),
             first=st.sampled_from(["run+commit", "run", "nothing"]),
             on_s3=stores,
+            caller=st.sampled_from(CALLERS),
         )
-        def begin(self, mode: str, engine: str, orders: int, first: str, on_s3: bool) -> None:
-            super().begin(mode, engine, orders, first, on_s3)
+        def begin(self, mode: str, engine: str, orders: int, first: str, on_s3: bool, caller: str) -> None:
+            super().begin(mode, engine, orders, first, on_s3, caller)
 
     Histories.__name__ = Histories.__qualname__ = f"Histories_{'_'.join(modes)}"
     return Histories

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 
 from ckpt_testkit import histories
 from ckpt_testkit.faults.settings import CampaignSettings
-from ckpt_testkit.histories import TALLY, StoreHistory, histories_of, history_steps, use_s3, use_session
+from ckpt_testkit.histories import MODES, TALLY, StoreHistory, histories_of, history_steps, use_s3, use_session
 from tests.spark.helpers import wait_for
 
 pytestmark = pytest.mark.spark
@@ -117,6 +117,32 @@ def test_undo_after_a_rewind_with_nothing_to_do_undoes_the_rewind_before_it() ->
     _steps(machine, "run", "commit", ("rewind_to", 0), ("rewind_to", 0), "undo", "run", "commit")
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_caller_naming_no_job_reruns_a_committed_store_without_duplicates(mode: str) -> None:
+    """Issue 49: ``CheckpointedJob`` opening its own epoch and naming no job (the README's "Without Airflow"),
+    every key mode, on one store and output: after every commit a plain reader sees each done key's rows once.
+    A re-run after ``delete_after_success`` replaces the committed output (before the fix: both copies); without
+    retention and under ``retain`` runs stay incremental and keep the earlier commits' output; a
+    ``delete_after_success`` cut short by a crash and never run again still makes the next run replace."""
+    machine = StoreHistory()
+    machine.start(mode, "spark", 4, caller="library")
+    _steps(
+        machine,
+        "run",
+        "commit",
+        "delete_after_success",
+        "run",  # replace
+        "commit",
+        ("new_input_file", 1),
+        "run",  # no retention: incremental
+        "commit",
+        lambda m: m.another_day(1, 1),  # retain: incremental
+        _armed("store.cleanup.after_checkpoints", "delete_after_success"),
+        "run",  # replace, though the cleanup was cut short
+        "commit",
+    )
+
+
 def _first_file(machine: StoreHistory) -> object:
     return sorted(machine.done, key=str)[0]
 
@@ -131,9 +157,10 @@ def test_every_operation_on_s3_with_file_keys_and_crashes(s3_options: dict[str, 
     """One history through every operation of the machine with the store on the S3 server (file keys; the
     reproductions above are row keys): failed run, run, commit, reprocess by file / time / epoch / commit,
     undo, purge, new input, rewind, retain, discard, delete_after_success and the re-run that replaces the
-    committed output, another day of the job, clear. Five of its steps crash at a driver-side failpoint (the
+    committed output, another day of the job, clear. Seven of its steps crash at a driver-side failpoint (the
     fault campaign's histories: a crash at step k, not on a fresh store) and are recovered as documented (the
-    same call again, or ``reprocessing.resume``) before the oracle judges them."""
+    same call again, or ``reprocessing.resume``; a ``delete_after_success`` cleanup is left cut short) before the
+    oracle judges them."""
     use_s3(s3_options, s3_bucket)
     before, steps_before = dict(TALLY.crashes), Counter(TALLY.steps)
     machine = StoreHistory()
@@ -161,14 +188,14 @@ def test_every_operation_on_s3_with_file_keys_and_crashes(s3_options: dict[str, 
         "discard_uncommitted",
         "run",
         "commit",
-        "delete_after_success",
+        _armed("store.cleanup.start", "delete_after_success"),  # left cut short: the next run replaces all the same
         "run",
         "commit",
         lambda m: m.another_day(1, 2),
         "clear",
     )
     fired = {p for p, n in TALLY.crashes.items() if n > before.get(p, 0)}
-    assert len(fired) == 6, fired
+    assert len(fired) == 7, fired
     # Every operation the machine has ran here (none refused), but the key reprocess, which needs row keys:
     # the first reproduction above runs it. Counted by this test alone, so it holds in any order or worker.
     ran = TALLY.steps - steps_before
