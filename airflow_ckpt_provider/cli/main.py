@@ -104,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     commit.add_argument(
         "--keep-unknown-files",
         action="store_true",
-        help="commit although files no run of this store wrote lie under the output roots (kept, listed)",
+        help="commit although files no run of this store wrote, or live earlier output the commit cannot attribute, "
+        "lie under the output roots (kept, listed)",
     )
     for name, help_text, handler in (
         ("clear", "delete every checkpoint: the next run reprocesses everything", commands.clear),

@@ -19,6 +19,7 @@ from airflow_ckpt_provider.cli import render
 from airflow_ckpt_provider.cli.commands import Io
 from airflow_ckpt_provider.store import CheckpointStore, ReprocessPlan, ReprocessResult, Selection
 from airflow_ckpt_provider.store.errors import InvalidArgumentError, RefusedError
+from airflow_ckpt_provider.store.reprocess.checks import resume_refusal
 from airflow_ckpt_provider.store.reprocess.model import aware_time
 
 #: How many files the human-readable preview lists before "… and N more" (``--show-files``).
@@ -143,13 +144,10 @@ def resume(store: CheckpointStore, args: argparse.Namespace, io: Io) -> int:
     if plan is None:
         _say(io, args, {"result": None}, "Nothing to resume: no reprocess, rewind, undo or purge is unfinished.")
         return 0
-    if plan.refused_paths and plan.action != "purge":
-        raise RefusedError(
-            f"the unfinished {plan.action} (epoch {plan.new_epoch}) names {len(plan.refused_paths)} file(s) outside "
-            f"the output roots (e.g. {list(plan.refused_paths[:3])}): it is not resumed. Nothing was changed; "
-            "`airflow-ckpt abandon` ends it without running it",
-            reason="unsafe_path",
-        )
+    # Refused before the confirmation, with the store's own reason (no root given here, or files outside the DAG's).
+    refusal = resume_refusal(store.uri, plan, store.deletion_guard())
+    if refusal is not None:
+        raise refusal
     return _run(plan, args, io, lambda: _resumed(store.reprocessing.resume(expected=plan), plan), confirm="resume")
 
 

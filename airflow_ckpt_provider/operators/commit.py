@@ -78,7 +78,8 @@ class CheckpointCommitOperator(CheckpointStoreBaseOperator):
     :param retention_policy: ``delete_after_success`` or ``retain`` (default ``[ckpt]
         retention_policy``).
     :param unknown_files: ``fail`` (default) or ``keep``: what to do with files under the output
-        roots that no run of this store wrote (templated). ``keep`` commits anyway and reports them.
+        roots that no run of this store wrote, and with live output of earlier commits it cannot attribute
+        (``earlier_output_live``, store/rerun.py) (templated). ``keep`` commits anyway and reports them.
     :param degraded: the run was degraded (checkpointing was off for a while): keep every
         file that cannot be proven orphaned. Templated. Default: the submit task's XCom.
         A degraded epoch recorded in the store counts as well.

@@ -266,9 +266,16 @@ class CheckpointStore:
         epoch's unsealed checkpoints are kept (``kept_unprovable``), and unknown files
         are kept and reported (its writers could not record every file).
 
+        A re-run of a committed job (store/rerun.py): the live files of the same job's earlier commits
+        whose keys no longer count, where this run writes, are retracted (``replaced_files``, through
+        the deletion guard); live files of earlier commits it cannot attribute (a job named on one side
+        only, a record that names none) refuse the commit with :class:`RefusedError` (``earlier_output_live``,
+        ``exc.paths``) before phase 1, unless ``unknown_files="keep"`` (then kept for good, reported in
+        ``kept_earlier_files``).
+
         Idempotent and resumable: rerun after a crash in either phase finishes the
         job. Raises :class:`InvalidArgumentError` (``no_epoch``), :class:`RefusedError` (``epoch_failed``,
-        ``overlapping_keys``, ``unknown_output_files``, ...) — nothing deleted in that case.
+        ``overlapping_keys``, ``unknown_output_files``, ``earlier_output_live``, ...) — nothing deleted in that case.
         """
         return self._committer.commit(output_roots, degraded=degraded, unknown_files=UnknownFiles(unknown_files))
 

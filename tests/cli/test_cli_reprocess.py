@@ -124,6 +124,29 @@ def test_keys_file_and_json_keys(committed: tuple[str, str], tmp_path: Path) -> 
     assert code == EXIT_OK and json.loads(text)["preview"]["keys"] == 50
 
 
+def test_resume_without_an_output_root_names_the_missing_root_and_never_suggests_abandoning(
+    committed: tuple[str, str],
+) -> None:
+    """Issue 49: a legitimate reprocess interrupted, then `airflow-ckpt resume URI` without ``--output-root``.
+    The files cannot be checked against any root because none was given in this call: the one-line error
+    (exit 2) says so and names ``--output-root`` and ``--dag-id``, never that the action is forged or that
+    abandoning it is the way out. Nothing was changed: given the root, the resume finishes it."""
+    uri, out = committed
+    failpoints.enable("store.reprocess.after_epoch", kind="raise")
+    with pytest.raises(failpoints.InjectedFault):
+        run("reprocess", uri, "--output-root", out, "--commit", "1", "--yes")
+    failpoints.disable_all()
+    before = _outputs(out)
+    for extra in ((), ("--yes",), ("--dry-run",)):
+        code, text, err = run("resume", uri, *extra)
+        assert code == EXIT_ERROR and text == "" and err.count("\n") == 1, (code, text, err)
+        assert "no output root was given" in err and "--output-root" in err and "--dag-id" in err, err
+        assert "abandon" not in err and "not made by this store's DAG" not in err, err
+    assert _outputs(out) == before
+    code, text, _ = run("resume", uri, "--output-root", out, "--yes")
+    assert code == EXIT_OK and "(resumed)" in text
+
+
 def test_resume_finishes_an_interrupted_reprocess(committed: tuple[str, str]) -> None:
     uri, out = committed
     failpoints.enable("store.reprocess.after_epoch", kind="raise")

@@ -7,7 +7,9 @@ metadata DB, a classic local session in the task's process (killed with it).
 2. ``airflow dags test`` again: it replaced the killed run in the metadata DB, so the new run takes the
    open epoch over, skips the 30 sealed keys, and its commit leaves every key once for a plain reader;
    the DAG's two ``CheckpointSensor`` s (``spark_task_id`` naming the TaskFlow task) found its store: every
-   partition sealed before the commit, committed after it.
+   partition sealed before the commit, committed after it;
+3. ``airflow dags test`` of the committed day once more: the plan is ``replace`` (every key again), and its
+   commit retracts the earlier run's files: a plain reader still sees every key once.
 
 The same DAG over Spark Connect (the suite's server): a channel cut mid-write fails the try with a typed
 error, and "Clear -> Only failed" resumes it (the second test).
@@ -93,6 +95,29 @@ def test_a_killed_taskflow_try_is_taken_over_by_the_next_run_of_its_day(
     assert sealed["sealed_partitions"] == sealed["expected_partitions"] > 0, sealed
     assert (landed["epoch"], landed["epoch_status"], landed["committed"]) == (2, "committed", True), landed
     assert store.inspection.check().ok, store.inspection.check().problems
+
+    # 3. The day run once more (issue 49): its committed output (delete_after_success, the default) is replaced,
+    #    never added to. The plan comes from the store's history: the job recorded by store.epochs.begin.
+    first_files = set(_output_files(output))
+    done = airflow_harness.airflow("dags", "test", DAG_ID, day.date().isoformat(), env=env, timeout=900)
+    run_id, state = airflow_harness.run_of(DAG_ID, day)
+    assert state == "success", (done.stdout + done.stderr)[-4000:]
+    plan = airflow_harness.xcom(DAG_ID, run_id, "handoff", "checkpoint_plan")
+    assert (plan["rerun"]["action"], plan["rerun"]["job"], plan["epoch"], plan["keys_skipped"]) == (
+        "replace",
+        f"{DAG_ID}/handoff/date=2024-07-01",
+        3,
+        0,
+    ), plan
+    assert airflow_harness.xcom(DAG_ID, run_id, "handoff", "checkpoint_result")["keys"] == 40
+    commit = airflow_harness.xcom(DAG_ID, run_id, "commit")
+    assert (commit["rows_committed"], commit["files_replaced"]) == (40, len(first_files)), commit
+    assert _keys_a_reader_sees(output) == KEYS  # each key once: the second run's files are gone
+    assert not first_files & set(_output_files(output)) and store.inspection.check().ok
+
+
+def _output_files(output: Path) -> list[str]:
+    return sorted(str(p) for p in output.rglob("*.parquet"))
 
 
 @pytest.mark.timeout(900)

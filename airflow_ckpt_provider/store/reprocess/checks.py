@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from airflow_ckpt_provider.store.deletion_guard import DeletionGuard
 from airflow_ckpt_provider.store.errors import EpochConflictError, RefusedError
 from airflow_ckpt_provider.store.model import EpochStatus
 from airflow_ckpt_provider.store.reprocess.guard import output_guard
@@ -102,24 +103,48 @@ def check_paths(view: StoreView, plan: ReprocessPlan, *, resuming: bool = False)
     only the store's own quarantine. Raises :class:`RefusedError` (``unsafe_path``), nothing changed."""
     if not plan.refused_paths or plan.action == PURGE:
         return
+    if resuming:
+        refusal = resume_refusal(view.parts.uri, plan, output_guard(view).guard)
+        if refusal is not None:
+            raise refusal
+        return
     count, some = len(plan.refused_paths), list(plan.refused_paths[:3])
     why = output_guard(view).guard.refusal(plan.refused_paths[0]) or "outside the output roots"
-    if resuming:
+    message = (
+        f"the records of {view.parts.uri} name {count} file(s) outside its root and the output roots, or "
+        f"reached through a symbolic link (e.g. {some}; the first: {why}); they are never touched, so this {plan.action} cannot make the output exactly-once. Nothing "
+        "was changed; run `airflow-ckpt check`, and declare the job's real output roots if those files are yours"
+    )
+    raise RefusedError(message, reason="unsafe_path")
+
+
+def resume_refusal(uri: str, plan: ReprocessPlan, guard: DeletionGuard) -> RefusedError | None:
+    """Why the unfinished ``plan`` is not resumed with this ``guard`` (:class:`RefusedError` (``unsafe_path``)), or
+    None. When the store was opened with no output root at all (the command line without ``--output-root``), no
+    file can be checked against the DAG's roots: the way out is to give them, never to abandon a legitimate
+    action. Otherwise the plan names files outside the roots its DAG declares: it was not made by this store's
+    DAG, and abandoning it is the way out."""
+    if not plan.refused_paths or plan.action == PURGE:
+        return None
+    count, some = len(plan.refused_paths), list(plan.refused_paths[:3])
+    why = guard.refusal(plan.refused_paths[0]) or "outside the output roots"
+    what = f"the unfinished {plan.action} of {uri} (epoch {plan.new_epoch})"
+    if guard.anchor_declares_nothing:
         message = (
-            f"the unfinished {plan.action} of {view.parts.uri} (epoch {plan.new_epoch}) names {count} file(s) "
-            f"outside the output roots (e.g. {some}; the first: {why}): it was not made by this store's DAG and is "
-            "not resumed. "
-            "Nothing was changed; abandon it (`airflow-ckpt abandon`, or Abandon in the Checkpoints tab) and run "
-            "`airflow-ckpt check`"
+            f"{what} moves {count} output file(s) (e.g. {some}), and no output root was given to check them "
+            f"against ({guard.trusted_by}: none), so it is not resumed. Nothing was changed. Give the job's output "
+            "roots and resume again: `airflow-ckpt resume URI --output-root DIR` (repeat for each root the DAG "
+            "declares), or name the task instance whose DAG declares them (`--dag-id/--task-id/--run-id`); a DAG that "
+            "declares none declares them on its operators (output_roots)"
         )
     else:
         message = (
-            f"the records of {view.parts.uri} name {count} file(s) outside its root and the output roots, or "
-            f"reached through a symbolic link (e.g. {some}; the first: {why}); they are never touched, so this "
-            f"{plan.action} cannot make the output exactly-once. Nothing was changed; run `airflow-ckpt check`, and "
-            "declare the job's real output roots if those files are yours"
+            f"{what} names {count} file(s) outside the output roots (e.g. {some}; the first: {why}; "
+            f"roots: {', '.join(guard.root_uris) or 'none'}): it was not made by this store's DAG and is not resumed. "
+            "Nothing was changed; abandon it (`airflow-ckpt abandon`, or Abandon in the Checkpoints tab) and run "
+            "`airflow-ckpt check`"
         )
-    raise RefusedError(message, reason="unsafe_path")
+    return RefusedError(message, reason="unsafe_path")
 
 
 def with_refusals(view: StoreView, plan: ReprocessPlan) -> ReprocessPlan:
