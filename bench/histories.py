@@ -1,7 +1,8 @@
 """Large run of the store-history state machine: many seeded random histories, one report.
 
 Each history picks a key mode (row keys grouped at the source, ``unique=True``, composite, file
-keys) and a writer (Spark's, Arrow), writes a tiny input, then runs up to ``--steps`` operations
+keys), a writer (Spark's, Arrow) and a caller (the operators' way, or ``CheckpointedJob`` opening its own
+epoch and naming no job), writes a tiny input, then runs up to ``--steps`` operations
 (run, failed run, new input file, commit, retain and delete_after_success cleanups, the re-run that
 replaces committed output, reprocess by key / file / epoch / commit / time, undo, purge, rewind,
 discard, clear) with the oracle of ``ckpt_testkit.histories`` after every step. ``--s3`` starts a
