@@ -127,7 +127,7 @@ def test_keys_file_and_json_keys(committed: tuple[str, str], tmp_path: Path) -> 
 def test_resume_without_an_output_root_names_the_missing_root_and_never_suggests_abandoning(
     committed: tuple[str, str],
 ) -> None:
-    """Issue 49: a legitimate reprocess interrupted, then `airflow-ckpt resume URI` without ``--output-root``.
+    """A legitimate reprocess interrupted, then `airflow-ckpt resume URI` without ``--output-root``.
     The files cannot be checked against any root because none was given in this call: the one-line error
     (exit 2) says so and names ``--output-root`` and ``--dag-id``, never that the action is forged or that
     abandoning it is the way out. Nothing was changed: given the root, the resume finishes it."""

@@ -96,7 +96,7 @@ def test_a_killed_taskflow_try_is_taken_over_by_the_next_run_of_its_day(
     assert (landed["epoch"], landed["epoch_status"], landed["committed"]) == (2, "committed", True), landed
     assert store.inspection.check().ok, store.inspection.check().problems
 
-    # 3. The day run once more (issue 49): its committed output (delete_after_success, the default) is replaced,
+    # 3. The day run once more: its committed output (delete_after_success, the default) is replaced,
     #    never added to. The plan comes from the store's history: the job recorded by store.epochs.begin.
     first_files = set(_output_files(output))
     done = airflow_harness.airflow("dags", "test", DAG_ID, day.date().isoformat(), env=env, timeout=900)

@@ -119,7 +119,7 @@ def test_undo_after_a_rewind_with_nothing_to_do_undoes_the_rewind_before_it() ->
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_caller_naming_no_job_reruns_a_committed_store_without_duplicates(mode: str) -> None:
-    """Issue 49: ``CheckpointedJob`` opening its own epoch and naming no job (the README's "Without Airflow"),
+    """``CheckpointedJob`` opening its own epoch and naming no job (docs/spark.md, "Without Airflow"),
     every key mode, on one store and output: after every commit a plain reader sees each done key's rows once.
     A re-run after ``delete_after_success`` replaces the committed output (before the fix: both copies); without
     retention and under ``retain`` runs stay incremental and keep the earlier commits' output; a

@@ -398,11 +398,12 @@ def _what_a_reader_sees(out: str) -> tuple[int, int, set[int]]:
 def test_rerunning_a_committed_job_without_airflow_replaces_its_output(
     spark: SparkSession, local_target: Target, tmp_path: Path
 ) -> None:
-    """Issue 49's reproduction, as the README's "Without Airflow" section writes it: 4 input files of 1,000 ids,
-    the job run, committed and cleaned up with ``delete_after_success``, then the same code again on the same
-    store and output (the input corrected meanwhile). A plain reader must see 4,000 rows of 4,000 distinct ids
-    from the second run (before the fix: 8,000 rows, both runs', and a commit that succeeded silently). A third
-    run with ``on_rerun="skip"`` reads and writes nothing; the commit finds the store committed."""
+    """Duplicates on a re-run without Airflow, reproduced as docs/spark.md ("Without Airflow") writes the job: 4
+    input files of 1,000 ids, the job run, committed and cleaned up with ``delete_after_success``, then the same
+    code again on the same store and output (the input corrected meanwhile). A plain reader must see 4,000 rows
+    of 4,000 distinct ids from the second run (before the fix: 8,000 rows, both runs', and a commit that
+    succeeded silently). A third run with ``on_rerun="skip"`` reads and writes nothing; the commit finds the
+    store committed."""
     store, out = local_target.store_uri, local_target.output_uri
 
     def run(version: int, **kwargs: Any) -> CheckpointedJob:
