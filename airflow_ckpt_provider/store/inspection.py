@@ -14,6 +14,7 @@ from airflow_ckpt_provider.store.blobs.base import BlobNotFoundError
 from airflow_ckpt_provider.store.commit import check_disjoint
 from airflow_ckpt_provider.store.deletion_guard import canonical_uri
 from airflow_ckpt_provider.store.errors import (
+    CheckpointError,
     CorruptCheckpointError,
     InvalidArgumentError,
     RefusedError,

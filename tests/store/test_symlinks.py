@@ -35,7 +35,6 @@ from airflow_ckpt_provider.store.blobs import s3 as s3_blobs
 from airflow_ckpt_provider.store.blobs.local import file_uri
 from airflow_ckpt_provider.store.errors import PreconditionFailedError, RefusedError
 from airflow_ckpt_provider.store.reprocess.planner import quarantine_key
-from airflow_ckpt_provider.store.rerun import JOB_METADATA_KEY
 from tests.store.conftest import Backend
 from tests.store.helpers import begin, write_task
 from tests.support.errors import raises_reason
@@ -81,7 +80,7 @@ class Scene:
         self, store: CheckpointStore, keys: list[list[str]], policy: RetentionPolicy = RetentionPolicy.RETAIN
     ) -> tuple[int, list[str]]:
         """One run of ``JOB`` (a task per partition), committed; returns (epoch, files)."""
-        epoch = begin(store, self.backend, owner="d/t/run1", metadata={JOB_METADATA_KEY: JOB, "run_id": "run1"})
+        epoch = begin(store, self.backend, owner="d/t/run1", job=JOB, metadata={"run_id": "run1"})
         files: list[str] = []
         for partition, part in enumerate(keys):
             files += write_task(store, self.backend, epoch=epoch.number, partition=partition, keys=part)[1]
@@ -231,7 +230,7 @@ def test_a_reruns_commit_deletes_nothing_through_a_symlinked_output_directory(tm
     blobs.put("commits/00000001.json", json.dumps(record).encode())
     before = scene.picture()
 
-    epoch = begin(store, scene.backend, owner="d/t/run2", metadata={JOB_METADATA_KEY: JOB, "run_id": "run2"})
+    epoch = begin(store, scene.backend, owner="d/t/run2", job=JOB, metadata={"run_id": "run2"})
     write_task(store, scene.backend, epoch=epoch.number, partition=0, keys=["a", "b", "c"])
     store.epochs.end(epoch.number, status=EpochStatus.SUCCEEDED)
     if race:

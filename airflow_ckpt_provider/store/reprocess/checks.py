@@ -112,8 +112,9 @@ def check_paths(view: StoreView, plan: ReprocessPlan, *, resuming: bool = False)
     why = output_guard(view).guard.refusal(plan.refused_paths[0]) or "outside the output roots"
     message = (
         f"the records of {view.parts.uri} name {count} file(s) outside its root and the output roots, or "
-        f"reached through a symbolic link (e.g. {some}; the first: {why}); they are never touched, so this {plan.action} cannot make the output exactly-once. Nothing "
-        "was changed; run `airflow-ckpt check`, and declare the job's real output roots if those files are yours"
+        f"reached through a symbolic link (e.g. {some}; the first: {why}); they are never touched, so this "
+        f"{plan.action} cannot make the output exactly-once. Nothing was changed; run `airflow-ckpt check`, "
+        "and declare the job's real output roots if those files are yours"
     )
     raise RefusedError(message, reason="unsafe_path")
 
