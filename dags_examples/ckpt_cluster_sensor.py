@@ -31,9 +31,13 @@ Environment:
   LocalExecutor: the scheduler's); unset, the Airflow worker's own Python is used;
 * ``spark-submit`` on the worker's ``PATH`` (pyspark's ``bin``), and ``SPARK_HOME`` if it is
   not pyspark's;
-* drivers and executors must see this file's ``jobs/`` directory, the output directory and
-  the store (here local paths: one machine; use ``s3://`` on a real cluster); the triggerer
-  reads the store too;
+* ``[ckpt] base_uri``: where the stores are, seen by the driver and executors on the cluster, the
+  Airflow worker, the triggerer and the API server: ``s3://bucket/prefix`` on a real cluster, or a
+  shared file system (``file:///mnt/shared/checkpoints``, the same path on every host). Without it the
+  submit is refused before spark-submit: a store on the worker's own disk is not seen by a driver in
+  cluster mode (docs/deployment.md);
+* drivers and executors must see this file's ``jobs/`` directory and the output directory (here
+  local paths: one machine; ``s3://`` on a real cluster);
 * optional ``CKPT_EXAMPLE_LAKE`` (default ``$AIRFLOW_HOME/lake``).
 """
 

@@ -4,6 +4,9 @@ A checkpointed Spark task — ``CheckpointedSparkSubmitOperator`` (a ``spark-sub
 ``CheckpointedPySparkOperator`` (a Spark session in the worker process) — does the same
 around its job:
 
+0. :meth:`EpochOpener.refuse_unshared_store`, before anything runs: a store on this host's disk that
+   another process must read (another executor's workers, a Spark cluster) is refused
+   (hooks/store_visibility.py);
 1. :meth:`EpochOpener.rerun_plan`: what the job's committed output asks of this run
    (``on_rerun``: replace it, or skip and run nothing: :meth:`EpochOpener.skipped`);
 2. :meth:`EpochOpener.open`, right before the job really starts: refuse a sibling map index
@@ -39,6 +42,7 @@ from airflow_ckpt_provider.hooks.checkpoint import CheckpointHook
 from airflow_ckpt_provider.hooks.config import CheckpointConfig
 from airflow_ckpt_provider.hooks.default_location import JobIdentity
 from airflow_ckpt_provider.hooks.locator import store_uri
+from airflow_ckpt_provider.hooks.store_visibility import SparkPlacement, refuse_unshared_default
 from airflow_ckpt_provider.operators import metrics
 from airflow_ckpt_provider.operators.takeover import takeover_of_ended_owner
 from airflow_ckpt_provider.store import CheckpointStore, Epoch, EpochStatus
@@ -123,6 +127,14 @@ class EpochOpener:
         return self._hook
 
     # ------------------------------------------------------------------ before the job
+
+    def refuse_unshared_store(self, task: Any, context: Context, placement: SparkPlacement | None) -> None:
+        """:class:`InvalidArgumentError` (``store_not_shared``) when the store is the embedded default on this
+        host's disk and a process elsewhere must read it: this task's other tries or the tasks working on its
+        store on another executor's workers, or Spark's driver or executors (``placement``) on other hosts.
+        Opens no store (hooks/store_visibility.py)."""
+        hook = self.hook(context)
+        refuse_unshared_default(task, context, hook.uri, placement, hook.config)
 
     def rerun_plan(self, context: Context, store: CheckpointStore) -> RerunPlan:
         """What the job's committed output asks of this run (logged, and kept for the plan XCom)."""

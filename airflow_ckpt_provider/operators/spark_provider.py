@@ -13,6 +13,9 @@ provider's source, so an upgrade that renames or drops one fails there, not in a
     :class:`_CheckpointedSubmitHook` by copying its ``__dict__`` (every field the provider resolved:
     connection, deploy mode, ...), so no constructor argument is repeated here.
   * ``_hook``: the hook ``execute`` submitted with (driver status, result line).
+  * ``_connection`` of a hook it builds with ``_get_hook`` before the submit: the master and deploy
+    mode the provider resolved (:meth:`SubmitHookOperator.spark_placement`), which decide whether a
+    store on this host's disk can be used (hooks/store_visibility.py).
   * ``_conn_id``, ``_deploy_mode``, ``_yarn_track_via_rm_api``, ``_track_driver_via_k8s_api``: how a
     sensor reaches a detached driver (:meth:`SubmitHookOperator.driver_ref`).
 
@@ -40,6 +43,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from airflow_ckpt_provider.contract import RESULT_LINE_PREFIX, Handoff, with_submit_defaults
+from airflow_ckpt_provider.hooks.store_visibility import SparkPlacement
 from airflow_ckpt_provider.triggers.driver import DriverRef
 
 
@@ -104,6 +108,13 @@ class SubmitHookOperator(SparkSubmitOperator):
         hook.__dict__.update(base.__dict__)
         hook._before_submit = self.before_submit
         return hook
+
+    def spark_placement(self) -> SparkPlacement:
+        """Where this submit's driver and executors will run: the master and deploy mode the provider
+        resolves from the connection and the operator's arguments (a hook built for the purpose, so the
+        submit's own hook still sees every conf added before it)."""
+        connection = super()._get_hook()._connection
+        return SparkPlacement.of_submit(str(connection["master"]), connection.get("deploy_mode"), self.conf)
 
     def last_driver_status(self) -> str:
         """The submitted cluster driver's last known state, upper-case ("" when none is known)."""

@@ -46,6 +46,9 @@ class CheckpointedSparkSubmitOperator(SubmitHookOperator):
         ``{[ckpt] base_uri}/{dag_id}/{task_id}/date={logical date}`` (``run={run_id}`` for a run
         without a logical date), or with no base URI under ``$AIRFLOW_HOME/checkpoints``; each
         mapped instance adds ``/map_index={i}`` (its own store, epochs, resume, plan and result).
+        That local default is refused before the submit where another host must read it (an executor
+        other than the LocalExecutor, a Spark cluster master or cluster deploy mode: InvalidArgumentError
+        ``store_not_shared``, docs/deployment.md); a location named here or in ``[ckpt] base_uri`` is used as given.
     :param aws_conn_id: ``aws`` connection for ``s3://`` stores (templated; default ``[ckpt] aws_conn_id``).
     :param output_roots: the output directories the job writes under (templated; a string or a
         list). Recorded in the epoch the submit opens: commit, discard and clear delete output
@@ -172,6 +175,7 @@ class CheckpointedSparkSubmitOperator(SubmitHookOperator):
         self._epochs = None
         started = time.monotonic()
         epochs = self._opener()
+        epochs.refuse_unshared_store(self, context, self.spark_placement())
         store = epochs.hook(context).get_store()
         rerun = epochs.rerun_plan(context, store)
         if rerun.action is RerunAction.SKIP:

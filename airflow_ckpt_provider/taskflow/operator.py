@@ -27,6 +27,7 @@ from airflow_ckpt_provider.contract import (
     flatten_result,
     with_submit_defaults,
 )
+from airflow_ckpt_provider.hooks.store_visibility import SparkPlacement
 from airflow_ckpt_provider.operators.epoch_opening import STORE_TEMPLATE_FIELDS, EpochOpener, push_result
 from airflow_ckpt_provider.store import EpochStatus
 from airflow_ckpt_provider.store.errors import InvalidArgumentError
@@ -87,7 +88,10 @@ class CheckpointedPySparkOperator(PySparkOperator):
     server; ``config_kwargs``, ``op_kwargs``, ...) and the store parameters of
     ``CheckpointedSparkSubmitOperator``, with the same defaults and meaning:
 
-    :param checkpoint_uri: the store (templated; default one store per job and map index).
+    :param checkpoint_uri: the store (templated; default one store per job and map index). The local
+        default is refused before the session where another host must read it (an executor other than
+        the LocalExecutor, a cluster master, a Spark Connect server elsewhere or on a cluster:
+        ``store_not_shared``, docs/deployment.md).
     :param aws_conn_id: ``aws`` connection for ``s3://`` stores (templated).
     :param output_roots: the output directories the job writes under (templated).
     :param takeover_open_epoch: take over an epoch another owner holds open.
@@ -140,6 +144,7 @@ class CheckpointedPySparkOperator(PySparkOperator):
         self._epochs: EpochOpener | None = None
         self._context: Context | None = None
         self._session: Any = None
+        self._placement: SparkPlacement | None = None
 
     def _opener(self) -> EpochOpener:
         if self._epochs is None:
@@ -151,6 +156,8 @@ class CheckpointedPySparkOperator(PySparkOperator):
         self._epochs = None
         self._context = context
         epochs = self._opener()
+        self._placement = self._session_placement()
+        epochs.refuse_unshared_store(self, context, self._placement)
         store = epochs.hook(context).get_store()
         rerun = epochs.rerun_plan(context, store)
         if rerun.action is RerunAction.SKIP:
@@ -162,7 +169,8 @@ class CheckpointedPySparkOperator(PySparkOperator):
         function: Callable[..., Any] = self.python_callable  # type: ignore[has-type]
         config_kwargs = self.config_kwargs
         self.python_callable = self._checkpointed(function)
-        self.config_kwargs = session_config(config_kwargs or {}, *self._connection())
+        extras, connect, _ = self._connection()
+        self.config_kwargs = session_config(config_kwargs or {}, extras, connect)
         try:
             return super().execute_callable()  # type: ignore[no-untyped-call]
         finally:
@@ -170,12 +178,21 @@ class CheckpointedPySparkOperator(PySparkOperator):
             self.config_kwargs = config_kwargs
             self._session = None
 
-    def _connection(self) -> tuple[dict[str, Any], bool]:
-        """The connection's extras and whether it is a Spark Connect server (no connection: local mode)."""
+    def _connection(self) -> tuple[dict[str, Any], bool, str]:
+        """The connection's extras, whether it is a Spark Connect server, and the URL ``PySparkOperator``
+        builds the session on (no connection: ``local[*]`` in this process)."""
         if not self.conn_id:
-            return {}, False
+            return {}, False, "local[*]"
         connection = BaseHook.get_connection(self.conn_id)
-        return dict(connection.extra_dejson), connection.conn_type == SparkConnectHook.conn_type
+        if connection.conn_type == SparkConnectHook.conn_type:
+            return dict(connection.extra_dejson), True, SparkConnectHook(self.conn_id).get_connection_url()
+        url = f"{connection.host}:{connection.port}" if connection.port else str(connection.host or "local[*]")
+        return dict(connection.extra_dejson), False, url
+
+    def _session_placement(self) -> SparkPlacement:
+        """Where the session's driver and executors will run, from the connection and ``config_kwargs``."""
+        extras, _, url = self._connection()
+        return SparkPlacement.of_session(url, {**extras, **(self.config_kwargs or {})})
 
     def _checkpointed(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """``function`` run inside an epoch: called by ``PySparkOperator`` once the session exists."""
@@ -193,6 +210,12 @@ class CheckpointedPySparkOperator(PySparkOperator):
                 kwargs.pop("spark", None)
             from airflow_ckpt_provider.spark import CheckpointedJob  # the Spark client runs here, on demand
 
+            placement = self._placement
+            if placement is not None and placement.connect_url and placement.master is None and spark is not None:
+                # A Spark Connect server on this host: its own master decides where the executors run.
+                server_master = spark.conf.get("spark.master", None)
+                if server_master:
+                    epochs.refuse_unshared_store(self, context, placement.with_server_master(str(server_master)))
             store = epochs.hook(context).get_store()
             handoff = epochs.open(context, result_file=False)
             job = None

@@ -59,6 +59,9 @@ def rest_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Spa
 
 
 def _cluster_env(cluster: SparkStandaloneCluster, rest_port: int, lake: Path) -> dict[str, str]:
+    """The cluster's connection, and a store base the deployment names: the driver and executors run on the
+    cluster's workers, which here share this machine's disk, so a ``file://`` base is the administrator's word
+    that they see it (the embedded default is refused under cluster deploy mode: hooks/store_visibility.py)."""
     connection = {
         "conn_type": "spark",
         "host": "spark://127.0.0.1",
@@ -68,6 +71,7 @@ def _cluster_env(cluster: SparkStandaloneCluster, rest_port: int, lake: Path) ->
     return {
         "AIRFLOW_CONN_SPARK_CLUSTER": json.dumps(connection),
         "CKPT_EXAMPLE_LAKE": str(lake),
+        "AIRFLOW__CKPT__BASE_URI": (lake.parent / "checkpoints").as_uri(),
         "SPARK_HOME": SPARK_HOME,
         "SPARK_CORE_JAR": glob.glob(os.path.join(SPARK_HOME, "jars", "spark-core_*.jar"))[0],
     }

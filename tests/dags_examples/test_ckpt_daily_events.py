@@ -1,6 +1,10 @@
 """Example DAG 1 (ckpt_daily_events) and its CheckpointedJob: a failure and its fix as a user plays them.
 
-Real metadata DB, real spark-submit on local[2], the local store. The first try meets a
+Real metadata DB, real spark-submit on local[2], the embedded default store (no ``checkpoint_uri``,
+no ``[ckpt] base_uri``: ``$AIRFLOW_HOME/checkpoints``), as a LocalExecutor user has it; the second
+case runs with ``[core] executor = CeleryExecutor`` configured, as ``airflow dags test`` on a Celery
+deployment's machine does: the task runs in the test's own process, so the local store is accepted
+(hooks/store_visibility.py). The first try meets a
 bad record: the job's own UDF raises on it until the record is corrected in the Airflow
 Variable the DAG reads at every try (the test sets it, as a user would in Admin > Variables,
 while the task waits for its retry), or, as the second case, the writer of that partition
@@ -22,6 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_ckpt_provider.store import EpochStatus, open_store
+from airflow_ckpt_provider.store.deletion_guard import canonical_uri
 from tests.support.airflow_harness import AirflowHarness
 
 # Up to three spark-submits in one dag.test() (a try, maybe a second before the correction lands, the resume).
@@ -44,11 +49,13 @@ def test_the_retry_resumes_once_the_record_is_corrected_or_the_crash_passed(
     airflow_harness: AirflowHarness, tmp_path: Path, fail_in: str
 ) -> None:
     airflow_harness.install_dag(EXAMPLES / "ckpt_daily_events.py", EXAMPLES / "jobs")
-    # A store of its own: the default location ($AIRFLOW_HOME/checkpoints/{dag}/{task}/{run}) is shared
-    # by every case of this session that runs the same DAG on the same day.
-    env = {"CKPT_EXAMPLE_LAKE": str(tmp_path / "lake"), "AIRFLOW__CKPT__BASE_URI": f"file://{tmp_path}/checkpoints"}
-    day = dt.datetime(2024, 10, 2, tzinfo=dt.UTC)
-    output = tmp_path / "lake" / "daily_events" / "day=2024-10-02"
+    # A day per case: the default location ($AIRFLOW_HOME/checkpoints/{dag}/{task}/date={day}) is shared by
+    # every run of the same DAG on the same day in this session's Airflow.
+    env = {"CKPT_EXAMPLE_LAKE": str(tmp_path / "lake")}
+    if fail_in == "writer":
+        env["AIRFLOW__CORE__EXECUTOR"] = "CeleryExecutor"  # dags test runs the task here all the same
+    day = dt.datetime(2024, 10, 2 if fail_in == "udf" else 3, tzinfo=dt.UTC)
+    output = tmp_path / "lake" / "daily_events" / f"day={day:%Y-%m-%d}"
     corrected: list[str] = []
 
     def correct_the_record(proc: subprocess.Popen[str], log: Path) -> None:
@@ -82,6 +89,8 @@ def test_the_retry_resumes_once_the_record_is_corrected_or_the_crash_passed(
         assert len(corrected) == 1, "the job's own UDF failed the first try and named the record"
 
     plan = airflow_harness.xcom("ckpt_daily_events", run.run_id, "process_events", "checkpoint_plan")
+    default = airflow_harness.default_store_uri("ckpt_daily_events", "process_events", run.run_id)
+    assert plan["checkpoint_uri"] == canonical_uri(default)  # the embedded default, on this host's disk
     store = open_store(plan["checkpoint_uri"])
     epochs = store.epochs.all()
     assert epochs[0].status is EpochStatus.FAILED and epochs[-1].number == plan["epoch"] == tries

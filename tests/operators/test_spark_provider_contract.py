@@ -38,6 +38,7 @@ PINNED: dict[str, tuple[type, str]] = {
     "_is_yarn": (SparkSubmitHook, "field"),
     "_is_kubernetes": (SparkSubmitHook, "field"),
     "_driver_status": (SparkSubmitHook, "field"),
+    "_connection": (SparkSubmitHook, "field"),
     "_get_hook": (SparkSubmitOperator, "method"),
     "_hook": (SparkSubmitOperator, "field"),
     "_conn_id": (SparkSubmitOperator, "field"),
@@ -147,6 +148,10 @@ def test_the_hook_is_rebuilt_with_every_field_the_provider_resolved(spark_conn: 
     assert vars(hook)["_conf"] == {"a": "b"} and vars(hook)["_env_vars"] == {"X": "1"}
     assert vars(hook)["_is_yarn"] is False and vars(hook)["_is_kubernetes"] is False
     assert vars(hook)["_driver_status"] is None
+    # The master and deploy mode the refusal of an unshared store reads (hooks/store_visibility.py).
+    assert (vars(hook)["_connection"]["master"], vars(hook)["_connection"]["deploy_mode"]) == ("local[2]", None)
+    placement = _Probe(task_id="p", conn_id=spark_conn, deploy_mode="cluster").spark_placement()
+    assert (placement.master, placement.deploy_mode) == ("local[2]", "cluster")
     assert probe.last_driver_status() == "" and probe.driver_result_line() is None  # no hook yet
     probe._hook = hook
     assert probe.driver_ref("driver-1").to_json() == {
