@@ -41,7 +41,9 @@ CONFIG_OPTIONS: tuple[ConfigOption, ...] = (
         "",
         "s3://my-bucket/checkpoints",
         "Where stores live (file:///dir, /dir or s3://bucket/prefix). Empty: local, under "
-        "$AIRFLOW_HOME/checkpoints. Each job (task, map index and logical date) gets "
+        "$AIRFLOW_HOME/checkpoints, for one machine only (LocalExecutor, Spark local mode): where "
+        "another host must read a store (another executor, a Spark cluster) the submit is refused; "
+        "a file:// base named here is taken as a shared file system. Each job (task, map index and logical date) gets "
         "{base_uri}/{dag_id}/{task_id}/date={logical date}[/map_index={i}] (run={run_id} for a run "
         "without a logical date) unless its operator names its own checkpoint_uri.",
     ),

@@ -25,8 +25,13 @@ Environment:
   "host": "local[*]"}'`` (environment of the worker, or the metadata DB);
 * ``spark-submit`` on the worker's ``PATH`` (pyspark's ``bin``) and Java 17; ``PYSPARK_PYTHON``
   (else ``python3`` on the ``PATH``) a Python with pyspark and this package;
-* optional ``CKPT_EXAMPLE_LAKE`` (default ``$AIRFLOW_HOME/lake``), set where the DAG is parsed
-  and where the task runs;
+* optional ``CKPT_EXAMPLE_LAKE`` (default ``$AIRFLOW_HOME/lake``; ``s3://bucket/prefix`` on S3, the
+  job's executors writing with the store's credentials), set where the DAG is parsed and where the
+  task runs;
+* on more than one machine (the CeleryExecutor, KubernetesExecutor, a Spark cluster): ``[ckpt]
+  base_uri = s3://bucket/prefix`` for every worker, the triggerer and the API server. The embedded
+  default store is refused there before spark-submit, since a retry on another worker could not see
+  it (docs/deployment.md).
 * optional Airflow Variable ``ckpt_daily_events_corrections`` (see above; absent: no corrections).
 """
 
@@ -45,6 +50,7 @@ LAKE = os.environ.get("CKPT_EXAMPLE_LAKE") or os.path.join(
     os.path.expanduser(os.environ.get("AIRFLOW_HOME", "~/airflow")), "lake"
 )
 OUTPUT = os.path.join(LAKE, "daily_events", "day={{ ds }}")
+LAKE_URI = LAKE if "://" in LAKE else f"file://{LAKE}"
 CORRECTIONS_VARIABLE = "ckpt_daily_events_corrections"
 
 with DAG(
@@ -106,6 +112,6 @@ with DAG(
         # Named by its URI: Airflow activates an asset only when neither its name nor its URI names
         # another active asset, so a fixed name would block this DAG pointed at another lake (until
         # a scheduler's orphanage pass) in a shared metadata DB.
-        outlets=[Asset(f"file://{LAKE}/daily_events")],
+        outlets=[Asset(f"{LAKE_URI}/daily_events")],
     )
     process_events >> commit

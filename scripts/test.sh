@@ -5,14 +5,27 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
 
-# Headless Chromium + driver for the UI browser tests (Debian packages); CKPT_SKIP_BROWSER=1 skips
-# the install (those tests are then skipped).
+# Debian packages of the integration tests, installed once on a fresh machine (as root, with apt-get):
+# * headless Chromium + driver for the UI browser tests; CKPT_SKIP_BROWSER=1 skips them (those tests are
+#   then skipped);
+# * PostgreSQL and Redis for the distributed deployment test (tests/dags_examples/test_deployment.py: the
+#   metadata DB and the Celery broker; the test starts its own servers on free ports and data directories,
+#   never a system service); CKPT_SKIP_DEPLOYMENT=1 skips the install and that test (without it a missing
+#   server fails the test, so CI cannot skip it unseen).
+packages=()
 if [ "${CKPT_SKIP_BROWSER:-0}" != "1" ] && ! command -v chromedriver >/dev/null 2>&1; then
+  packages+=(chromium chromium-driver)
+fi
+if [ "${CKPT_SKIP_DEPLOYMENT:-0}" != "1" ]; then
+  command -v redis-server >/dev/null 2>&1 || packages+=(redis-server)
+  ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || packages+=(postgresql)
+fi
+if [ "${#packages[@]}" -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = "0" ]; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
-      || echo "test.sh: could not install chromium; browser tests will be skipped" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" >/dev/null) \
+      || echo "test.sh: could not install ${packages[*]}; the tests needing them will fail or be skipped" >&2
   else
-    echo "test.sh: chromium-driver not found and apt-get unavailable; browser tests will be skipped" >&2
+    echo "test.sh: ${packages[*]} not installed and apt-get unavailable; the tests needing them will fail or be skipped" >&2
   fi
 fi
 
