@@ -69,6 +69,8 @@ class SparkStandaloneCluster:
     worker_memory: str = "1g"
     master_port: int = 0
     master_ui_port: int = 0
+    #: Java options of the master (``SPARK_MASTER_OPTS``), e.g. its REST server or ``spark.deploy.defaultCores``.
+    master_options: str = ""
     _procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @property
@@ -92,7 +94,10 @@ class SparkStandaloneCluster:
                 "--webui-port",
                 str(self.master_ui_port),
             ],
-            {"SPARK_LOCAL_IP": MASTER_HOST},
+            {
+                "SPARK_LOCAL_IP": MASTER_HOST,
+                **({"SPARK_MASTER_OPTS": self.master_options} if self.master_options else {}),
+            },
         )
         self._wait_for(lambda: self._master_state() is not None, timeout, "master to start")
         for host in WORKER_HOSTS:

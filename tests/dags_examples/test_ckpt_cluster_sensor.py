@@ -1,8 +1,9 @@
 """Cluster deploy mode on a real Spark standalone cluster (master with its REST server, two workers).
 
-* Example DAG 3: the submit returns once the driver is accepted, the deferrable sensor
-  waits in the (inline) triggerer until every expected partition sealed, the commit
-  closes the epoch.
+* Example DAG 3 itself (the submit returns once the driver is accepted, the deferrable
+  sensor waits in the triggerer until every expected partition sealed, the commit closes the
+  epoch) runs in the distributed deployment, with a real triggerer and its store on S3:
+  tests/dags_examples/test_deployment.py.
 * Durable re-attach: an attempt dies (failpoint) after its driver was accepted; Airflow's
   retry re-attaches to that driver through SparkSubmitOperator's durable mode and must
   keep the driver's epoch: one epoch, one driver, the output committed once.
@@ -27,7 +28,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_ckpt_provider.store import EpochStatus, open_store
+from airflow_ckpt_provider.store import open_store
 from ckpt_testkit.spark_cluster import SPARK_HOME, SparkStandaloneCluster, free_port
 from tests.support.airflow_harness import AirflowHarness
 
@@ -88,33 +89,6 @@ def _event_ids(directory: Path) -> list[int]:
 def _drivers(cluster: SparkStandaloneCluster) -> list[dict[str, Any]]:
     state: dict[str, Any] = cluster._master_state() or {}
     return list(state.get("activedrivers") or []) + list(state.get("completeddrivers") or [])
-
-
-def test_cluster_submit_then_deferrable_sensor_then_commit(
-    airflow_harness: AirflowHarness, rest_cluster: tuple[SparkStandaloneCluster, int], tmp_path: Path
-) -> None:
-    cluster, rest_port = rest_cluster
-    airflow_harness.install_dag(EXAMPLES / "ckpt_cluster_sensor.py", EXAMPLES / "jobs")
-    run = airflow_harness.run_dag(
-        "ckpt_cluster_sensor",
-        logical_date=dt.datetime(2024, 9, 1, tzinfo=dt.UTC),
-        conf={"events": 20_000, "partitions": 4},
-        env=_cluster_env(cluster, rest_port, tmp_path / "lake"),
-        timeout=900,
-    )
-    assert run.state == "success", run.output[-5000:]
-    submitted = airflow_harness.xcom("ckpt_cluster_sensor", run.run_id, "submit_to_cluster")
-    assert submitted["detached"] is True and submitted["driver_id"].startswith("driver-")
-    # The first poke found the job unfinished, so the sensor deferred and the trigger waited.
-    assert "running trigger in line" in run.output
-    assert "4/4 partitions sealed" in run.output
-    progress = airflow_harness.xcom("ckpt_cluster_sensor", run.run_id, "wait_for_partitions")
-    assert (progress["sealed_partitions"], progress["expected_partitions"]) == (4, 4)
-    commit = airflow_harness.xcom("ckpt_cluster_sensor", run.run_id, "commit")
-    assert commit["rows_committed"] == 20_000 and commit["unknown_files"] == 0
-    epoch = open_store(submitted["checkpoint_uri"]).epochs.current()
-    assert epoch is not None and epoch.status is EpochStatus.COMMITTED
-    assert len(_event_ids(tmp_path / "lake" / "cluster_events")) == 20_000
 
 
 def test_retry_reattaches_to_the_running_driver_and_keeps_its_epoch(

@@ -57,7 +57,8 @@ class AirflowHarness:
         return self.home / "airflow.db"
 
     @classmethod
-    def create(cls, home: Path) -> AirflowHarness:
+    def create(cls, home: Path, database_url: str | None = None) -> AirflowHarness:
+        """A migrated installation in ``home``: its SQLite DB, or the metadata DB at ``database_url``."""
         home.mkdir(parents=True, exist_ok=True)
         harness = cls(home=home)
         harness.dags_folder.mkdir(exist_ok=True)
@@ -73,7 +74,7 @@ class AirflowHarness:
                 # Parsing a DAG file imports Airflow's Spark and OpenLineage providers: 30 s (the
                 # default) ran out under load 23, and the DAG "could not be found".
                 "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "300",
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{harness.db_path}",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database_url or f"sqlite:///{harness.db_path}",
                 "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
                 # spark-submit and the job's Python must be this venv's.
                 "PATH": f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
