@@ -245,6 +245,8 @@ def deployment(tmp_path: Path, s3_server: SeaweedServer) -> Iterator[Deployment]
                 "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
                 # The api-server checks the task tokens the workers carry: one secret for all.
                 "AIRFLOW__API_AUTH__JWT_SECRET": "deployment-test-jwt-secret",
+                # ... and the API server signs its requests for a worker's log server with this one.
+                "AIRFLOW__API__SECRET_KEY": "deployment-test-secret-key",
                 "AIRFLOW__CORE__HOSTNAME_CALLABLE": "tests.support.servers.worker_hostname",
                 # Worker A serves its task logs there; the API server reads them from there.
                 "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(log_port),
@@ -361,6 +363,21 @@ def test_a_celery_deployment_resumes_on_another_worker_and_refuses_an_unshared_s
     run_id = trigger(DAG_ID, DAY, {"events": EVENTS, "partitions": 4, "fail_partition": 2})
     cluster_run = trigger(CLUSTER_DAG, DAY, {"events": 8_000, "partitions": 4})
     unshared_run = trigger(DAG_ID, "2024-11-06", {"events": 1_000, "partitions": 2, "queue": QUEUE_C})
+    # Once its first try failed the run is marked failed, as a user would: its retries would fail alike.
+    refusals: list[dict[str, Any]] = []
+
+    def stop_after_the_first_try() -> None:
+        with d.api as client:
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline and not refusals:
+                ti = client.get(f"{runs}/{unshared_run}/taskInstances/process_events").json()
+                if ti.get("state") in ("up_for_retry", "failed"):
+                    refusals.append(ti)
+                    client.patch(f"{runs}/{unshared_run}", json={"state": "failed"})
+                time.sleep(1)
+
+    watcher = threading.Thread(target=stop_after_the_first_try, daemon=True)
+    watcher.start()
 
     # ---- 1. the first try fails in the job's UDF on worker A.
     first = d.wait(
@@ -394,18 +411,16 @@ def test_a_celery_deployment_resumes_on_another_worker_and_refuses_an_unshared_s
     assert cleared.status_code == 200, cleared.text
 
     # ---- 4. worker C, whose store would be the embedded default: refused before spark-submit.
-    refused = d.wait(
-        "the submit on worker C to fail",
-        lambda: (ti := task(DAG_ID, unshared_run, "process_events")).get("state") in ("up_for_retry", "failed") and ti,
-        300,
-    )
+    watcher.join(timeout=600)
+    assert refusals, f"the submit on worker C did not fail\n{d.log_tails()}"
+    refused = refusals[0]
     assert (refused["queue"], refused["hostname"], refused["try_number"]) == (QUEUE_C, d.workers["c"].hostname, 1)
     c_log = d.workers["c"].task_log(DAG_ID, unshared_run, "process_events", 1)
     assert "InvalidArgumentError" in c_log and "embedded default" in c_log, c_log[-3000:]
     assert "runs on CeleryExecutor" in c_log and "base_uri = s3://" in c_log
     assert "Spark-Submit cmd" not in c_log  # no spark-submit ran
     assert not d.workers["c"].checkpoints.exists()  # nothing written to C's disk
-    assert api.patch(f"{runs}/{unshared_run}", json={"state": "failed"}).status_code == 200  # no more retries
+    assert ended(DAG_ID, unshared_run) is not None
 
     run = d.wait("the run to end", lambda: ended(DAG_ID, run_id), 900)
     assert run["state"] == "success", run
