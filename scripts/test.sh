@@ -30,11 +30,18 @@ if [ "${#packages[@]}" -gt 0 ]; then
 fi
 
 export PYSPARK_PYTHON="$PWD/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
+export PATH="$PWD/.venv/bin:$PATH"
 # Every JVM of the suite (spark-submit drivers, local sessions, the standalone cluster) is short-lived
 # and handles tiny data: the C1 JIT alone and the serial GC cut their CPU by about 30 % (one
-# spark-submit test: 25 s of CPU instead of 35-39 s). Tests only; deployments keep Spark's defaults.
-export JAVA_TOOL_OPTIONS="${JAVA_TOOL_OPTIONS:--XX:TieredStopAtLevel=1 -XX:+UseSerialGC}"
-export PATH="$PWD/.venv/bin:$PATH"
+# spark-submit test: 25 s of CPU instead of 35-39 s), and a class-data-sharing archive of Spark's
+# classes (ckpt_testkit/jvm_archive.py, dumped once per venv: about 45 s of CPU) another 3-4 s of
+# each JVM's start. Tests only; deployments keep Spark's defaults. A JAVA_TOOL_OPTIONS of your own
+# is used as it is.
+if [ -z "${JAVA_TOOL_OPTIONS:-}" ]; then
+  jvm_flags="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+  JAVA_TOOL_OPTIONS="$jvm_flags $(.venv/bin/python -m ckpt_testkit.jvm_archive "$jvm_flags")"
+fi
+export JAVA_TOOL_OPTIONS
 mkdir -p test-output
 set +e
 # Integration tests drive Spark, SeaweedFS, Airflow and Chromium on a 2-core machine: a failed
