@@ -6,8 +6,10 @@ it; the large campaign (``--cluster-trials``) deals them at random with the rest
 * an executor JVM SIGKILLed while the write stage runs (a lost machine), with one attempt per
   task (the job fails; the finished tasks must stay sealed) and with two (Spark retries the
   lost tasks on the other worker; the run succeeds);
-* the user's transformation failing on an executor (``user.after_exchange``), the progress
-  oracle reading the run's own event log.
+* the user's transformation failing on an executor (``user.after_exchange``) with several rows
+  per key, store and output on S3, the progress oracle reading the run's own event log (this case
+  was also tests/spark/test_row_keys_progress.py's cluster test, two more cluster applications for
+  the same guarantee: that file keeps local mode's key layouts).
 
 After each: resume on the cluster, commit, and the oracles (exactly once for a plain reader,
 no committed file deleted, no orphan, ``check()`` clean, progress kept, no sealed key
@@ -27,14 +29,21 @@ from ckpt_testkit.spark_cluster import SparkStandaloneCluster
 pytestmark = [pytest.mark.faults, pytest.mark.spark, pytest.mark.cluster]
 
 CASES = [
-    # (crash, maxFailures, key mode, writer)
-    (Crash(EXECUTOR_KILL, "kill", kill_after_first_checkpoint=0.3), 1, "rows-unique", "arrow"),
-    (Crash(EXECUTOR_KILL, "kill", kill_after_first_checkpoint=0.3), 2, "rows-composite", "spark"),
-    (Crash("user.after_exchange", "raise", 2), 1, "rows", "arrow"),
+    # (crash, maxFailures, key mode, writer, backend)
+    (Crash(EXECUTOR_KILL, "kill", kill_after_first_checkpoint=0.3), 1, "rows-unique", "arrow", "local"),
+    (Crash(EXECUTOR_KILL, "kill", kill_after_first_checkpoint=0.3), 2, "rows-composite", "spark", "local"),
+    (Crash("user.after_exchange", "raise", 2), 1, "rows", "arrow", "s3"),
 ]
 
 
-@pytest.mark.parametrize(("crash", "max_failures", "mode", "engine"), CASES, ids=["lost-1", "lost-2", "user-udf"])
+@pytest.mark.parametrize(
+    ("crash", "max_failures", "mode", "engine", "backend"),
+    [
+        pytest.param(*case, id=name, marks=[pytest.mark.s3] if case[-1] == "s3" else [])
+        # An "s3" in the id is what gives the campaign its S3 backend (tests/faults/conftest.py).
+        for case, name in zip(CASES, ["lost-1", "lost-2", "user-udf-s3"], strict=True)
+    ],
+)
 def test_cluster_trial(
     campaign: Campaign,
     campaign_settings: CampaignSettings,
@@ -43,11 +52,12 @@ def test_cluster_trial(
     max_failures: int,
     mode: str,
     engine: str,
+    backend: str,
 ) -> None:
     campaign.cluster = spark_cluster
     plan = TrialPlan(
         campaign_seed=campaign_settings.seed,
-        backend="local",
+        backend=backend,
         index=2000 + [c[0] for c in CASES].index(crash) + max_failures,
         crash=crash,
         resume_crash=None,

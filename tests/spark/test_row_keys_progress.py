@@ -1,10 +1,11 @@
 """Row keys keep their progress when the *user's* code fails (docs/row-keys.md).
 
 The user's transformation — a Python UDF — raises on a bad record in one of the
-write stage's partitions on the first run. Checked for every key layout (single and
-composite, unique and several rows per key), both writers, local and S3 stores, in
-local mode and on the standalone cluster (an executor JVM killed mid-stage: the campaign's cluster
-trials, tests/faults/test_cluster_trials.py, with the same progress oracle):
+write stage's partitions on the first run. Checked here for every key layout (single and
+composite, unique and several rows per key), both writers, local and S3 stores, in local
+mode; on the standalone cluster (the UDF failing on an executor, several rows per key, an S3
+store and output; and an executor JVM killed mid-stage) by the campaign's cluster trials,
+tests/faults/test_cluster_trials.py, with the same oracles:
 
 * progress oracle: the keys sealed after the failed run hold every key of every task
   Spark's own event log records as finished (the UDF logs which keys each task
@@ -17,7 +18,6 @@ trials, tests/faults/test_cluster_trials.py, with the same progress oracle):
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,26 +28,20 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from airflow_ckpt_provider.spark import CheckpointedJob
-from ckpt_testkit.spark_cluster import SparkStandaloneCluster
-from ckpt_testkit.spark_events import event_log_confs, finished_write_tasks
+from ckpt_testkit.spark_events import finished_write_tasks
 from tests.spark.helpers import (
-    REPO_ROOT,
     FakeOperator,
     Target,
     assert_exactly_once,
     done_keys,
     make_inputs,
-    run,
 )
 from tests.spark.jobs.user_udf import KEYS, BadRecordError, source
 from tests.spark.jobs.user_udf import run as run_job
 
 pytestmark = pytest.mark.spark
 
-USER_JOB = Path(__file__).parent / "jobs" / "user_udf.py"
 PARTITIONS = 8
-#: Generous: a loaded 2-core machine takes minutes to start a cluster application (seconds when idle).
-SUBMIT_TIMEOUT = 480
 
 
 @dataclass
@@ -170,87 +164,3 @@ def test_user_udf_failure_keeps_finished_tasks_local(
     result = operator.store.commit(output_roots=[target.output_uri])
     assert not result.unknown_files
     assert_exactly_once(target, scenario.inputs)
-
-
-# -------------------------------------------------------------------------------------------- cluster
-
-
-def _submit_argv(
-    cluster: SparkStandaloneCluster, operator: FakeOperator, epoch: int, spec: dict[str, Any], events: Path
-) -> list[str]:
-    conf = (
-        operator.confs(epoch)
-        | event_log_confs(events)
-        | {
-            "spark.pyspark.python": sys.executable,
-            "spark.sql.shuffle.partitions": str(PARTITIONS),
-            "spark.sql.files.openCostInBytes": str(128 * 1024 * 1024),
-            "spark.executorEnv.PYTHONPATH": str(REPO_ROOT),
-            "spark.task.maxFailures": "1",
-        }
-    )
-    return cluster.submit_argv(USER_JOB, [json.dumps(spec)], conf)
-
-
-def _spec(scenario: Scenario, target: Target, run_name: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "inputs": scenario.inputs,
-        "output": target.output_uri,
-        "key": scenario.key,
-        "num_partitions": PARTITIONS,
-        "key_log": str(scenario.key_log(run_name)),
-        **extra,
-    }
-
-
-def _rerun_and_commit(
-    cluster: SparkStandaloneCluster,
-    operator: FakeOperator,
-    scenario: Scenario,
-    target: Target,
-    events: Path,
-    sealed: set[Any],
-    epoch: int,
-) -> None:
-    submitted = run(
-        _submit_argv(cluster, operator, epoch, _spec(scenario, target, "run2"), events), operator.env(), SUBMIT_TIMEOUT
-    )
-    operator.end(epoch, submitted.returncode)
-    assert submitted.returncode == 0, submitted.tail()
-    pending = scenario.all_keys - sealed
-    assert keys_logged(scenario.key_log("run2")) == pending, (
-        "the rerun's transformation saw exactly the keys not sealed"
-    )
-    assert submitted.result is not None and submitted.result["keys"] == len(pending)
-    result = operator.store.commit(output_roots=[target.output_uri])
-    assert not result.unknown_files
-    assert_exactly_once(target, scenario.inputs)
-
-
-@pytest.mark.cluster
-@pytest.mark.parametrize(
-    # Several rows per key (the exchange at the source) on an S3 store; unique keys and a lost executor
-    # on the cluster are the campaign's cluster trials (tests/faults/test_cluster_trials.py).
-    ("key", "target"),
-    [pytest.param("row", "s3", marks=pytest.mark.s3)],
-    indirect=["target"],
-)
-def test_user_udf_failure_keeps_finished_tasks_on_the_cluster(
-    spark: SparkSession, spark_cluster: SparkStandaloneCluster, target: Target, tmp_path: Path, key: str
-) -> None:
-    """The same through spark-submit on the standalone cluster (executors in their own JVMs)."""
-    scenario = _scenario(spark, tmp_path, key)
-    events = tmp_path / "events"
-    operator = FakeOperator(target)
-    epoch1 = operator.begin()
-    spec = _spec(scenario, target, "run1", bad_event=scenario.bad_event, fail_marker=str(scenario.marker))
-    failed = run(_submit_argv(spark_cluster, operator, epoch1, spec, events), operator.env(), SUBMIT_TIMEOUT)
-    operator.end(epoch1, failed.returncode)
-    assert failed.returncode != 0 and BadRecordError.__name__ in failed.stderr, failed.tail()
-    finished = finished_write_tasks(events, target.output_uri)
-    finished_keys = keys_logged(scenario.key_log("run1"), [t.task_attempt_id for t in finished])
-    epoch2 = operator.begin()
-    sealed = done_keys(operator.store)
-    _check_progress(sealed, finished_keys, scenario, len(finished))
-    scenario.marker.unlink()
-    _rerun_and_commit(spark_cluster, operator, scenario, target, events, sealed, epoch2)
