@@ -1,10 +1,14 @@
-"""Example DAGs 2 and 4: four incremental runs, a rewind to commit 2, then the next run.
+"""Example DAGs 2 and 4: three incremental runs, a rewind to commit 1, then the next run.
 
 Real SeaweedFS S3, real spark-submit, real metadata DB, file keys with the ``retain`` policy.
 Each incremental run opens only the files that are new (the job's own read counters), skips the
-others and commits their rows. After the rewind the lake holds exactly the rows of runs 1-2
-(runs 3-4's lake files are in the store's quarantine); the next ingestion run opens exactly the
-landing files of runs 3-4 and afterwards every landed row is in the lake exactly once.
+others and commits their rows. After the rewind the lake holds exactly the rows of run 1
+(runs 2-3's lake files are in the store's quarantine); the next ingestion run opens exactly the
+landing files of runs 2-3 and afterwards every landed row is in the lake exactly once.
+
+Three runs, not four: rewinding two commits onto the first shows what rewinding onto a later one
+does at the DAG level (each ingestion run costs a spark-submit); a rewind to commit 2 of 4, with and
+without retention, on local disk and S3, is tests/store/test_reprocess.py::test_rewind_to_commit_2_of_4.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "dags_examples"
 INGEST = "ckpt_incremental_ingest"
 REWIND = "ckpt_rewind_incremental"
 ROWS_PER_FILE = 20
-FILES_PER_RUN = (2, 1, 2, 1)
+FILES_PER_RUN = (2, 1, 2)
+REWIND_TO = 1
 
 
 def _land(client: Any, bucket: str, file_number: int) -> None:
@@ -56,8 +61,8 @@ def _rows_of(files: range) -> list[int]:
     return sorted(f * 1000 + i for f in files for i in range(ROWS_PER_FILE))
 
 
-@pytest.mark.timeout(3000)  # six DAG runs with spark-submit: ~10 min on a quiet 2-core machine, 20+ under load
-def test_rewind_to_commit_2_of_4_then_the_next_run_redoes_3_and_4(
+@pytest.mark.timeout(3000)  # five DAG runs, four with spark-submit: ~8 min on a quiet 2-core machine, 20+ under load
+def test_rewind_to_commit_1_of_3_then_the_next_run_redoes_2_and_3(
     airflow_harness: AirflowHarness, s3_server: Any, s3_bucket: str
 ) -> None:
     airflow_harness.install_dag(EXAMPLES / f"{INGEST}.py", EXAMPLES / "jobs")
@@ -95,30 +100,34 @@ def test_rewind_to_commit_2_of_4_then_the_next_run_redoes_3_and_4(
         assert _ids(lake_after[-1]) == _rows_of(range(landed))  # every landed row exactly once
     assert store.inspection.progress().key_type == "string"
     commits = [e.number for e in store.epochs.all() if e.status.value == "committed"]
-    assert commits == [1, 2, 3, 4], store.epochs.all()
-    after_two = sum(FILES_PER_RUN[:2])
+    assert commits == [1, 2, 3], store.epochs.all()
+    kept = sum(FILES_PER_RUN[:REWIND_TO])
 
     rewind = airflow_harness.run_dag(
-        REWIND, logical_date=dt.datetime(2024, 7, 10, tzinfo=dt.UTC), conf={"to_commit": 2}, env=env, timeout=600
+        REWIND,
+        logical_date=dt.datetime(2024, 7, 10, tzinfo=dt.UTC),
+        conf={"to_commit": REWIND_TO},
+        env=env,
+        timeout=600,
     )
     assert rewind.state == "success", rewind.output[-5000:]
     result = airflow_harness.xcom(REWIND, rewind.run_id, "rewind")["result"]
-    moved = set(lake_after[3]) - set(lake_after[1])
-    assert result["keys"] == landed - after_two  # one file key per landing file of runs 3-4
+    moved = set(lake_after[-1]) - set(lake_after[REWIND_TO - 1])
+    assert result["keys"] == landed - kept  # one file key per landing file of runs 2-3
     assert result["moved"] == len(moved) and result["deleted"] == result["missing"] == 0
-    assert f"Rewind s3://{s3_bucket}/checkpoints/{INGEST} to commit 2" in rewind.output  # the preview, logged
+    assert f"Rewind s3://{s3_bucket}/checkpoints/{INGEST} to commit {REWIND_TO}" in rewind.output  # the preview, logged
     lake = _lake(client, s3_bucket)
-    assert lake == lake_after[1]  # readers see the lake as it was after commit 2
-    assert _ids(lake) == _rows_of(range(after_two))
+    assert lake == lake_after[REWIND_TO - 1]  # readers see the lake as it was after commit 1
+    assert _ids(lake) == _rows_of(range(kept))
     assert store.inspection.check().ok, store.inspection.check()
-    assert store.inspection.progress().keys_done == after_two
+    assert store.inspection.progress().keys_done == kept
 
     run = airflow_harness.run_dag(INGEST, logical_date=dt.datetime(2024, 7, 11, tzinfo=dt.UTC), env=env, timeout=900)
     assert run.state == "success", run.output[-5000:]
     counts = airflow_harness.xcom(INGEST, run.run_id, "ingest")
-    assert counts["input_files_pending"] == landed - after_two, counts
-    assert counts["input_pyarrow_files_read"] == landed - after_two, counts  # runs 3-4's files only
-    assert counts["rows"] == (landed - after_two) * ROWS_PER_FILE
+    assert counts["input_files_pending"] == landed - kept, counts
+    assert counts["input_pyarrow_files_read"] == landed - kept, counts  # runs 2-3's files only
+    assert counts["rows"] == (landed - kept) * ROWS_PER_FILE
     assert _ids(_lake(client, s3_bucket)) == _rows_of(range(landed))  # every landed row exactly once
     assert store.inspection.check().ok and store.inspection.progress().keys_done == landed
     quarantined = [
