@@ -171,7 +171,6 @@ LONGEST_FILES = (
     "tests/dags_examples/test_ckpt_connect_orders.py",
     "tests/dags_examples/test_ckpt_tenant_orders.py",
     "tests/operators/test_taskflow_redo.py",
-    "tests/spark/test_row_keys_progress.py",
     "tests/store/test_segments.py",
     "tests/cli/test_cli_airflow.py",
     "tests/faults/test_user_code_failpoints.py",
